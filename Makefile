@@ -1,0 +1,46 @@
+# gpuyard: `make run` starts a pool on this machine and runs the example job;
+# `make test` runs every check. Both set up the virtual environment first.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.gpuyard-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP)
+
+# Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
+# stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.
+run: setup
+	@$(BIN)/gpuyard up --detach --virtual-nodes 2
+	@job=$$($(BIN)/gpuyard submit --name example --json -- \
+	    $(abspath $(BIN))/python $(abspath examples/train_single.py) \
+	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["id"])') && \
+	  echo "submitted job $$job; its log:" && \
+	  $(BIN)/gpuyard logs --follow $$job && \
+	  $(BIN)/gpuyard wait $$job && \
+	  echo "job $$job succeeded. Try: $(BIN)/gpuyard ls, gpuyard show $$job, gpuyard down"
+
+lint: setup
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/mypy src
+
+test: lint
+	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/launch.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The ``gpuyard`` command line. Heavy modules are imported inside commands, not at start-up."""

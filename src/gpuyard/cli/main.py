@@ -1,0 +1,34 @@
+"""Entry point: ``gpuyard <command>``."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpuyard.cli import config as config_cli
+from gpuyard.cli import jobs as jobs_cli
+from gpuyard.cli import pool as pool_cli
+
+app = typer.Typer(
+    name="gpuyard",
+    help="An AI compute pool: submit, schedule, run and watch training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+jobs_cli.register(app)
+pool_cli.register(app)
+app.add_typer(config_cli.app, name="config")
+
+
+def main() -> None:
+    from gpuyard.errors import GpuyardError
+
+    try:
+        app()
+    except GpuyardError as exc:
+        from gpuyard.cli.output import err_console
+
+        err_console().print(f"[red]error:[/] {exc.detail}", highlight=False, markup=True)
+        sys.exit(2 if exc.status_code == 422 else 1)

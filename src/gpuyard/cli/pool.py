@@ -1,0 +1,181 @@
+"""Pool commands: up, down, nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command()(down)
+    app.command()(nodes)
+
+
+def up(
+    port: Annotated[int | None, typer.Option(help="Port (0: any free port).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    virtual_nodes: Annotated[
+        int | None, typer.Option(help="Present N virtual nodes on this machine.")
+    ] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per virtual node.")] = None,
+    cpus_per_node: Annotated[float | None, typer.Option(help="CPUs per virtual node.")] = None,
+    memory_per_node: Annotated[
+        str | None, typer.Option(help="Memory per virtual node, e.g. 8G.")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Run in the background; return once ready.")
+    ] = False,
+) -> None:
+    """Start a pool on this machine: API server, controller and local executor."""
+    from gpuyard.quantities import parse_bytes
+    from gpuyard.settings import Settings
+
+    overrides: dict[str, Any] = {
+        "port": port,
+        "host": host,
+        "virtual_nodes": virtual_nodes,
+        "gpus_per_node": gpus_per_node,
+        "cpus_per_node": cpus_per_node,
+        "memory_per_node": parse_bytes(memory_per_node) if memory_per_node else None,
+    }
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    if detach:
+        _up_detached(settings)
+        return
+    import logging
+
+    from gpuyard.server.pool import run_pool
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    def ready(url: str) -> None:
+        print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
+
+    run_pool(settings, on_ready=ready)
+
+
+def _up_detached(settings: object) -> None:
+    from gpuyard.client import Client
+    from gpuyard.errors import ServerUnavailable
+    from gpuyard.server.pool import read_server_file
+    from gpuyard.settings import Settings
+
+    assert isinstance(settings, Settings)
+    home = settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    info = read_server_file(home)
+    if info and _alive(int(info["pid"])):
+        print(f"gpuyard pool already running at {info['url']} (pid {info['pid']})")
+        return
+    argv = [sys.executable, "-m", "gpuyard", "up"] + [
+        arg
+        for flag, value in (
+            ("--port", settings.port),
+            ("--host", settings.host),
+            ("--virtual-nodes", settings.virtual_nodes),
+            ("--gpus-per-node", settings.gpus_per_node),
+            ("--cpus-per-node", settings.cpus_per_node),
+            ("--memory-per-node", settings.memory_per_node),
+        )
+        if value is not None
+        for arg in (flag, str(value))
+    ]
+    env = {**os.environ, "GPUYARD_HOME": str(home)}
+    log_path = home / "pool.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=env,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise SystemExit(f"gpuyard up failed (exit {proc.returncode}); log:\n{tail}")
+        info = read_server_file(home)
+        if info and info.get("pid") == proc.pid:
+            try:
+                Client(str(info["url"])).health()
+            except ServerUnavailable:
+                pass
+            else:
+                print(f"gpuyard pool running at {info['url']} (pid {proc.pid}, log {log_path})")
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"gpuyard up did not become ready within 60s; see {log_path}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def down(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for it to exit.")] = 30,
+) -> None:
+    """Stop the pool of this home. Running jobs keep running; the next `up` adopts them."""
+    from gpuyard.server.pool import read_server_file
+    from gpuyard.settings import Settings
+
+    settings = Settings()
+    info = read_server_file(settings.home)
+    if not info or not _alive(int(info["pid"])):
+        print("no pool is running for", settings.home)
+        return
+    pid = int(info["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        raise SystemExit(f"pool (pid {pid}) did not exit within {timeout}s")
+    print(f"pool stopped (pid {pid})")
+
+
+def nodes(as_json: JsonOpt = False) -> None:
+    """List nodes with used / total resources."""
+    from rich.table import Table
+
+    from gpuyard.cli.output import console, print_json
+    from gpuyard.client import Client
+    from gpuyard.quantities import format_bytes
+
+    items = Client().nodes()
+    if as_json:
+        print_json(items)
+        return
+    table = Table(
+        "NAME", "ADDRESS", "STATE", "GPUS", "CPUS", "MEMORY", "GPU MODEL", "JOBS", box=None
+    )
+    for n in items:
+        table.add_row(
+            n.name,
+            n.address,
+            n.state.value,
+            f"{n.gpus_used}/{n.gpus}",
+            f"{n.cpus_used:g}/{n.cpus:g}",
+            f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
+            n.gpu_model or "-",
+            ",".join(map(str, n.jobs)) or "-",
+        )
+    console().print(table)

@@ -1,0 +1,32 @@
+"""The Python client of the gpuyard REST API, used by the CLI and by users' own scripts.
+
+    from gpuyard.client import Client
+    client = Client()                      # finds the server like the CLI does
+    job = client.submit({"command": "python train.py", "resources": {"gpus": 1}})
+    client.wait(job.id)
+
+Errors arrive as the same classes the server raised (:mod:`gpuyard.errors`).
+"""
+
+from gpuyard.client.http import Client, discover_url
+from gpuyard.errors import (
+    Conflict,
+    GpuyardError,
+    IllegalTransition,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    ServerUnavailable,
+)
+
+__all__ = [
+    "Client",
+    "Conflict",
+    "GpuyardError",
+    "IllegalTransition",
+    "InvalidSpec",
+    "NotFound",
+    "PermissionDenied",
+    "ServerUnavailable",
+    "discover_url",
+]

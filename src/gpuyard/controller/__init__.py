@@ -1,0 +1,1 @@
+"""The controller: the reconcile loop that owns every side effect."""

@@ -1,0 +1,590 @@
+"""The reconcile loop: load -> decide -> apply, and keep every job's workers in step.
+
+One pass (:meth:`Controller.tick`):
+
+1. **Sync workers.** Ask the executor about every worker that has not ended; record exits and
+   losses on the worker rows and in the job's events.
+2. **Advance jobs.** Launch the workers of starting jobs; settle running jobs whose workers
+   ended (succeeded / failing); expire jobs past their max runtime; tell the workers of
+   draining jobs (stopping / expiring / failing) to exit, SIGKILL those that outlive their
+   graceful period, and end the job once all have exited.
+3. **Schedule.** Load a snapshot, call the pure :func:`gpuyard.scheduler.decide`, apply its
+   starts with guarded writes, record waiting reasons.
+
+No transaction is open across executor I/O: every pass reads, closes the session, talks to
+the executor, then writes in a short transaction whose UPDATEs are guarded by id + version.
+A decision made on a stale read changes nothing and is retried on the next pass.
+
+Adoption after a restart needs no special path: worker handles live in the store, the
+executor answers for them from files its supervisors keep, and ``launch`` of a worker that
+already exists returns it instead of starting a second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select, update
+
+from gpuyard.clock import Clock
+from gpuyard.controller.snapshot import load_snapshot
+from gpuyard.errors import StaleWrite
+from gpuyard.executors.base import Executor, LaunchError, WorkerPhase
+from gpuyard.launch.plan import JobContext, plan_worker
+from gpuyard.models import JobSpec, JobState, NodeState, Slot
+from gpuyard.models.states import DRAIN_TARGET
+from gpuyard.quantities import format_duration
+from gpuyard.scheduler import decide
+from gpuyard.scheduler.decide import Start
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
+from gpuyard.server.services.transitions import record_event, transition
+
+__all__ = ["Controller"]
+
+log = logging.getLogger(__name__)
+
+ACTOR = "controller"
+SCHEDULER = "scheduler"
+KILL_BACKSTOP = 10.0
+"""Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
+supervisor normally does it at the end of the period)."""
+SCHEDULE_EVERY = 5.0
+
+_ACTIVE_JOB_STATES = [
+    JobState.STARTING.value,
+    JobState.RUNNING.value,
+    JobState.STOPPING.value,
+    JobState.EXPIRING.value,
+    JobState.FAILING.value,
+]
+
+
+class WorkerState:
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+
+    ENDED = frozenset({EXITED, LOST, CANCELLED})
+
+
+@dataclass
+class _Health:
+    started_at: float = field(default_factory=time.time)
+    last_tick: float | None = None
+    ticks: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        *,
+        clock: Clock,
+        interval: float = 0.5,
+        control_url: str = "",
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.interval = interval
+        self.control_url = control_url
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._dirty = True
+        self._last_schedule = 0.0
+        self._thread: threading.Thread | None = None
+        self._health = _Health()
+
+    # -- running --------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Something changed (a submission, a stop, a worker exit): run a pass soon."""
+        self._dirty = True
+        self._wake.set()
+
+    def start(self) -> None:
+        self.register_nodes()
+        self.executor.set_wakeup(self.wake)
+        self._thread = threading.Thread(target=self._run, name="gpuyard-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop. Workers keep running; the next controller adopts them."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def health(self) -> dict[str, Any]:
+        h = self._health
+        return {
+            "alive": self._thread is not None and self._thread.is_alive(),
+            "last_tick": h.last_tick,
+            "ticks": h.ticks,
+            "errors": h.errors,
+            "last_error": h.last_error,
+        }
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception as exc:  # the loop must outlive any one bad pass
+                self._health.errors += 1
+                self._health.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("reconcile pass failed")
+            self._wake.wait(self.interval)
+
+    def tick(self) -> None:
+        """One reconcile pass."""
+        self._sync_workers()
+        self._advance_jobs()
+        now = time.monotonic()
+        if self._dirty or now - self._last_schedule >= SCHEDULE_EVERY:
+            self._dirty = False
+            self._last_schedule = now
+            self._schedule()
+        self._health.last_tick = self.clock.now()
+        self._health.ticks += 1
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def register_nodes(self) -> None:
+        """Record the executor's nodes; nodes it no longer presents become ``gone``."""
+        now = self.clock.now()
+        infos = {n.name: n for n in self.executor.nodes()}
+        with self.store.write() as session:
+            existing = {row.name: row for row in session.scalars(select(NodeRow))}
+            for name, info in infos.items():
+                row = existing.get(name)
+                if row is None:
+                    row = NodeRow(name=name)
+                    session.add(row)
+                    row.state = NodeState.READY.value
+                elif row.state == NodeState.GONE.value:
+                    row.state = NodeState.READY.value
+                row.address = info.address
+                row.executor = self.executor.name
+                row.gpus = info.gpus
+                row.gpu_model = info.gpu_model
+                row.gpu_devices = list(info.gpu_devices)
+                row.cpus = info.cpus
+                row.memory = info.memory
+                row.labels = dict(info.labels)
+                row.updated_at = now
+            for name, row in existing.items():
+                if name not in infos and row.executor == self.executor.name:
+                    row.state = NodeState.GONE.value
+                    row.updated_at = now
+        self._dirty = True
+
+    # -- 1. sync workers ------------------------------------------------------------------
+
+    def _sync_workers(self) -> None:
+        with self.store.read() as session:
+            rows = session.execute(
+                select(WorkerRow.id, WorkerRow.handle).where(
+                    WorkerRow.state == WorkerState.RUNNING, WorkerRow.handle.is_not(None)
+                )
+            ).all()
+        if not rows:
+            return
+        statuses = self.executor.status([handle for _, handle in rows])
+        ended = [
+            (worker_id, st)
+            for (worker_id, _), st in zip(rows, statuses, strict=True)
+            if st.phase is not WorkerPhase.RUNNING
+        ]
+        if not ended:
+            return
+        now = self.clock.now()
+        with self.store.write() as session:
+            for worker_id, st in ended:
+                worker = session.get(WorkerRow, worker_id)
+                if worker is None or worker.state != WorkerState.RUNNING:
+                    continue
+                job = session.get(JobRow, worker.job_id)
+                lost = st.phase is WorkerPhase.LOST
+                worker.state = WorkerState.LOST if lost else WorkerState.EXITED
+                worker.exit_code = st.exit_code
+                worker.finished_at = st.finished_at or now
+                worker.detail = _describe_exit(
+                    worker, st.exit_code, st.signal, st.escalated, st.message, lost, job
+                )
+                if job is not None:
+                    record_event(
+                        session,
+                        job,
+                        kind="worker_lost" if lost else "worker_exited",
+                        actor=ACTOR,
+                        reason=worker.detail,
+                        node=worker.node,
+                        time=now,
+                    )
+        self._dirty = True
+
+    # -- 2. advance jobs ------------------------------------------------------------------
+
+    def _advance_jobs(self) -> None:
+        with self.store.read() as session:
+            jobs = session.scalars(
+                select(JobRow).where(JobRow.state.in_(_ACTIVE_JOB_STATES)).order_by(JobRow.id)
+            ).all()
+            workers: dict[int, list[WorkerRow]] = {job.id: [] for job in jobs}
+            if jobs:
+                for w in session.scalars(
+                    select(WorkerRow)
+                    .where(WorkerRow.job_id.in_(list(workers)))
+                    .order_by(WorkerRow.rank)
+                ):
+                    job_attempt = next(j.attempt for j in jobs if j.id == w.job_id)
+                    if w.attempt == job_attempt:
+                        workers[w.job_id].append(w)
+        for job in jobs:
+            try:
+                self._advance(job, workers[job.id])
+            except StaleWrite:
+                self._dirty = True  # someone else moved the job; look again next pass
+
+    def _advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        state = JobState(job.state)
+        if state is JobState.STARTING:
+            self._launch(job, workers)
+        elif state is JobState.RUNNING:
+            self._settle_running(job, workers)
+        else:
+            self._drain(job, state, workers)
+
+    def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        spec = JobSpec.model_validate(job.spec)
+        placement = [Slot.model_validate(s) for s in job.placement or []]
+        ctx = JobContext(
+            job_id=job.id,
+            name=job.name,
+            attempt=job.attempt,
+            placement=placement,
+            job_dir=self.executor.job_dir(job.id),
+            control_url=self.control_url,
+            gpu_devices=self._gpu_devices(),
+        )
+        handles: dict[int, dict[str, Any]] = {}
+        failure: tuple[WorkerRow, str] | None = None
+        for worker in workers:
+            if worker.handle is not None:
+                continue
+            base_env = self.executor.base_env(worker.node)
+            launch = plan_worker(spec, ctx, worker.rank, base_env=base_env)
+            try:
+                handles[worker.id] = self.executor.launch(launch)
+            except LaunchError as exc:
+                failure = (worker, str(exc))
+                break
+        now = self.clock.now()
+        with self.store.write() as session:
+            # Handles are recorded whatever happened to the job meanwhile: a launched worker
+            # must never be forgotten (the next pass drains it if the job was stopped).
+            for worker_id, handle in handles.items():
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == worker_id)
+                    .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
+                )
+            if failure is not None:
+                worker, message = failure
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == worker.id)
+                    .values(state=WorkerState.LOST, detail=message, finished_at=now)
+                )
+            row = self._fresh(session, job)
+            if row is None:
+                pass
+            elif failure is not None:
+                worker, message = failure
+                transition(
+                    session,
+                    row,
+                    JobState.FAILING,
+                    actor=ACTOR,
+                    why=message,
+                    time=now,
+                    node=worker.node,
+                    reason=message,
+                )
+            elif all(w.handle is not None or w.id in handles for w in workers):
+                nodes = ", ".join(dict.fromkeys(w.node for w in workers))
+                transition(
+                    session,
+                    row,
+                    JobState.RUNNING,
+                    actor=ACTOR,
+                    why=f"{len(workers)} worker(s) launched on {nodes}",
+                    time=now,
+                    started_at=now,
+                )
+        self._dirty = True
+
+    def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        now = self.clock.now()
+        failed = [
+            w
+            for w in workers
+            if w.state == WorkerState.LOST or (w.state == WorkerState.EXITED and w.exit_code != 0)
+        ]
+        if failed:
+            first = failed[0]
+            why = first.detail or f"worker {first.rank} failed"
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session,
+                    row,
+                    JobState.FAILING,
+                    actor=ACTOR,
+                    why=why,
+                    time=now,
+                    node=first.node,
+                    reason=why,
+                    exit_code=first.exit_code,
+                )
+            self._drain(row, JobState.FAILING, workers)
+            return
+        if workers and all(w.state == WorkerState.EXITED for w in workers):
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session,
+                    row,
+                    JobState.SUCCEEDED,
+                    actor=ACTOR,
+                    why="every worker exited with status 0",
+                    time=now,
+                    exit_code=0,
+                    reason=None,
+                )
+            self._dirty = True
+            return
+        max_runtime = job.spec.get("max_runtime")
+        if max_runtime and job.started_at is not None and now >= job.started_at + max_runtime:
+            why = f"ran longer than its max runtime ({format_duration(max_runtime)})"
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session,
+                    row,
+                    JobState.EXPIRING,
+                    actor=ACTOR,
+                    why=why,
+                    time=now,
+                    reason=why,
+                )
+            self._drain(row, JobState.EXPIRING, workers)
+
+    def _drain(self, job: JobRow, state: JobState, workers: list[WorkerRow]) -> None:
+        """Tell live workers to exit; SIGKILL stragglers; end the job when all have exited."""
+        now = self.clock.now()
+        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        signalled: list[WorkerRow] = []
+        killed: list[WorkerRow] = []
+        for w in workers:
+            if w.state != WorkerState.RUNNING or w.handle is None:
+                continue
+            if w.terminate_sent_at is None:
+                self.executor.terminate(w.handle, grace)
+                signalled.append(w)
+            elif now > w.terminate_sent_at + grace + KILL_BACKSTOP:
+                self.executor.kill(w.handle)
+                if w.detail != "killed":
+                    killed.append(w)
+        cancelled = [w for w in workers if w.state == WorkerState.PENDING and w.handle is None]
+        if not (signalled or killed or cancelled) and not all(
+            w.state in WorkerState.ENDED for w in workers
+        ):
+            return
+        with self.store.write() as session:
+            # Worker bookkeeping is recorded even if the job changed meanwhile; only the
+            # job's own transition is guarded.
+            for w in signalled:
+                session.execute(
+                    update(WorkerRow).where(WorkerRow.id == w.id).values(terminate_sent_at=now)
+                )
+                record_event(
+                    session,
+                    job,
+                    kind="signal",
+                    actor=ACTOR,
+                    node=w.node,
+                    time=now,
+                    reason=f"SIGTERM sent to worker {w.rank}; SIGKILL if it is still running "
+                    f"after the graceful period ({format_duration(grace)})",
+                )
+            for w in killed:
+                session.execute(
+                    update(WorkerRow).where(WorkerRow.id == w.id).values(detail="killed")
+                )
+                record_event(
+                    session,
+                    job,
+                    kind="signal",
+                    actor=ACTOR,
+                    node=w.node,
+                    time=now,
+                    reason=f"SIGKILL sent to worker {w.rank}: its supervisor did not end it "
+                    "after the graceful period",
+                )
+            for w in cancelled:
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == w.id)
+                    .values(state=WorkerState.CANCELLED, detail="never started", finished_at=now)
+                )
+            ended = {w.id for w in cancelled} | {
+                w.id for w in workers if w.state in WorkerState.ENDED
+            }
+            row = self._fresh(session, job)
+            if row is not None and len(ended) == len(workers):
+                target = DRAIN_TARGET[state]
+                escalated = [w for w in workers if w.detail and "SIGKILL" in w.detail]
+                why = f"every worker has exited; {state.value} -> {target.value}"
+                if escalated:
+                    ranks = ", ".join(str(w.rank) for w in escalated)
+                    why += f" (worker {ranks} SIGKILLed after the graceful period)"
+                transition(session, row, target, actor=ACTOR, why=why, time=now)
+                self._dirty = True
+
+    # -- 3. schedule ----------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        now = self.clock.now()
+        with self.store.read() as session:
+            snapshot = load_snapshot(session, now)
+            addresses = dict(session.execute(select(NodeRow.name, NodeRow.address)).all())
+        if not snapshot.pending:
+            return
+        decisions = decide(snapshot)
+        for start in decisions.starts:
+            self._start(start, addresses, now)
+        if decisions.waits:
+            self._record_waits({w.job_id: w.message for w in decisions.waits.values()})
+
+    def _start(self, start: Start, addresses: dict[str, str], now: float) -> None:
+        slots = [
+            Slot(
+                node=a.node,
+                address=addresses.get(a.node, ""),
+                gpus=a.gpus,
+                cpus=a.cpus,
+                memory=a.memory,
+                exclusive=a.exclusive,
+            )
+            for a in start.allocations
+        ]
+        nodes = ", ".join(dict.fromkeys(s.node for s in slots))
+        try:
+            with self.store.write() as session:
+                row = session.get(JobRow, start.job_id)
+                if row is None or row.version != start.version:
+                    return  # changed since the snapshot (stopped, deleted): drop the decision
+                transition(
+                    session,
+                    row,
+                    JobState.STARTING,
+                    actor=SCHEDULER,
+                    why=f"placed on {nodes}",
+                    time=now,
+                    placement=[s.model_dump(mode="json") for s in slots],
+                    reason=None,
+                )
+                workers = [
+                    WorkerRow(
+                        job_id=row.id,
+                        attempt=row.attempt,
+                        rank=rank,
+                        node=slot.node,
+                        state=WorkerState.PENDING,
+                    )
+                    for rank, slot in enumerate(slots)
+                ]
+                session.add_all(workers)
+        except StaleWrite:
+            return
+        self._launch(row, workers)
+
+    def _record_waits(self, reasons: dict[int, str]) -> None:
+        with self.store.read() as session:
+            current = dict(
+                session.execute(
+                    select(JobRow.id, JobRow.reason).where(JobRow.id.in_(list(reasons)))
+                ).all()
+            )
+        changed = {jid: msg for jid, msg in reasons.items() if current.get(jid, msg) != msg}
+        if not changed:
+            return
+        with self.store.write() as session:
+            for job_id, message in changed.items():
+                # Not a state change, so no version bump; only while still queued.
+                session.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id, JobRow.state == JobState.QUEUED.value)
+                    .values(reason=message)
+                )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _fresh(self, session: Any, job: JobRow) -> JobRow | None:
+        """The job's row if nobody changed it since ``job`` was read, else None."""
+        row: JobRow | None = session.get(JobRow, job.id)
+        if row is None or row.version != job.version:
+            self._dirty = True
+            return None
+        return row
+
+    def _fresh_or_stale(self, session: Any, job: JobRow) -> JobRow:
+        row = self._fresh(session, job)
+        if row is None:
+            raise StaleWrite(f"job {job.id} changed since it was read")
+        return row
+
+    def _gpu_devices(self) -> dict[str, Sequence[str]]:
+        with self.store.read() as session:
+            return {
+                name: tuple(str(d) for d in devices)
+                for name, devices in session.execute(select(NodeRow.name, NodeRow.gpu_devices))
+            }
+
+
+def _describe_exit(
+    worker: WorkerRow,
+    code: int | None,
+    signal_name: str | None,
+    escalated: bool,
+    message: str,
+    lost: bool,
+    job: JobRow | None,
+) -> str:
+    who = f"worker {worker.rank} on {worker.node}"
+    if lost:
+        return f"{who} was lost: {message}" if message else f"{who} was lost"
+    if message:
+        return f"{who} could not start: {message} (exit code {code})"
+    if escalated:
+        grace = float(job.spec.get("graceful_shutdown", 30.0)) if job else 0.0
+        return (
+            f"{who} did not exit within the graceful period ({format_duration(grace)}) after "
+            f"SIGTERM and was killed with SIGKILL (exit code {code})"
+        )
+    if signal_name:
+        return f"{who} was ended by {signal_name} (exit code {code})"
+    return f"{who} exited with code {code}"

@@ -1,0 +1,1 @@
+"""The local executor: this machine, optionally split into virtual nodes."""

@@ -1,0 +1,240 @@
+"""The job spec (what a user asks for) and the job as the API shows it."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from gpuyard.models.command import CommandError, parse_command
+from gpuyard.models.states import JobState, JobStatus
+from gpuyard.quantities import parse_bytes, parse_duration
+
+__all__ = [
+    "JobEvent",
+    "JobMode",
+    "JobSpec",
+    "JobView",
+    "LogChunk",
+    "NodeResources",
+    "Page",
+    "Priority",
+    "Slot",
+    "WorkerView",
+]
+
+T = TypeVar("T")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_NAME = re.compile(r"^[\w][\w.-]{0,127}$")
+
+
+class JobMode(StrEnum):
+    """How the job's processes are launched and find each other."""
+
+    SINGLE = "single"
+    """The command as given, once per node."""
+
+
+class Priority(StrEnum):
+    """Priority tiers, lowest first. Who may use which tier is a pool rule."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    HIGHEST = "highest"
+
+    @property
+    def rank(self) -> int:
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {p: i for i, p in enumerate(Priority)}
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_duration(value)
+    return value
+
+
+def _size(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_bytes(value)
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_duration)]
+Bytes = Annotated[int, BeforeValidator(_size)]
+
+
+class NodeResources(BaseModel):
+    """What one node of the job gets."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: int = Field(0, ge=0, description="GPUs per node.")
+    cpus: float = Field(1.0, gt=0, description="CPU cores per node (fractions allowed).")
+    memory: Bytes = Field(
+        0, ge=0, description="Memory per node in bytes, or e.g. '16G'. 0 reserves none."
+    )
+
+
+class JobSpec(BaseModel):
+    """A training job as submitted. New fields must have defaults (clients send old specs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="Job name; derived from the command when omitted.")
+    command: str = Field(
+        description="One executable with its arguments (see the command rules).",
+        min_length=1,
+    )
+    mode: JobMode = Field(JobMode.SINGLE, description="Distributed mode.")
+    nodes: int = Field(1, ge=1, le=4096, description="Number of nodes (one worker each).")
+    resources: NodeResources = Field(default_factory=NodeResources)
+    priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
+    max_runtime: Seconds | None = Field(
+        None, gt=0, description="Seconds (or '2h') after which a running job expires."
+    )
+    graceful_shutdown: Seconds = Field(
+        30.0, ge=0, le=86400, description="Seconds between SIGTERM and SIGKILL when stopping."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    workdir: str | None = Field(
+        None, description="Absolute working directory; the job's own directory when omitted."
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _command_rules(cls, value: str) -> str:
+        try:
+            parse_command(value)
+        except CommandError as exc:
+            raise ValueError(str(exc)) from None
+        return value.strip()
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, value: str | None) -> str | None:
+        if value is not None and not _JOB_NAME.match(value):
+            raise ValueError(
+                "a job name is 1-128 letters, digits, '_', '.' or '-', starting with a letter "
+                f"or digit (got {value!r})"
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name; use letters, digits and '_', "
+                    "not starting with a digit"
+                )
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"workdir must be an absolute path (got {value!r})")
+        return value
+
+    def effective_name(self) -> str:
+        """The given name, or one derived from the command's executable or script."""
+        if self.name:
+            return self.name
+        words = parse_command(self.command).display_words()
+        pick = words[0]
+        for word in words[1:]:
+            if not word.startswith("-"):
+                if word.endswith((".py", ".sh")):
+                    pick = word
+                break
+        stem = pick.rsplit("/", 1)[-1].split(".", 1)[0]
+        clean = re.sub(r"[^\w.-]", "-", stem).strip("-.") or "job"
+        return clean[:128]
+
+
+class Slot(BaseModel):
+    """The share of one node given to one worker of a job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    address: str
+    gpus: tuple[int, ...] = ()
+    cpus: float = 0.0
+    memory: int = 0
+    exclusive: bool = False
+
+
+class WorkerView(BaseModel):
+    rank: int
+    attempt: int
+    node: str
+    state: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class JobView(BaseModel):
+    """A job as the API returns it."""
+
+    id: int
+    name: str
+    owner: str
+    status: JobStatus
+    state: JobState
+    spec: JobSpec
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    reason: str | None = Field(None, description="Why it waits, or why it ended the way it did.")
+    placement: list[Slot] = Field(default_factory=list)
+    workers: list[WorkerView] = Field(default_factory=list)
+
+
+class JobEvent(BaseModel):
+    """One entry of a job's event log: a transition or a notable step."""
+
+    id: int
+    job_id: int
+    time: datetime
+    kind: str
+    actor: str
+    from_state: JobState | None = None
+    to_state: JobState | None = None
+    reason: str = ""
+    node: str | None = None
+    attempt: int = 0
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing."""
+
+    items: list[T]
+    total: int
+    offset: int
+    limit: int
+
+
+class LogChunk(BaseModel):
+    """A slice of one worker's log. Offsets are in bytes; ``data`` is whole UTF-8 characters."""
+
+    job_id: int
+    worker: int
+    attempt: int
+    offset: int
+    next_offset: int
+    size: int = Field(description="The log's size in bytes when it was read.")
+    data: str
+    eof: bool = Field(description="True when the worker has ended and everything was read.")

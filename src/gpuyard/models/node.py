@@ -1,0 +1,35 @@
+"""Nodes as the API shows them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+__all__ = ["NodeState", "NodeView"]
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    """Schedulable."""
+    CORDONED = "cordoned"
+    """Kept out of scheduling by an admin or a failed check; running jobs continue."""
+    GONE = "gone"
+    """No executor presents it any more; kept so that running jobs can still be adopted."""
+
+
+class NodeView(BaseModel):
+    name: str
+    address: str
+    state: NodeState
+    gpus: int
+    gpus_used: int
+    cpus: float
+    cpus_used: float
+    memory: int
+    memory_used: int
+    gpu_model: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    jobs: list[int] = Field(default_factory=list, description="Ids of jobs placed on it.")
+    updated_at: datetime | None = None

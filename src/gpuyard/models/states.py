@@ -1,0 +1,158 @@
+"""Job states, what each means, and the moves allowed between them.
+
+The six *visible* statuses are those of the reference documents (排队中 queued, 运行中 running,
+错误 error, 停止 stopped, 过期 expired, 成功 succeeded). Internally a job also passes through
+steps a user sees in its events: starting (placed, workers being launched) and the draining
+steps stopping / expiring / failing (workers are being told to exit; the job ends in the
+matching terminal state once every worker has exited). Each internal state maps to exactly one
+visible status, so filters and displays never have to guess.
+
+Every move goes through :func:`check_transition`; an illegal move raises
+:class:`~gpuyard.errors.IllegalTransition`, never an assert.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from gpuyard.errors import IllegalTransition
+
+__all__ = ["TRANSITIONS", "JobState", "JobStatus", "check_transition"]
+
+
+class JobStatus(StrEnum):
+    """What a user sees."""
+
+    QUEUED = "queued"
+    """Waiting for resources, or requeued after a suspension."""
+    RUNNING = "running"
+    """Placed on nodes: being launched, running, or being told to exit."""
+    FAILED = "failed"
+    """Ended with an error (a worker failed, or it could not be launched). Shown as "error"."""
+    STOPPED = "stopped"
+    """Stopped by a person."""
+    EXPIRED = "expired"
+    """Ran past its max runtime and was stopped by the platform."""
+    SUCCEEDED = "succeeded"
+    """Every worker exited with status 0."""
+
+    @property
+    def label(self) -> str:
+        """The word the reference documents use (错误 = error for failed)."""
+        return "error" if self is JobStatus.FAILED else self.value
+
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_STATUSES
+
+    @classmethod
+    def parse(cls, text: str) -> JobStatus:
+        """Accept the value or the label (``error``); the message lists the choices."""
+        value = text.strip().lower()
+        if value == "error":
+            return cls.FAILED
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(s.label for s in cls)
+            raise ValueError(f"unknown status {text!r}; choose one of {choices}") from None
+
+
+_TERMINAL_STATUSES = frozenset(
+    {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.EXPIRED, JobStatus.SUCCEEDED}
+)
+
+
+class JobState(StrEnum):
+    """The controller's view: the visible status plus the steps in between."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    """Placed; its workers are being launched."""
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """A person asked it to stop; workers got SIGTERM and have the graceful period."""
+    EXPIRING = "expiring"
+    """It passed its max runtime; workers got SIGTERM and have the graceful period."""
+    FAILING = "failing"
+    """A worker failed; the others are being told to exit."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    EXPIRED = "expired"
+
+    @property
+    def status(self) -> JobStatus:
+        return _STATUS_OF[self]
+
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal()
+
+    def holds_resources(self) -> bool:
+        """True while the job's placement counts against its nodes."""
+        return self in _HOLDING
+
+    @classmethod
+    def for_status(cls, status: JobStatus) -> frozenset[JobState]:
+        return frozenset(s for s in cls if s.status is status)
+
+
+_STATUS_OF: dict[JobState, JobStatus] = {
+    JobState.QUEUED: JobStatus.QUEUED,
+    JobState.STARTING: JobStatus.RUNNING,
+    JobState.RUNNING: JobStatus.RUNNING,
+    JobState.STOPPING: JobStatus.RUNNING,
+    JobState.EXPIRING: JobStatus.RUNNING,
+    JobState.FAILING: JobStatus.RUNNING,
+    JobState.SUCCEEDED: JobStatus.SUCCEEDED,
+    JobState.FAILED: JobStatus.FAILED,
+    JobState.STOPPED: JobStatus.STOPPED,
+    JobState.EXPIRED: JobStatus.EXPIRED,
+}
+
+_HOLDING = frozenset(
+    {JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.EXPIRING, JobState.FAILING}
+)
+
+# The draining states and where each one ends once every worker has exited.
+DRAIN_TARGET: dict[JobState, JobState] = {
+    JobState.STOPPING: JobState.STOPPED,
+    JobState.EXPIRING: JobState.EXPIRED,
+    JobState.FAILING: JobState.FAILED,
+}
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED}),
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED}
+    ),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.STOPPING,
+            JobState.EXPIRING,
+            JobState.FAILING,
+        }
+    ),
+    JobState.STOPPING: frozenset({JobState.STOPPED}),
+    JobState.EXPIRING: frozenset({JobState.EXPIRED, JobState.STOPPING}),
+    JobState.FAILING: frozenset({JobState.FAILED, JobState.STOPPING}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.STOPPED: frozenset(),
+    JobState.EXPIRED: frozenset(),
+}
+"""Allowed moves, as data. A person's stop wins over an expiry or a failure in progress."""
+
+
+def check_transition(job_id: int, current: JobState, target: JobState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current -> target`` is allowed."""
+    if target not in TRANSITIONS[current]:
+        if current.is_terminal():
+            why = f"it has already ended ({current.status.label})"
+        else:
+            why = f"it is {current.value}"
+        raise IllegalTransition(
+            f"job {job_id} cannot become {target.value}: {why}",
+            extra={"state": current.value, "target": target.value},
+        )

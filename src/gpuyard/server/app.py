@@ -1,0 +1,56 @@
+"""``create_app(settings, …)``: the FastAPI application, REST under /api/v1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from gpuyard import __version__
+from gpuyard.clock import Clock, SystemClock
+from gpuyard.executors.base import Executor
+from gpuyard.server.db.store import Store
+from gpuyard.server.deps import Services
+from gpuyard.server.errors import install_error_handlers
+from gpuyard.server.routers import jobs, nodes
+from gpuyard.server.services.jobs import JobService
+from gpuyard.server.services.logs import LogService
+from gpuyard.server.services.nodes import NodeService
+from gpuyard.settings import Settings
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    executor: Executor | None = None,
+    clock: Clock | None = None,
+    notify: Callable[[], None] = lambda: None,
+    controller_health: Callable[[], dict[str, Any]] | None = None,
+) -> FastAPI:
+    """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names."""
+    if store is None:
+        store = Store(settings.resolved_database_url)
+        store.migrate()
+    clock = clock or SystemClock()
+    on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
+    app = FastAPI(
+        title="gpuyard",
+        version=__version__,
+        description="An AI compute pool: submit, schedule, run and watch training jobs.",
+        docs_url="/api/docs",
+        openapi_url="/api/v1/openapi.json",
+    )
+    app.state.services = Services(
+        jobs=JobService(store, clock=clock, notify=notify, on_delete=on_delete),
+        nodes=NodeService(store),
+        logs=LogService(store, executor),
+    )
+    app.state.controller_health = controller_health
+    install_error_handlers(app)
+    app.include_router(jobs.router, prefix="/api/v1")
+    app.include_router(nodes.router, prefix="/api/v1")
+    return app

@@ -1,0 +1,1 @@
+"""Persistence: tables, the store, and Alembic migrations."""

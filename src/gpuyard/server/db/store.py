@@ -1,0 +1,106 @@
+"""The store: one SQLAlchemy engine, short sessions, migrations on start.
+
+SQLite is the embedded default and runs in WAL mode so readers never wait for the writer.
+Write transactions on SQLite begin with ``BEGIN IMMEDIATE``: a deferred transaction that reads
+and then writes can fail with "database is locked" the moment another writer commits, and
+``busy_timeout`` does not retry that case. Read sessions stay deferred and run concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["Store", "normalize_url"]
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def normalize_url(url: str) -> str:
+    """Use the psycopg (v3) driver for a plain ``postgresql://`` URL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        self.engine: Engine = _make_engine(self.url)
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            self.engine.execution_options(gpuyard_write=True), expire_on_commit=False
+        )
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads; rolled back at the end."""
+        with self._read() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session that commits at the end (or rolls back on error)."""
+        with self._write() as session, session.begin():
+            yield session
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration."""
+        with self.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(connection: Any) -> Config:
+    """An Alembic config that runs this package's migrations on ``connection``."""
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def _make_engine(url: str) -> Engine:
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=10,
+        max_overflow=20,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module; we emit BEGIN ourselves.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        immediate = connection.get_execution_options().get("gpuyard_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

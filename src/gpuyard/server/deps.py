@@ -1,0 +1,37 @@
+"""What routers get injected: the services, and the acting user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from gpuyard.server.services.jobs import JobService
+from gpuyard.server.services.logs import LogService
+from gpuyard.server.services.nodes import NodeService
+
+__all__ = ["Services", "ServicesDep", "UserDep"]
+
+USER_HEADER = "X-Gpuyard-User"
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    jobs: JobService
+    nodes: NodeService
+    logs: LogService
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _user(x_gpuyard_user: Annotated[str | None, Header()] = None) -> str:
+    # Until authentication exists the client says who it is; the server trusts it.
+    return (x_gpuyard_user or "anonymous").strip()[:64] or "anonymous"
+
+
+ServicesDep = Annotated[Services, Depends(_services)]
+UserDep = Annotated[str, Depends(_user)]

@@ -1,0 +1,91 @@
+"""/api/v1/jobs: thin routes over JobService and LogService."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response
+from fastapi.responses import StreamingResponse
+
+from gpuyard.errors import InvalidSpec
+from gpuyard.models import JobEvent, JobSpec, JobStatus, JobView, LogChunk, Page
+from gpuyard.server.deps import ServicesDep, UserDep
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201)
+def submit(spec: JobSpec, services: ServicesDep, user: UserDep) -> JobView:
+    return services.jobs.submit(spec, owner=user)
+
+
+@router.get("")
+def list_jobs(
+    services: ServicesDep,
+    status: Annotated[list[str] | None, Query(description="queued, running, error, …")] = None,
+    name: Annotated[str | None, Query(description="Substring of the job name.")] = None,
+    owner: str | None = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Page[JobView]:
+    try:
+        statuses = [JobStatus.parse(s) for s in status or []]
+    except ValueError as exc:
+        raise InvalidSpec(str(exc)) from None
+    return services.jobs.list_jobs(
+        statuses=statuses, name=name, owner=owner, offset=offset, limit=limit
+    )
+
+
+@router.get("/{job_id}")
+def get_job(job_id: int, services: ServicesDep) -> JobView:
+    return services.jobs.get(job_id)
+
+
+@router.post("/{job_id}/stop")
+def stop(job_id: int, services: ServicesDep, user: UserDep) -> JobView:
+    return services.jobs.stop(job_id, actor=user)
+
+
+@router.delete("/{job_id}", status_code=204)
+def delete(job_id: int, services: ServicesDep, user: UserDep) -> Response:
+    services.jobs.delete(job_id, actor=user)
+    return Response(status_code=204)
+
+
+@router.post("/{job_id}/clone", status_code=201)
+def clone(
+    job_id: int,
+    services: ServicesDep,
+    user: UserDep,
+    overrides: Annotated[
+        dict[str, Any] | None, Body(description="Spec fields to change in the copy.")
+    ] = None,
+) -> JobView:
+    return services.jobs.clone(job_id, actor=user, overrides=overrides)
+
+
+@router.get("/{job_id}/events")
+def events(
+    job_id: int,
+    services: ServicesDep,
+    after: Annotated[int, Query(ge=0, description="Only events with a larger id.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> list[JobEvent]:
+    return services.jobs.events(job_id, after=after, limit=limit)
+
+
+@router.get("/{job_id}/logs", response_model=None)
+def logs(
+    job_id: int,
+    services: ServicesDep,
+    worker: Annotated[int, Query(ge=0)] = 0,
+    attempt: Annotated[int | None, Query(ge=0)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1 << 20)] = 65536,
+    follow: Annotated[bool, Query(description="Stream text/plain until the worker ends.")] = False,
+) -> LogChunk | StreamingResponse:
+    if follow:
+        stream = services.logs.follow(job_id, worker=worker, attempt=attempt, offset=offset)
+        return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
+    return services.logs.read(job_id, worker=worker, attempt=attempt, offset=offset, limit=limit)

@@ -1,0 +1,116 @@
+"""Worker logs: a slice by byte offset, or a stream that follows the log as it grows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from gpuyard.errors import InvalidSpec, NotFound
+from gpuyard.executors.base import Executor
+from gpuyard.models import JobState, LogChunk
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, WorkerRow
+
+__all__ = ["LogService", "complete_utf8"]
+
+MAX_CHUNK = 1 << 20
+FOLLOW_POLL = 0.2
+
+
+def complete_utf8(data: bytes) -> bytes:
+    """``data`` without a UTF-8 character cut off at its end (kept for the next read)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # continuation byte: keep looking for the lead byte
+            continue
+        if byte & 0x80 == 0:
+            return data
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
+        return data if back >= need else data[:-back]
+    return data
+
+
+class LogService:
+    def __init__(self, store: Store, executor: Executor | None) -> None:
+        self.store = store
+        self.executor = executor
+
+    def _worker(
+        self, job_id: int, worker: int, attempt: int | None
+    ) -> tuple[JobRow, WorkerRow | None]:
+        with self.store.read() as session:
+            job: JobRow | None = session.get(JobRow, job_id)
+            if job is None:
+                raise NotFound(f"job {job_id} does not exist")
+            spec_nodes = int(job.spec.get("nodes", 1))
+            if not 0 <= worker < spec_nodes:
+                raise InvalidSpec(
+                    f"job {job_id} has workers 0..{spec_nodes - 1}; there is no worker {worker}"
+                )
+            row = session.scalars(
+                select(WorkerRow).where(
+                    WorkerRow.job_id == job_id,
+                    WorkerRow.rank == worker,
+                    WorkerRow.attempt == (job.attempt if attempt is None else attempt),
+                )
+            ).first()
+            return job, row
+
+    def read(
+        self,
+        job_id: int,
+        *,
+        worker: int = 0,
+        attempt: int | None = None,
+        offset: int = 0,
+        limit: int = 65536,
+    ) -> LogChunk:
+        if offset < 0 or not 1 <= limit <= MAX_CHUNK:
+            raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_CHUNK}")
+        job, row = self._worker(job_id, worker, attempt)
+        data, size = self._read(row, offset, limit)
+        data = complete_utf8(data)
+        next_offset = offset + len(data)
+        return LogChunk(
+            job_id=job_id,
+            worker=worker,
+            attempt=row.attempt if row else job.attempt,
+            offset=offset,
+            next_offset=next_offset,
+            size=size,
+            data=data.decode("utf-8", errors="replace"),
+            eof=_finished(job, row) and next_offset >= size,
+        )
+
+    def _read(self, row: WorkerRow | None, offset: int, limit: int) -> tuple[bytes, int]:
+        if row is None or row.handle is None or self.executor is None:
+            return b"", 0
+        return self.executor.read_log(row.handle, offset, limit)
+
+    async def follow(
+        self, job_id: int, *, worker: int = 0, attempt: int | None = None, offset: int = 0
+    ) -> AsyncIterator[bytes]:
+        """Bytes of the log from ``offset`` as they are written, until the worker has ended."""
+        await run_in_threadpool(self._worker, job_id, worker, attempt)  # 404/422 before streaming
+        while True:
+            job, row = await run_in_threadpool(self._worker, job_id, worker, attempt)
+            finished = _finished(job, row)
+            while True:
+                data, size = await run_in_threadpool(self._read, row, offset, MAX_CHUNK)
+                if not data:
+                    break
+                offset += len(data)
+                yield data
+            if finished and offset >= size:
+                return
+            await asyncio.sleep(FOLLOW_POLL)
+
+
+def _finished(job: JobRow, row: WorkerRow | None) -> Any:
+    if row is not None and row.state in ("exited", "lost"):
+        return True
+    return JobState(job.state).is_terminal()

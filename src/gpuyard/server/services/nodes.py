@@ -1,0 +1,64 @@
+"""Nodes with what is used and free on each."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+
+from gpuyard.models import JobState, NodeState, NodeView
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, NodeRow
+from gpuyard.server.services.views import to_datetime
+
+__all__ = ["NodeService"]
+
+_HOLDING = [s.value for s in JobState if s.holds_resources()]
+
+
+class NodeService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def list_nodes(self) -> list[NodeView]:
+        with self.store.read() as session:
+            nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
+            placements = session.execute(
+                select(JobRow.id, JobRow.placement).where(JobRow.state.in_(_HOLDING))
+            ).all()
+        gpus: dict[str, int] = defaultdict(int)
+        cpus: dict[str, float] = defaultdict(float)
+        memory: dict[str, int] = defaultdict(int)
+        jobs: dict[str, list[int]] = defaultdict(list)
+        capacity = {n.name: n for n in nodes}
+        for job_id, placement in placements:
+            for slot in placement or []:
+                name = slot["node"]
+                node = capacity.get(name)
+                jobs[name].append(job_id)
+                if slot.get("exclusive") and node is not None:
+                    gpus[name] += node.gpus
+                    cpus[name] += node.cpus
+                    memory[name] += node.memory
+                else:
+                    gpus[name] += len(slot.get("gpus", ()))
+                    cpus[name] += float(slot.get("cpus", 0))
+                    memory[name] += int(slot.get("memory", 0))
+        return [
+            NodeView(
+                name=n.name,
+                address=n.address,
+                state=NodeState(n.state),
+                gpus=n.gpus,
+                gpus_used=gpus[n.name],
+                cpus=n.cpus,
+                cpus_used=cpus[n.name],
+                memory=n.memory,
+                memory_used=memory[n.name],
+                gpu_model=n.gpu_model,
+                labels={str(k): str(v) for k, v in n.labels.items()},
+                jobs=sorted(jobs[n.name]),
+                updated_at=to_datetime(n.updated_at),
+            )
+            for n in nodes
+        ]

@@ -1,0 +1,96 @@
+"""The one transition function for jobs, and the event log it writes.
+
+Every state change of a job, whether a person, the scheduler or the controller causes it, goes
+through :func:`transition`: it checks the move against the table in
+:mod:`gpuyard.models.states`, applies it with an UPDATE guarded by id + version (so a decision
+made on a stale read changes nothing), and writes an event with who, why, when and where.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from gpuyard.errors import StaleWrite
+from gpuyard.models.states import JobState, check_transition
+from gpuyard.server.db.tables import EventRow, JobRow
+
+__all__ = ["record_event", "transition"]
+
+
+def record_event(
+    session: Session,
+    job: JobRow,
+    *,
+    kind: str,
+    actor: str,
+    reason: str = "",
+    node: str | None = None,
+    time: float,
+    from_state: str | None = None,
+    to_state: str | None = None,
+) -> EventRow:
+    """Append a non-transition event (a signal sent, a worker exit, …) to the job's log."""
+    event = EventRow(
+        job_id=job.id,
+        time=time,
+        kind=kind,
+        actor=actor,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        node=node,
+        attempt=job.attempt,
+    )
+    session.add(event)
+    return event
+
+
+def transition(
+    session: Session,
+    job: JobRow,
+    target: JobState,
+    *,
+    actor: str,
+    why: str,
+    time: float,
+    node: str | None = None,
+    **changes: Any,
+) -> None:
+    """Move ``job`` to ``target`` and record it; raise IllegalTransition or StaleWrite.
+
+    ``why`` is the event's reason; ``changes`` are further columns to set in the same guarded
+    write (placement, times, the job's ``reason`` column, …).
+    ``job`` is updated in place to match the row.
+    """
+    current = JobState(job.state)
+    check_transition(job.id, current, target)
+    values = {"state": target.value, "version": job.version + 1, **changes}
+    if target.is_terminal() and "finished_at" not in values:
+        values["finished_at"] = time
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job.id, JobRow.version == job.version)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise StaleWrite(f"job {job.id} changed since it was read; nothing was applied")
+    for key, value in values.items():
+        # The row already holds these values; reflect them without marking the object dirty,
+        # or the ORM would flush an unguarded UPDATE of its own.
+        set_committed_value(job, key, value)
+    record_event(
+        session,
+        job,
+        kind="transition",
+        actor=actor,
+        reason=why,
+        node=node,
+        time=time,
+        from_state=current.value,
+        to_state=target.value,
+    )

@@ -1,0 +1,60 @@
+"""Rows -> API models. The only place that knows both shapes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuyard.models import JobEvent, JobSpec, JobState, JobView, Slot, WorkerView
+from gpuyard.server.db.tables import EventRow, JobRow, WorkerRow
+
+__all__ = ["event_view", "job_view", "to_datetime"]
+
+
+def to_datetime(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
+    state = JobState(row.state)
+    return JobView(
+        id=row.id,
+        name=row.name,
+        owner=row.owner,
+        status=state.status,
+        state=state,
+        spec=JobSpec.model_validate(row.spec),
+        attempt=row.attempt,
+        created_at=datetime.fromtimestamp(row.created_at, UTC),
+        started_at=to_datetime(row.started_at),
+        finished_at=to_datetime(row.finished_at),
+        exit_code=row.exit_code,
+        reason=row.reason,
+        placement=[Slot.model_validate(s) for s in row.placement or []],
+        workers=[
+            WorkerView(
+                rank=w.rank,
+                attempt=w.attempt,
+                node=w.node,
+                state=w.state,
+                exit_code=w.exit_code,
+                started_at=to_datetime(w.started_at),
+                finished_at=to_datetime(w.finished_at),
+            )
+            for w in workers or []
+        ],
+    )
+
+
+def event_view(row: EventRow) -> JobEvent:
+    return JobEvent(
+        id=row.id,
+        job_id=row.job_id,
+        time=datetime.fromtimestamp(row.time, UTC),
+        kind=row.kind,
+        actor=row.actor,
+        from_state=JobState(row.from_state) if row.from_state else None,
+        to_state=JobState(row.to_state) if row.to_state else None,
+        reason=row.reason,
+        node=row.node,
+        attempt=row.attempt,
+    )

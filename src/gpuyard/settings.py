@@ -1,0 +1,78 @@
+"""Settings of a gpuyard process, read from ``GPUYARD_*`` environment variables.
+
+One object per process, built at start-up and passed down; nothing reads the environment at
+import time. ``gpuyard config show`` prints it with each field's description.
+"""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+def _default_home() -> Path:
+    return Path(user_data_dir("gpuyard", appauthor=False))
+
+
+def _default_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, e.g. in a bare container
+        return "unknown"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUYARD_", extra="ignore")
+
+    home: Path = Field(
+        default_factory=_default_home,
+        description="Data directory: the SQLite database, job logs, worker state, server.json.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db. "
+        "Default: SQLite (WAL) at <home>/gpuyard.db.",
+    )
+    url: str | None = Field(
+        None,
+        description="Server URL for clients (CLI, Python client). Default: what `gpuyard up` "
+        "wrote to <home>/server.json.",
+    )
+    user: str = Field(
+        default_factory=_default_user,
+        description="The user the CLI acts as (sent with every request) until authentication "
+        "exists.",
+    )
+    host: str = Field("127.0.0.1", description="Address the server listens on.")
+    port: int = Field(8470, ge=0, le=65535, description="Port the server listens on (0: any).")
+    virtual_nodes: int = Field(
+        0, ge=0, le=4096, description="Present this many virtual nodes (0: the machine itself)."
+    )
+    gpus_per_node: int | None = Field(
+        None, ge=0, description="GPUs per virtual node (default: the machine's GPUs / nodes)."
+    )
+    cpus_per_node: float | None = Field(
+        None, gt=0, description="CPUs per virtual node (default: the machine's CPUs / nodes)."
+    )
+    memory_per_node: int | None = Field(
+        None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."
+    )
+    controller_interval: float = Field(
+        0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
+    )
+    executor: str = Field("local", description="Executor that runs workers: 'local'.")
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'gpuyard.db'}"
+
+    @property
+    def server_file(self) -> Path:
+        """Where `gpuyard up` records its URL and pid for clients to find."""
+        return self.home / "server.json"
