@@ -1,0 +1,144 @@
+"""A fake executor for tests of the controller: it launches nothing and does what it is told.
+
+It implements :class:`gpuyard.executors.base.Executor` faithfully (idempotent launch, status per
+handle, terminate with an optional automatic exit), so controller tests exercise the real loop
+against a designed seam instead of monkeypatching.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuyard.executors.base import (
+    Handle,
+    LaunchError,
+    NodeInfo,
+    WorkerKey,
+    WorkerLaunch,
+    WorkerPhase,
+    WorkerStatus,
+)
+
+__all__ = ["FakeExecutor", "FakeWorker"]
+
+
+@dataclass
+class FakeWorker:
+    launch: WorkerLaunch
+    status: WorkerStatus = field(default_factory=lambda: WorkerStatus(WorkerPhase.RUNNING))
+    terminated_with_grace: float | None = None
+    killed: bool = False
+    log: bytes = b""
+
+
+class FakeExecutor:
+    name = "fake"
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeInfo] = (),
+        *,
+        exit_on_terminate: bool = True,
+        fail_launch: Callable[[WorkerLaunch], str | None] = lambda _launch: None,
+    ) -> None:
+        self._nodes = list(nodes) or [
+            NodeInfo("fake0", "127.0.0.1", gpus=8, cpus=64, memory=1 << 40)
+        ]
+        self.exit_on_terminate = exit_on_terminate
+        self.fail_launch = fail_launch
+        self.workers: dict[WorkerKey, FakeWorker] = {}
+        self.launches: list[WorkerLaunch] = []
+        self._lock = threading.Lock()
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def base_env(self, node: str) -> Mapping[str, str]:
+        return {"PATH": "/usr/bin:/bin"}
+
+    def job_dir(self, job_id: int) -> str:
+        return f"/fake/jobs/{job_id}"
+
+    def launch(self, request: WorkerLaunch) -> Handle:
+        handle = {
+            "job": request.key.job_id,
+            "attempt": request.key.attempt,
+            "rank": request.key.rank,
+        }
+        with self._lock:
+            if request.key in self.workers:
+                return handle
+            problem = self.fail_launch(request)
+            if problem:
+                raise LaunchError(problem)
+            self.launches.append(request)
+            self.workers[request.key] = FakeWorker(request)
+        return handle
+
+    def _worker(self, handle: Handle) -> FakeWorker:
+        return self.workers[WorkerKey(handle["job"], handle["attempt"], handle["rank"])]
+
+    def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
+        with self._lock:
+            return [self._worker(h).status for h in handles]
+
+    def terminate(self, handle: Handle, grace: float) -> None:
+        with self._lock:
+            worker = self._worker(handle)
+            worker.terminated_with_grace = grace
+            if self.exit_on_terminate and worker.status.phase is WorkerPhase.RUNNING:
+                worker.status = WorkerStatus(WorkerPhase.EXITED, exit_code=143, signal="SIGTERM")
+
+    def kill(self, handle: Handle) -> None:
+        with self._lock:
+            worker = self._worker(handle)
+            worker.killed = True
+            if worker.status.phase is WorkerPhase.RUNNING:
+                worker.status = WorkerStatus(WorkerPhase.EXITED, exit_code=137, signal="SIGKILL")
+
+    def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
+        with self._lock:
+            log = self._worker(handle).log
+        return log[offset : offset + limit], len(log)
+
+    def remove_job(self, job_id: int) -> None:
+        with self._lock:
+            for key in [k for k in self.workers if k.job_id == job_id]:
+                del self.workers[key]
+
+    def set_wakeup(self, callback: Callable[[], None]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    # -- test controls --------------------------------------------------------------------
+
+    def exit(
+        self,
+        job_id: int,
+        rank: int = 0,
+        code: int = 0,
+        *,
+        attempt: int = 0,
+        escalated: bool = False,
+        signal: str | None = None,
+    ) -> None:
+        """Make a worker exit with ``code``."""
+        with self._lock:
+            worker = self.workers[WorkerKey(job_id, attempt, rank)]
+            worker.status = WorkerStatus(
+                WorkerPhase.EXITED, exit_code=code, escalated=escalated, signal=signal
+            )
+
+    def lose(self, job_id: int, rank: int = 0, *, attempt: int = 0) -> None:
+        with self._lock:
+            self.workers[WorkerKey(job_id, attempt, rank)].status = WorkerStatus(
+                WorkerPhase.LOST, message="node unreachable"
+            )
+
+    def write_log(self, job_id: int, data: bytes, rank: int = 0, *, attempt: int = 0) -> None:
+        with self._lock:
+            self.workers[WorkerKey(job_id, attempt, rank)].log += data
