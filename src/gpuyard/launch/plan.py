@@ -4,7 +4,8 @@ Pure: everything comes in as arguments (the job, its placement, the executor's b
 paths), nothing is read from the machine. The env contract is documented in
 ``docs/env-contract.md`` and tested in ``tests/unit/launch``.
 
-Precedence, lowest first: the executor's base env, the job's ``env``, then the contract
+Precedence, lowest first: the executor's base env, the platform defaults
+(:data:`PLATFORM_DEFAULTS`), the job's ``env``, then the contract
 (``GPUYARD_*``, ``CUDA_VISIBLE_DEVICES``), which a job cannot override because the platform's
 own bookkeeping depends on it.
 """
@@ -19,7 +20,14 @@ from gpuyard.executors.base import WorkerKey, WorkerLaunch
 from gpuyard.models.command import parse_command
 from gpuyard.models.job import JobMode, JobSpec, Slot
 
-__all__ = ["JobContext", "contract_env", "plan_worker"]
+__all__ = ["PLATFORM_DEFAULTS", "JobContext", "contract_env", "plan_worker"]
+
+PLATFORM_DEFAULTS = {
+    # Logs are files, and a Python writing to a file buffers its output by the block: a
+    # training script's prints would reach `gpuyard logs -f` minutes late. A job may set it to
+    # "" in its env to get buffering back.
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,7 @@ def plan_worker(
     if spec.mode is not JobMode.SINGLE:  # pragma: no cover - the enum has only SINGLE today
         raise NotImplementedError(f"mode {spec.mode} is not implemented")
     env = dict(base_env)
+    env.update(PLATFORM_DEFAULTS)
     env.update(spec.env)
     env.update(contract_env(ctx, rank))
     argv = parse_command(spec.command).render(env)

@@ -41,6 +41,7 @@ def test_contract_variables() -> None:
         "GPUYARD_URL": "http://127.0.0.1:8470",
     }
     assert env["PATH"] == "/bin"
+    assert env["PYTHONUNBUFFERED"] == "1"  # logs reach `gpuyard logs -f` as they are printed
     assert launch.argv == ["python", "x.py"]
     assert launch.cwd == "/pool/jobs/42"
     assert launch.grace == 30.0

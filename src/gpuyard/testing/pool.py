@@ -1,0 +1,110 @@
+"""Run a real ``gpuyard up`` in a subprocess and drive it with the real CLI, for e2e tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PoolProcess"]
+
+
+class PoolProcess:
+    """``gpuyard up`` in its own process group, in ``home``, on a free port."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.home = home
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+        env["GPUYARD_HOME"] = str(self.home)
+        return env
+
+    def start(self, timeout: float = 30) -> PoolProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.home / "pool.log", "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuyard", "up", "--port", "0", *self.args],
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gpuyard up exited: {self.log_tail()}")
+            try:
+                info = json.loads((self.home / "server.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                info = {}
+            if info.get("pid") == self.proc.pid:
+                self.url = info["url"]
+                return self
+            time.sleep(0.05)
+        raise RuntimeError(f"gpuyard up not ready in {timeout}s: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return (self.home / "pool.log").read_text(errors="replace")[-3000:]
+        except FileNotFoundError:
+            return ""
+
+    def crash(self) -> None:
+        """SIGKILL the whole process group, as an OOM kill or a crash would."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def cli(
+        self, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "gpuyard", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"gpuyard {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n"
+                f"{result.stderr}"
+            )
+        return result
+
+    def cli_json(self, command: str, *args: str) -> Any:
+        """Run ``gpuyard COMMAND --json ARGS…`` (--json first: a job's command follows --)."""
+        return json.loads(self.cli(command, "--json", *args).stdout)
+
+    def wait_status(self, job_id: int, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job: dict[str, Any] = self.cli_json("show", str(job_id))
+            if job["status"] in statuses:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job['status']}, not {statuses}")
+            time.sleep(0.2)

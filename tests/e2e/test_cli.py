@@ -1,0 +1,91 @@
+"""The CLI against a real pool of two virtual nodes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuyard.testing.pool import PoolProcess
+
+pytestmark = pytest.mark.slow
+
+
+def test_cli_round_trip_on_virtual_nodes(pool_factory: type[PoolProcess], tmp_path: Path) -> None:
+    pool = pool_factory(
+        tmp_path / "home", "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4"
+    ).start()
+    nodes = pool.cli_json("nodes")
+    assert [(n["name"], n["address"], n["gpus"]) for n in nodes] == [
+        ("node0", "127.0.0.2", 2),
+        ("node1", "127.0.0.3", 2),
+    ]
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        "name: gang\nnodes: 2\ngpus: 2\nmax_runtime: 5m\nenv: {GREETING: hi}\n"
+        "command: [sh, -c, 'echo $GREETING rank $GPUYARD_NODE_RANK of $GPUYARD_NUM_NODES "
+        "on $GPUYARD_NODE_ADDRESS gpus $CUDA_VISIBLE_DEVICES; pwd']\n"
+    )
+    job = pool.cli_json("submit", "-f", str(job_file), "--workdir", str(tmp_path))
+    assert (job["name"], job["spec"]["nodes"], job["spec"]["max_runtime"]) == ("gang", 2, 300)
+    follow = pool.cli("logs", "-f", str(job["id"]), "--worker", "1").stdout
+    assert follow == f"hi rank 1 of 2 on 127.0.0.3 gpus 0,1\n{tmp_path}\n"
+    assert pool.cli("wait", str(job["id"])).returncode == 0
+    assert pool.cli("logs", str(job["id"])).stdout.startswith("hi rank 0 of 2 on 127.0.0.2")
+
+    # A single-node job defaults its workdir to where `submit` ran.
+    failing = subprocess.run(
+        [sys.executable, "-m", "gpuyard", "submit", "--json", "--", "sh", "-c", "pwd; exit 4"],
+        env=pool.env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    failing_id = __import__("json").loads(failing.stdout)["id"]
+    assert pool.cli("wait", str(failing_id), check=False).returncode == 1
+    shown = pool.cli_json("show", str(failing_id))
+    assert (shown["status"], shown["exit_code"]) == ("failed", 4)
+    assert shown["reason"].endswith("exited with code 4")
+    assert pool.cli("logs", str(failing_id)).stdout == f"{tmp_path}\n"
+    assert "error" in pool.cli("ls", "--status", "error").stdout
+
+    copy = pool.cli_json("clone", str(failing_id), "--name", "again")
+    assert (copy["name"], copy["spec"]["command"]) == ("again", shown["spec"]["command"])
+    pool.cli("wait", str(copy["id"]), check=False)
+    listing = pool.cli_json("ls", "--name", "again")
+    assert [j["id"] for j in listing["items"]] == [copy["id"]]
+    pool.cli("rm", str(copy["id"]))
+    assert pool.cli_json("ls", "--name", "again")["total"] == 0
+    assert not (tmp_path / "home" / "jobs" / str(copy["id"])).exists()
+
+
+def test_bad_input_gets_a_clear_error_and_no_job(
+    pool_factory: type[PoolProcess], tmp_path: Path
+) -> None:
+    pool = pool_factory(tmp_path / "home").start()
+    result = pool.cli("submit", "--", "KEY=VALUE python3 train.py", check=False)
+    assert result.returncode == 2
+    assert 'bash -c "KEY=VALUE python3 train.py"' in result.stderr
+    result = pool.cli("submit", "--gpus", "64", "--", "python", "x.py", check=False)
+    assert result.returncode == 2 and "no node has 64 GPUs" in result.stderr
+    result = pool.cli("submit", "--max-runtime", "soon", "--", "true", check=False)
+    assert "cannot read 'soon' as a duration" in result.stderr
+    result = pool.cli("show", "999", check=False)
+    assert result.returncode == 1 and "job 999 does not exist" in result.stderr
+    assert pool.cli_json("ls")["total"] == 0
+
+
+def test_up_detached_and_down(tmp_path: Path) -> None:
+    pool = PoolProcess(tmp_path / "home")
+    up = pool.cli("up", "--detach", "--port", "0")
+    assert "gpuyard pool running at http://127.0.0.1:" in up.stdout
+    assert "already running" in pool.cli("up", "--detach", "--port", "0").stdout
+    job = pool.cli_json("submit", "--", "true")
+    assert pool.cli("wait", str(job["id"])).returncode == 0
+    assert "pool stopped" in pool.cli("down").stdout
+    assert "no pool is running" in pool.cli("down").stdout
+    result = pool.cli("ls", check=False)
+    assert result.returncode == 1 and "gpuyard up" in result.stderr

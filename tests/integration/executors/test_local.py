@@ -1,0 +1,242 @@
+"""The local executor and its supervisors, with real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpuyard.executors.base import Handle, WorkerKey, WorkerLaunch, WorkerPhase, WorkerStatus
+from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.executors.local.machine import GpuDevice, Machine
+
+ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
+    ex = LocalExecutor(tmp_path / "home")
+    yield ex
+    ex.close()
+
+
+def launch(
+    ex: LocalExecutor,
+    argv: list[str],
+    *,
+    job: int = 1,
+    rank: int = 0,
+    grace: float = 5.0,
+    cwd: str = "/",
+    env: dict[str, str] | None = None,
+) -> Handle:
+    return ex.launch(
+        WorkerLaunch(WorkerKey(job, 0, rank), "local", argv, {**ENV, **(env or {})}, cwd, grace)
+    )
+
+
+def wait_for(
+    ex: LocalExecutor,
+    handle: Handle,
+    phase: WorkerPhase = WorkerPhase.EXITED,
+    timeout: float = 20,
+) -> WorkerStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        [status] = ex.status([handle])
+        if status.phase is phase:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"worker still {status.phase} after {timeout}s")
+        time.sleep(0.02)
+
+
+def log(ex: LocalExecutor, handle: Handle) -> str:
+    return ex.read_log(handle, 0, 1 << 20)[0].decode()
+
+
+def test_runs_the_command_with_its_env_and_cwd_and_keeps_the_log(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    script = "import os, sys; print(os.getcwd(), os.environ['X']); print('err', file=sys.stderr)"
+    handle = launch(
+        executor, [sys.executable, "-u", "-c", script], cwd=str(tmp_path), env={"X": "42"}
+    )
+    status = wait_for(executor, handle)
+    assert (status.exit_code, status.signal, status.escalated) == (0, None, False)
+    assert log(executor, handle) == f"{tmp_path} 42\nerr\n"
+    job_dir = Path(executor.job_dir(1))
+    assert (job_dir / "outputs").is_dir() and (job_dir / "checkpoints").is_dir()
+
+
+def test_exit_codes_and_signals_are_recorded(executor: LocalExecutor) -> None:
+    assert wait_for(executor, launch(executor, ["sh", "-c", "exit 3"])).exit_code == 3
+    status = wait_for(executor, launch(executor, ["sh", "-c", "kill -SEGV $$"], rank=1))
+    assert (status.exit_code, status.signal) == (128 + signal.SIGSEGV, "SIGSEGV")
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "message", "code"),
+    [
+        (["no-such-command-xyz"], "/", "'no-such-command-xyz': command not found", 127),
+        (["true"], "/no/such/dir", "working directory '/no/such/dir' does not exist", 127),
+        (["/etc/hostname"], "/", "cannot execute '/etc/hostname'", 126),
+    ],
+)
+def test_a_command_that_cannot_start_says_why(
+    executor: LocalExecutor, argv: list[str], cwd: str, message: str, code: int
+) -> None:
+    handle = launch(executor, argv, cwd=cwd)
+    status = wait_for(executor, handle)
+    assert status.exit_code == code
+    assert message in status.message
+    assert message in log(executor, handle)
+
+
+def test_terminate_gives_the_graceful_period_then_sigkill(executor: LocalExecutor) -> None:
+    trap = 'trap "echo got TERM" TERM; echo ready; while true; do sleep 0.05; done'
+    handle = launch(executor, ["bash", "-c", trap], grace=60)
+    wait_until(lambda: "ready" in log(executor, handle))
+    started = time.monotonic()
+    executor.terminate(handle, grace=0.5)  # the override wins over the spec's 60 s
+    status = wait_for(executor, handle)
+    assert 0.4 < time.monotonic() - started < 10
+    assert (status.exit_code, status.signal, status.escalated) == (137, "SIGKILL", True)
+    assert "got TERM" in log(executor, handle)
+
+
+def test_terminate_of_a_cooperative_command_needs_no_sigkill(executor: LocalExecutor) -> None:
+    handle = launch(executor, ["sleep", "60"], grace=30)
+    wait_until((Path(handle["dir"]) / "state.json").exists)
+    executor.terminate(handle, grace=30)
+    status = wait_for(executor, handle, timeout=5)
+    assert (status.exit_code, status.signal, status.escalated) == (143, "SIGTERM", False)
+
+
+def test_launching_the_same_worker_twice_starts_it_once(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    marker = tmp_path / "runs"
+    argv = ["sh", "-c", f"echo $$ >> {marker}; sleep 0.5"]
+    first = launch(executor, argv)
+    again = launch(executor, argv)
+    successor = LocalExecutor(executor.home)  # a restarted control plane retries the launch
+    third = launch(successor, argv)
+    assert again["dir"] == first["dir"] == third["dir"]
+    wait_for(executor, first)
+    wait_for(successor, third)
+    assert len(marker.read_text().split()) == 1
+
+
+def test_a_new_executor_sees_workers_it_did_not_launch(executor: LocalExecutor) -> None:
+    handle = launch(executor, ["sleep", "0.5"])
+    successor = LocalExecutor(executor.home)
+    assert successor.status([handle])[0].phase is WorkerPhase.RUNNING
+    assert wait_for(successor, handle).exit_code == 0
+
+
+def test_what_the_command_leaves_in_its_group_is_killed_at_exit(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "bg.pid"
+    handle = launch(executor, ["bash", "-c", f"sleep 300 & echo $! > {pidfile}; exit 0"])
+    assert wait_for(executor, handle).exit_code == 0
+    pid = int(pidfile.read_text())
+    wait_until(lambda: not _running(pid))
+
+
+def test_a_supervisor_killed_with_its_worker_alive_is_lost_and_kill_cleans_up(
+    executor: LocalExecutor,
+) -> None:
+    handle = launch(executor, ["sleep", "300"])
+    state = Path(handle["dir"]) / "state.json"
+    wait_until(state.exists)
+    import json
+
+    info = json.loads(state.read_text())
+    os.kill(info["supervisor_pid"], signal.SIGKILL)
+    status = wait_for(executor, handle, WorkerPhase.LOST)
+    assert "supervisor ended without recording an exit" in status.message
+    assert _running(info["pid"])
+    executor.kill(handle)
+    wait_until(lambda: not _running(info["pid"]))
+
+
+def test_workers_outlive_the_process_that_launched_them(tmp_path: Path) -> None:
+    """A control plane killed with SIGKILL, process group and all, leaves its workers running."""
+    home = tmp_path / "home"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from gpuyard.executors.base import WorkerKey, WorkerLaunch
+        from gpuyard.executors.local.executor import LocalExecutor
+        ex = LocalExecutor(Path({str(home)!r}))
+        ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", ["sh", "-c", "sleep 1; echo done"],
+                               {{"PATH": os.environ["PATH"]}}, "/", 5.0))
+        print("launched", flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert parent.stdout is not None
+    assert parent.stdout.readline().strip() == b"launched"
+    os.killpg(parent.pid, signal.SIGKILL)
+    parent.wait()
+    successor = LocalExecutor(home)
+    handle = {
+        "dir": str(successor.worker_dir(1, 0, 0)),
+        "log": str(successor.worker_dir(1, 0, 0) / "log"),
+    }
+    assert wait_for(successor, handle).exit_code == 0
+    assert log(successor, handle) == "done\n"
+
+
+def test_supervisors_poke_the_executor_on_start_and_exit(executor: LocalExecutor) -> None:
+    pokes = threading.Semaphore(0)
+    executor.set_wakeup(pokes.release)
+    launch(executor, ["true"])
+    assert pokes.acquire(timeout=10)  # started
+    assert pokes.acquire(timeout=10)  # exited
+
+
+def test_virtual_nodes_split_the_machine() -> None:
+    gpus = tuple(GpuDevice(i, "NVIDIA H100", f"GPU-{i}") for i in range(4))
+    machine = Machine("box", cpus=16, memory=64 << 30, gpus=gpus, driver_version="550.1")
+    real = LocalExecutor(Path("/unused"), virtual_nodes=2, machine=machine).nodes()
+    assert [(n.name, n.address, n.gpus, n.gpu_devices, n.cpus, n.memory) for n in real] == [
+        ("node0", "127.0.0.2", 2, ("0", "1"), 8.0, 32 << 30),
+        ("node1", "127.0.0.3", 2, ("2", "3"), 8.0, 32 << 30),
+    ]
+    assert real[0].labels["gpu.kind"] == "nvidia" and real[0].labels["driver"] == "550.1"
+    virtual = LocalExecutor(Path("/unused"), virtual_nodes=3, gpus_per_node=4, machine=machine)
+    assert [n.gpu_model for n in virtual.nodes()] == ["virtual"] * 3
+    assert virtual.nodes()[2].address == "127.0.0.4"
+    whole = LocalExecutor(Path("/unused"), machine=machine).nodes()
+    assert [(n.name, n.address, n.gpus, n.gpu_model) for n in whole] == [
+        ("box", "127.0.0.1", 4, "NVIDIA H100")
+    ]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
