@@ -17,11 +17,16 @@ home, so nothing of the user's own pool is touched. Every API call goes through
    - *server-recorded*: ``started_at - created_at`` from the job's own timestamps. The server
      stamps ``started_at`` once the supervisor process has been spawned, so this excludes the
      HTTP round trips and the polling granularity of the client-observed figure.
+   - *end to end*: the worker's ``finished_at`` (stamped by its supervisor once ``true`` has
+     exited) minus ``created_at``; unlike the two above it includes the supervisor's own start.
 
    Each job is waited for until it ends before the next is submitted, so the pool is idle.
-   Baselines, measured in the same run: ``subprocess.Popen(["true"]).wait()`` (the cost of the
-   command itself) and ``python -I -S -c pass`` (a bare interpreter start, which is what the
-   per-worker supervisor pays before it can start the command).
+   The client's 2 ms polling is itself load on the pool; on a 2-core machine it shows.
+
+   Baselines, measured in the same run just before the pool starts (so that they do not
+   compete with it for the CPUs): ``subprocess.Popen(["true"]).wait()``, the cost of the
+   command itself, and ``python -I -S -c pass``, a bare interpreter start, which the
+   per-worker supervisor pays (plus its imports) before it can start the command.
 
 2. **API submission throughput**. A blocker job takes every CPU of the node, so every later
    submission stays queued and the figure is the API's (validation, store write, controller
@@ -299,21 +304,25 @@ def concurrent_calls(
     errors: list[BaseException] = []
 
     def worker(i: int) -> None:
-        with Client(url) as client:
-            client.health()  # open the connection before the clock starts
-            barrier.wait()
-            try:
+        try:
+            with Client(url) as client:
+                client.health()  # open the connection before the clock starts
+                barrier.wait()
                 for _ in range(shares[i]):
                     t0 = time.perf_counter()
                     results[i].append(call(client))
                     latencies[i].append(time.perf_counter() - t0)
-            except BaseException as exc:  # re-raised in the main thread below
-                errors.append(exc)
+        except threading.BrokenBarrierError:
+            return  # another thread failed first; its error is the one reported
+        except BaseException as exc:  # re-raised in the main thread below
+            errors.append(exc)
+            barrier.abort()  # a thread that fails before the barrier must not hang the rest
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
-    barrier.wait()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join()
@@ -345,8 +354,18 @@ def start_blocker(client: Client) -> JobView:
     return poll_job(client, job.id, lambda j: j.state is JobState.RUNNING, 0.05, JOB_END_TIMEOUT)
 
 
+def queued_ids(client: Client, name: str) -> list[int]:
+    """Ids of the queued jobs whose name contains ``name``, every page."""
+    ids: list[int] = []
+    while True:
+        page = client.jobs(status=["queued"], name=name, offset=len(ids), limit=1000)
+        ids += [job.id for job in page.items]
+        if not page.items or len(ids) >= page.total:
+            return ids
+
+
 def stop_jobs(url: str, clients: int, job_ids: Sequence[int]) -> None:
-    """Stop queued jobs before the blocker, so none of them starts once it is gone."""
+    """Stop the given jobs, ``clients`` requests at a time."""
     remaining = iter(job_ids)
     lock = threading.Lock()
 
@@ -363,22 +382,24 @@ def measure_throughput(
     url: str, clients: int, submissions: int
 ) -> tuple[Throughput, Throughput, dict[str, int]]:
     """Submission and health throughput with the pool held by a blocker job."""
+    name = "tput"
     with Client(url) as client:
         blocker = start_blocker(client)
-        submitted: list[object] = []
         try:
             health, _ = concurrent_calls(url, clients, submissions, lambda c: c.health())
-            spec = {"command": "true", "name": "tput"}
+            spec = {"command": "true", "name": name}
             submit, submitted = concurrent_calls(
                 url, clients, submissions, lambda c: c.submit(spec)
             )
-            # What the queue looks like afterwards: every submission should still be waiting.
-            queued = client.jobs(status=["queued"], name="tput", limit=1).total
         finally:
-            stop_jobs(url, clients, [j.id for j in submitted if isinstance(j, JobView)])
+            # Queued jobs go first: stopping the blocker first would let them all start. They
+            # are listed from the server, so that a run that failed half way is cleaned too.
+            queued = queued_ids(client, name)
+            stop_jobs(url, clients, queued)
             client.stop(blocker.id)
             poll_job(client, blocker.id, lambda j: j.status.is_terminal(), 0.05, JOB_END_TIMEOUT)
-    return submit, health, {"submitted": len(submitted), "still_queued": queued}
+    # Every submission should still have been waiting behind the blocker.
+    return submit, health, {"submitted": len(submitted), "still_queued": len(queued)}
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -502,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     console.print(throughput_table(submit, health))
     console.print(
         f"  {queue['submitted']} submitted, {queue['still_queued']} still queued behind the "
-        f"blocker; controller errors: {controller.get('errors')}"
+        f"blocker; controller errors: {controller.get('errors')} {controller.get('last_error')}",
+        markup=False,
     )
     if problems:
         console.print("pool.log problems:", *problems, sep="\n  ", markup=False)

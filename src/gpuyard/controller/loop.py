@@ -105,6 +105,7 @@ class Controller:
         self._last_schedule = 0.0
         self._thread: threading.Thread | None = None
         self._health = _Health()
+        self._last_error_log = 0.0
 
     # -- running --------------------------------------------------------------------------
 
@@ -143,8 +144,13 @@ class Controller:
                 self.tick()
             except Exception as exc:  # the loop must outlive any one bad pass
                 self._health.errors += 1
-                self._health.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("reconcile pass failed")
+                message = f"{type(exc).__name__}: {exc}"
+                # The same failure repeats every pass; log its traceback once a minute.
+                now = time.monotonic()
+                if message != self._health.last_error or now - self._last_error_log > 60:
+                    log.exception("reconcile pass failed")
+                    self._last_error_log = now
+                self._health.last_error = message
             self._wake.wait(self.interval)
 
     def tick(self) -> None:
