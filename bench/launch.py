@@ -318,7 +318,8 @@ def concurrent_calls(
             errors.append(exc)
             barrier.abort()  # a thread that fails before the barrier must not hang the rest
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    # Daemons: after a Ctrl-C in the main thread they must not keep the benchmark alive.
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
         t.start()
     with contextlib.suppress(threading.BrokenBarrierError):
