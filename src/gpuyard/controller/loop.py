@@ -55,6 +55,8 @@ KILL_BACKSTOP = 10.0
 """Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
 supervisor normally does it at the end of the period)."""
 SCHEDULE_EVERY = 5.0
+"""Seconds between scheduling passes when nothing asks for one."""
+MAX_SCHEDULE_GAP = 1.0
 
 _ACTIVE_JOB_STATES = [
     JobState.STARTING.value,
@@ -103,6 +105,9 @@ class Controller:
         self._stop = threading.Event()
         self._dirty = True
         self._last_schedule = 0.0
+        self._next_schedule = 0.0
+        self._reasons: dict[int, str | None] = {}
+        """The waiting reason last written for each queued job, to write only changes."""
         self._thread: threading.Thread | None = None
         self._health = _Health()
         self._last_error_log = 0.0
@@ -140,28 +145,38 @@ class Controller:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
+            now = time.monotonic()
+            due = (self._dirty and now >= self._next_schedule) or (
+                now - self._last_schedule >= SCHEDULE_EVERY
+            )
             try:
-                self.tick()
+                self.tick(schedule=due)
             except Exception as exc:  # the loop must outlive any one bad pass
                 self._health.errors += 1
                 message = f"{type(exc).__name__}: {exc}"
                 # The same failure repeats every pass; log its traceback once a minute.
-                now = time.monotonic()
                 if message != self._health.last_error or now - self._last_error_log > 60:
                     log.exception("reconcile pass failed")
                     self._last_error_log = now
                 self._health.last_error = message
-            self._wake.wait(self.interval)
+            wait = self.interval
+            if self._dirty:
+                wait = max(0.0, min(wait, self._next_schedule - time.monotonic()))
+            self._wake.wait(wait)
 
-    def tick(self) -> None:
-        """One reconcile pass."""
+    def tick(self, *, schedule: bool = True) -> None:
+        """One reconcile pass. The loop skips scheduling while a burst of wake-ups (say, many
+        submissions) arrives faster than passes finish: a scheduling pass costs in proportion
+        to the queue, so passes are spaced at least twice their own duration apart."""
         self._sync_workers()
         self._advance_jobs()
-        now = time.monotonic()
-        if self._dirty or now - self._last_schedule >= SCHEDULE_EVERY:
+        if schedule:
             self._dirty = False
-            self._last_schedule = now
+            began = time.monotonic()
             self._schedule()
+            finished = time.monotonic()
+            self._last_schedule = began
+            self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - began))
         self._health.last_tick = self.clock.now()
         self._health.ticks += 1
 
@@ -478,12 +493,12 @@ class Controller:
             snapshot = load_snapshot(session, now)
             addresses = dict(session.execute(select(NodeRow.name, NodeRow.address)).all())
         if not snapshot.pending:
+            self._reasons.clear()
             return
         decisions = decide(snapshot)
         for start in decisions.starts:
             self._start(start, addresses, now)
-        if decisions.waits:
-            self._record_waits({w.job_id: w.message for w in decisions.waits.values()})
+        self._record_waits({w.job_id: w.message for w in decisions.waits.values()})
 
     def _start(self, start: Start, addresses: dict[str, str], now: float) -> None:
         slots = [
@@ -529,13 +544,18 @@ class Controller:
         self._launch(row, workers)
 
     def _record_waits(self, reasons: dict[int, str]) -> None:
-        with self.store.read() as session:
-            current = dict(
-                session.execute(
-                    select(JobRow.id, JobRow.reason).where(JobRow.id.in_(list(reasons)))
-                ).all()
-            )
-        changed = {jid: msg for jid, msg in reasons.items() if current.get(jid, msg) != msg}
+        unknown = [job_id for job_id in reasons if job_id not in self._reasons]
+        if unknown:
+            with self.store.read() as session:
+                for chunk in range(0, len(unknown), 900):  # stay under bind-parameter limits
+                    rows = session.execute(
+                        select(JobRow.id, JobRow.reason).where(
+                            JobRow.id.in_(unknown[chunk : chunk + 900])
+                        )
+                    )
+                    self._reasons.update(dict(rows.all()))
+        changed = {j: msg for j, msg in reasons.items() if self._reasons.get(j, msg) != msg}
+        self._reasons = {j: self._reasons.get(j) for j in reasons}  # forget jobs that left
         if not changed:
             return
         with self.store.write() as session:
@@ -546,6 +566,7 @@ class Controller:
                     .where(JobRow.id == job_id, JobRow.state == JobState.QUEUED.value)
                     .values(reason=message)
                 )
+        self._reasons.update(changed)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpuyard.models import JobSpec, JobState, NodeState, Priority
+from gpuyard.models import JobState, NodeState, Priority
 from gpuyard.scheduler import (
     Allocation,
     NodeCapacity,
@@ -16,7 +16,7 @@ from gpuyard.scheduler import (
     Snapshot,
 )
 from gpuyard.server.db.tables import JobRow, NodeRow
-from gpuyard.server.services.jobs import request_of
+from gpuyard.server.services.jobs import stored_request
 
 __all__ = ["allocations_of", "load_snapshot"]
 
@@ -68,7 +68,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
             priority=Priority(priority).rank,
             seq=job_id,
             owner=owner,
-            request=request_of(JobSpec.model_validate(spec)),
+            request=stored_request(spec),
         )
         for job_id, version, priority, owner, spec in session.execute(
             select(JobRow.id, JobRow.version, JobRow.priority, JobRow.owner, JobRow.spec)

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import ipaddress
 import json
+import marshal
 import os
 import shutil
 import socket
@@ -114,7 +115,7 @@ class LocalExecutor:
                 "files": dict(request.files),
                 "notify": self._notify_name,
             }
-            _write_json(wd / "spec.json", spec)
+            _write_marshal(wd / "spec.marshal", spec)
             with open(wd / "supervisor.err", "ab") as err:
                 proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", str(SUPERVISOR), str(wd)],
@@ -315,6 +316,12 @@ def _is_supervisor(pid: int, wd: Path) -> bool:
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
     return str(wd) in cmdline
+
+
+def _write_marshal(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(marshal.dumps(data))
+    os.replace(tmp, path)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -13,37 +13,83 @@ It is started in a session of its own, so nothing that happens to the control pl
 - pokes the executor's notification socket on start and exit, so the controller reacts
   without waiting for its next pass (best effort: the files are the truth).
 
-Standard library only, and started with ``python -I -S``: it must start fast and must not
-depend on the environment of the job or of the control plane.
+It is on the path of every launch, so it starts fast: ``python -I -S`` and builtin modules only
+(``_signal`` and ``_socket`` rather than ``signal`` and ``socket``, which pull in ``enum``;
+``marshal`` for its input rather than ``json``, which pulls in ``re``; ``fork``/``exec`` rather
+than ``subprocess``). That keeps its own start to a few milliseconds over a bare interpreter.
 
-Worker directory layout: ``spec.json`` (written by the executor), ``lock``, ``state.json``,
-``exit.json``, ``terminate.json`` (optional graceful period override), ``log``.
+Worker directory: ``spec.marshal`` (written by the executor: argv, env, cwd, grace, log path,
+files, notification address), ``lock``, ``state.json``, ``exit.json``, ``terminate.json``
+(optional graceful-period override), ``log``.
 """
 
 from __future__ import annotations
 
+import _socket
 import errno
 import fcntl
-import json
+import marshal
 import os
 import select
-import signal
-import socket
-import subprocess
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself costs an import
+if TYPE_CHECKING:
+    import signal as _signal
+    from typing import Any
+else:
+    import _signal
 
 EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
+SIGNAL_NAMES = {
+    getattr(_signal, name): name
+    for name in dir(_signal)
+    if name.startswith("SIG")
+    and not name.startswith("SIG_")
+    and name not in ("SIGCLD", "SIGIOT", "SIGPOLL")
+}
+
+Value = str | int | float | bool | None
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
+def _json(data: dict[str, Value]) -> str:
+    """JSON for a flat dict of scalars (the ``json`` module would cost its import)."""
+    parts = []
+    for key, value in data.items():
+        if value is None:
+            text = "null"
+        elif value is True or value is False:
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = _json_string(value)
+        parts.append(f"{_json_string(key)}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def _json_string(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _write_json(path: str, data: dict[str, Value]) -> None:
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, _json(data).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
@@ -51,20 +97,20 @@ def _notify(address: str, message: str) -> None:
     if not address:
         return
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+        try:
             sock.sendto(message.encode(), "\0" + address)
+        finally:
+            sock.close()
     except OSError:
         pass  # nobody listening: the controller reads the files on its next pass
 
 
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
+def _killpg(pgid: int, sig: int) -> None:
+    try:  # noqa: SIM105 - contextlib would cost an import on every launch
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _take_lock(fd: int) -> bool:
@@ -80,14 +126,61 @@ def _take_lock(fd: int) -> bool:
     return False
 
 
+class SpawnError(Exception):
+    def __init__(self, step: str, code: int) -> None:
+        super().__init__(step)
+        self.step = step
+        self.errno = code
+
+
+def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
+    """fork + exec in a new process group; raise SpawnError if chdir or exec fails."""
+    read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child either execs or exits
+        step = "setup"
+        try:
+            os.setpgid(0, 0)
+            # Python ignores SIGPIPE and SIGXFSZ; an exec'd program must get the defaults.
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+            _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+            step = "chdir"
+            os.chdir(cwd)
+            os.dup2(devnull, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            step = "exec"
+            os.execvpe(argv[0], argv, env)  # noqa: S606 - argv, never a shell string
+        except OSError as exc:
+            os.write(write_fd, f"{step}:{exc.errno or 0}".encode())
+        finally:
+            os._exit(EXIT_NOT_FOUND)
+    os.close(write_fd)
+    os.close(devnull)
+    try:  # noqa: SIM105 - as above
+        os.setpgid(pid, pid)  # also in the parent, so no signal can race the child's call
+    except OSError:
+        pass
+    report = os.read(read_fd, 256).decode()
+    os.close(read_fd)
+    if report:
+        os.waitpid(pid, 0)
+        step, _, code = report.partition(":")
+        raise SpawnError(step, int(code or 0))
+    return pid
+
+
 class Supervisor:
     def __init__(self, worker_dir: str) -> None:
         self.dir = worker_dir
-        with open(os.path.join(worker_dir, "spec.json"), encoding="utf-8") as fh:
-            self.spec: dict[str, Any] = json.load(fh)
+        with open(os.path.join(worker_dir, "spec.marshal"), "rb") as fh:
+            # Written by our executor into a directory only the pool writes.
+            self.spec: dict[str, Any] = marshal.load(fh)  # noqa: S302
+        self.argv: list[str] = self.spec["argv"]
+        self.cwd: str = self.spec["cwd"]
         self.notify_address: str = self.spec.get("notify", "")
         self.term_requested = False
-        self.child_exited = False
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -100,69 +193,58 @@ class Supervisor:
             return 0  # already ran to the end
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
-        signal.set_wakeup_fd(write_fd)
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
-        # A handler, not SIG_IGN: an ignored signal would stay ignored in the command.
-        signal.signal(signal.SIGHUP, self._on_hup)
-        signal.signal(signal.SIGCHLD, self._on_child)
+        _signal.set_wakeup_fd(write_fd)
+        _signal.signal(_signal.SIGTERM, self._on_term)
+        _signal.signal(_signal.SIGINT, self._on_term)
+        # Handlers, not SIG_IGN: an ignored signal would stay ignored in the command.
+        _signal.signal(_signal.SIGHUP, self._on_other)
+        _signal.signal(_signal.SIGCHLD, self._on_other)
         self._write_files()
         log_fd = os.open(self.spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            child = subprocess.Popen(
-                self.spec["argv"],
-                cwd=self.spec["cwd"],
-                env=self.spec["env"],
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                process_group=0,
-                close_fds=True,
-            )
-        except OSError as exc:
+            pid = _spawn(self.argv, self.spec["env"], self.cwd, log_fd)
+        except SpawnError as exc:
             return self._cannot_start(log_fd, exc)
         started_at = time.time()
         _write_json(
             self.path("state.json"),
-            {
-                "supervisor_pid": os.getpid(),
-                "pid": child.pid,
-                "pgid": child.pid,
-                "started_at": started_at,
-            },
+            {"supervisor_pid": os.getpid(), "pid": pid, "pgid": pid, "started_at": started_at},
         )
         _notify(self.notify_address, f"started {self.dir}")
-        code, escalated, terminated = self._wait(child, read_fd)
-        _killpg(child.pid, signal.SIGKILL)  # whatever the command left behind in its group
-        result: dict[str, Any] = {
-            "exit_code": code if code >= 0 else 128 - code,
-            "signal": signal.Signals(-code).name if code < 0 else None,
-            "terminated": terminated,
-            "escalated": escalated,
-            "started_at": started_at,
-            "finished_at": time.time(),
-        }
-        _write_json(self.path("exit.json"), result)
+        code, escalated, terminated = self._wait(pid, read_fd)
+        _killpg(pid, _signal.SIGKILL)  # whatever the command left behind in its group
+        _write_json(
+            self.path("exit.json"),
+            {
+                "exit_code": code if code >= 0 else 128 - code,
+                "signal": SIGNAL_NAMES.get(-code, f"signal {-code}") if code < 0 else None,
+                "terminated": terminated,
+                "escalated": escalated,
+                "started_at": started_at,
+                "finished_at": time.time(),
+            },
+        )
         os.close(log_fd)
         _notify(self.notify_address, f"exited {self.dir}")
         return 0
 
     def _write_files(self) -> None:
-        for path, content in self.spec.get("files", {}).items():
+        files: dict[str, str] = self.spec.get("files") or {}
+        for path, content in files.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(content)
 
-    def _cannot_start(self, log_fd: int, exc: OSError) -> int:
-        argv0 = self.spec["argv"][0] if self.spec["argv"] else ""
-        if isinstance(exc, FileNotFoundError) and exc.filename == self.spec["cwd"]:
-            what = f"working directory {self.spec['cwd']!r} does not exist"
-        elif isinstance(exc, FileNotFoundError):
+    def _cannot_start(self, log_fd: int, exc: SpawnError) -> int:
+        argv0 = self.argv[0] if self.argv else ""
+        if exc.step == "chdir" and exc.errno == errno.ENOENT:
+            what = f"working directory {self.cwd!r} does not exist"
+        elif exc.step == "chdir":
+            what = f"cannot enter working directory {self.cwd!r}: {os.strerror(exc.errno)}"
+        elif exc.errno == errno.ENOENT:
             what = f"{argv0!r}: command not found"
-        elif isinstance(exc, NotADirectoryError):
-            what = f"working directory {self.spec['cwd']!r} is not a directory"
         else:
-            what = f"cannot execute {argv0!r}: {exc.strerror or exc}"
+            what = f"cannot execute {argv0!r}: {os.strerror(exc.errno)}"
         os.write(log_fd, f"gpuyard: {what}\n".encode())
         code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
         now = time.time()
@@ -182,36 +264,35 @@ class Supervisor:
         _notify(self.notify_address, f"exited {self.dir}")
         return 0
 
-    def _on_term(self, _signum: int, _frame: Any) -> None:
+    def _on_term(self, _signum: int, _frame: object) -> None:
         self.term_requested = True
 
-    def _on_hup(self, _signum: int, _frame: Any) -> None:
-        pass  # the supervisor has no terminal; a stray SIGHUP must not end it
-
-    def _on_child(self, _signum: int, _frame: Any) -> None:
-        self.child_exited = True
+    def _on_other(self, _signum: int, _frame: object) -> None:
+        pass  # SIGCHLD just wakes the loop; a stray SIGHUP must not end the supervisor
 
     def _grace(self) -> float:
         try:
             with open(self.path("terminate.json"), encoding="utf-8") as fh:
-                return float(json.load(fh)["grace"])
-        except (OSError, ValueError, KeyError):
+                text = fh.read()
+            # {"grace": N} written by the executor; parsed without the json module.
+            return float(text.split(":", 1)[1].strip(" }\n"))
+        except (OSError, ValueError, IndexError):
             return float(self.spec.get("grace", 30.0))
 
-    def _wait(self, child: subprocess.Popen[bytes], read_fd: int) -> tuple[int, bool, bool]:
+    def _wait(self, pid: int, read_fd: int) -> tuple[int, bool, bool]:
         deadline: float | None = None
         terminated = escalated = False
         while True:
-            code = child.poll()
-            if code is not None:
-                return code, escalated, terminated
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status), escalated, terminated
             if self.term_requested and not terminated:
                 terminated = True
-                _killpg(child.pid, signal.SIGTERM)
+                _killpg(pid, _signal.SIGTERM)
                 deadline = time.monotonic() + self._grace()
             if deadline is not None and not escalated and time.monotonic() >= deadline:
                 escalated = True
-                _killpg(child.pid, signal.SIGKILL)
+                _killpg(pid, _signal.SIGKILL)
             timeout = 1.0
             if deadline is not None and not escalated:
                 timeout = max(0.0, min(timeout, deadline - time.monotonic()))
