@@ -7,9 +7,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from gpuyard.settings import Settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -65,13 +68,11 @@ def up(
     run_pool(settings, on_ready=ready)
 
 
-def _up_detached(settings: object) -> None:
+def _up_detached(settings: Settings) -> None:
     from gpuyard.client import Client
     from gpuyard.errors import ServerUnavailable
     from gpuyard.server.pool import read_server_file
-    from gpuyard.settings import Settings
 
-    assert isinstance(settings, Settings)
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
     info = read_server_file(home)

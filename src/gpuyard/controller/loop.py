@@ -54,6 +54,8 @@ SCHEDULER = "scheduler"
 KILL_BACKSTOP = 10.0
 """Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
 supervisor normally does it at the end of the period)."""
+ESCALATED = "killed with SIGKILL"
+"""How a worker's exit detail says it outlived its graceful period."""
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
@@ -106,6 +108,8 @@ class Controller:
         self._dirty = True
         self._last_schedule = 0.0
         self._next_schedule = 0.0
+        self._backstop_kills: set[int] = set()
+        """Workers this controller SIGKILLed itself (to record the event once)."""
         self._reasons: dict[int, str | None] = {}
         """The waiting reason last written for each queued job, to write only changes."""
         self._thread: threading.Thread | None = None
@@ -264,14 +268,14 @@ class Controller:
                 select(JobRow).where(JobRow.state.in_(_ACTIVE_JOB_STATES)).order_by(JobRow.id)
             ).all()
             workers: dict[int, list[WorkerRow]] = {job.id: [] for job in jobs}
+            attempts = {job.id: job.attempt for job in jobs}
             if jobs:
                 for w in session.scalars(
                     select(WorkerRow)
                     .where(WorkerRow.job_id.in_(list(workers)))
                     .order_by(WorkerRow.rank)
                 ):
-                    job_attempt = next(j.attempt for j in jobs if j.id == w.job_id)
-                    if w.attempt == job_attempt:
+                    if w.attempt == attempts[w.job_id]:
                         workers[w.job_id].append(w)
         for job in jobs:
             try:
@@ -427,7 +431,8 @@ class Controller:
                 signalled.append(w)
             elif now > w.terminate_sent_at + grace + KILL_BACKSTOP:
                 self.executor.kill(w.handle)
-                if w.detail != "killed":
+                if w.id not in self._backstop_kills:
+                    self._backstop_kills.add(w.id)
                     killed.append(w)
         cancelled = [w for w in workers if w.state == WorkerState.PENDING and w.handle is None]
         if not (signalled or killed or cancelled) and not all(
@@ -452,9 +457,6 @@ class Controller:
                     f"after the graceful period ({format_duration(grace)})",
                 )
             for w in killed:
-                session.execute(
-                    update(WorkerRow).where(WorkerRow.id == w.id).values(detail="killed")
-                )
                 record_event(
                     session,
                     job,
@@ -477,7 +479,7 @@ class Controller:
             row = self._fresh(session, job)
             if row is not None and len(ended) == len(workers):
                 target = DRAIN_TARGET[state]
-                escalated = [w for w in workers if w.detail and "SIGKILL" in w.detail]
+                escalated = [w for w in workers if w.detail and ESCALATED in w.detail]
                 why = f"every worker has exited; {state.value} -> {target.value}"
                 if escalated:
                     ranks = ", ".join(str(w.rank) for w in escalated)
@@ -610,7 +612,7 @@ def _describe_exit(
         grace = float(job.spec.get("graceful_shutdown", 30.0)) if job else 0.0
         return (
             f"{who} did not exit within the graceful period ({format_duration(grace)}) after "
-            f"SIGTERM and was killed with SIGKILL (exit code {code})"
+            f"SIGTERM and was {ESCALATED} (exit code {code})"
         )
     if signal_name:
         return f"{who} was ended by {signal_name} (exit code {code})"

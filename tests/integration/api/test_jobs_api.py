@@ -237,3 +237,20 @@ def test_logs_by_offset_and_follow(
     streamed = b"".join(client.follow_logs(job.id))
     assert streamed.decode() == "step 1 loss 0.5\nαβγ"
     assert client.logs(job.id, offset=rest.next_offset).eof
+
+
+def test_openapi_documents_the_api(api_url: str) -> None:
+    spec = httpx.get(f"{api_url}/api/v1/openapi.json").json()
+    paths = set(spec["paths"])
+    assert {
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/{job_id}/stop",
+        "/api/v1/jobs/{job_id}/clone",
+        "/api/v1/jobs/{job_id}/events",
+        "/api/v1/jobs/{job_id}/logs",
+        "/api/v1/nodes",
+        "/api/v1/health",
+    } <= paths
+    job_spec = spec["components"]["schemas"]["JobSpec"]["properties"]
+    assert "graceful_shutdown" in job_spec and job_spec["command"]["description"]
