@@ -23,6 +23,7 @@ already exists returns it instead of starting a second copy.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -33,10 +34,14 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.snapshot import load_snapshot
+from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError, WorkerPhase
-from gpuyard.launch.plan import JobContext, plan_worker
-from gpuyard.models import JobSpec, JobState, NodeState, Slot
+from gpuyard.launch.network import NetworkPreset
+from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
+from gpuyard.launch.topology import seats
+from gpuyard.models import JobSpec, JobState, JobType, NodeState, Slot
+from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler import decide
@@ -45,7 +50,7 @@ from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
 from gpuyard.server.services.transitions import record_event, transition
 
-__all__ = ["Controller"]
+__all__ = ["Controller", "LaunchConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +61,13 @@ KILL_BACKSTOP = 10.0
 supervisor normally does it at the end of the period)."""
 ESCALATED = "killed with SIGKILL"
 """How a worker's exit detail says it outlived its graceful period."""
+PORT_RANGE = (20000, 30000)
+"""Ports handed to workers: below Linux's ephemeral range (32768 and up)."""
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
 
-_ACTIVE_JOB_STATES = [
-    JobState.STARTING.value,
-    JobState.RUNNING.value,
-    JobState.STOPPING.value,
-    JobState.EXPIRING.value,
-    JobState.FAILING.value,
-]
+_ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
 
 
 class WorkerState:
@@ -77,6 +78,14 @@ class WorkerState:
     CANCELLED = "cancelled"
 
     ENDED = frozenset({EXITED, LOST, CANCELLED})
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Pool-wide inputs of every launch plan."""
+
+    mpi: dict[MpiImplementation, MpiInstall] = field(default_factory=dict)
+    network: NetworkPreset = field(default_factory=NetworkPreset)
 
 
 @dataclass
@@ -97,12 +106,15 @@ class Controller:
         clock: Clock,
         interval: float = 0.5,
         control_url: str = "",
+        launch_config: LaunchConfig | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
         self.clock = clock
         self.interval = interval
         self.control_url = control_url
+        self.launch_config = launch_config or LaunchConfig()
+        self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty = True
@@ -303,6 +315,11 @@ class Controller:
             job_dir=self.executor.job_dir(job.id),
             control_url=self.control_url,
             gpu_devices=self._gpu_devices(),
+            token=job.token or "",
+            tools=self.executor.tools(),
+            mpi=self.launch_config.mpi,
+            network=self.launch_config.network,
+            mpi_interface=self.executor.interface,
         )
         handles: dict[int, dict[str, Any]] = {}
         failure: tuple[WorkerRow, str] | None = None
@@ -363,30 +380,30 @@ class Controller:
 
     def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
         now = self.clock.now()
-        failed = [
-            w
-            for w in workers
-            if w.state == WorkerState.LOST or (w.state == WorkerState.EXITED and w.exit_code != 0)
-        ]
-        if failed:
-            first = failed[0]
-            why = first.detail or f"worker {first.rank} failed"
+        verdict = settle(
+            [_facts(w) for w in workers], batch=job.spec.get("type") == JobType.BATCH.value
+        )
+        if verdict.outcome is Outcome.FAIL:
+            failure = verdict.failure
+            ended = all(w.state in WorkerState.ENDED for w in workers)
+            target = JobState.FAILED if ended else JobState.FAILING
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
                 transition(
                     session,
                     row,
-                    JobState.FAILING,
+                    target,
                     actor=ACTOR,
-                    why=why,
+                    why=verdict.why,
                     time=now,
-                    node=first.node,
-                    reason=why,
-                    exit_code=first.exit_code,
+                    node=failure.node if failure else None,
+                    reason=verdict.why,
+                    exit_code=failure.exit_code if failure else None,
                 )
-            self._drain(row, JobState.FAILING, workers)
+            if not ended:
+                self._drain(row, target, workers)
             return
-        if workers and all(w.state == WorkerState.EXITED for w in workers):
+        if verdict.outcome is Outcome.SUCCEED:
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
                 transition(
@@ -394,28 +411,70 @@ class Controller:
                     row,
                     JobState.SUCCEEDED,
                     actor=ACTOR,
-                    why="every worker exited with status 0",
+                    why=verdict.why,
                     time=now,
                     exit_code=0,
                     reason=None,
                 )
             self._dirty = True
             return
+        if verdict.outcome is Outcome.COMPLETE:
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session, row, JobState.COMPLETING, actor=ACTOR, why=verdict.why, time=now
+                )
+            self._drain(row, JobState.COMPLETING, workers)
+            return
+        if verdict.terminate or verdict.notes:
+            self._terminate(
+                job,
+                [w for w in workers if w.id in {f.id for f in verdict.terminate}],
+                notes=verdict.notes,
+            )
         max_runtime = job.spec.get("max_runtime")
         if max_runtime and job.started_at is not None and now >= job.started_at + max_runtime:
             why = f"ran longer than its max runtime ({format_duration(max_runtime)})"
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
                 transition(
-                    session,
-                    row,
-                    JobState.EXPIRING,
-                    actor=ACTOR,
-                    why=why,
-                    time=now,
-                    reason=why,
+                    session, row, JobState.EXPIRING, actor=ACTOR, why=why, time=now, reason=why
                 )
             self._drain(row, JobState.EXPIRING, workers)
+
+    def _terminate(
+        self, job: JobRow, workers: list[WorkerRow], *, notes: tuple[str, ...] = ()
+    ) -> None:
+        """Tell some workers of a job that goes on to exit (a failed sub-task, idle helpers)."""
+        now = self.clock.now()
+        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        signalled = []
+        for w in workers:
+            if w.handle is not None and w.terminate_sent_at is None:
+                self.executor.terminate(w.handle, grace)
+                signalled.append(w)
+        with self.store.write() as session:
+            for note in notes:
+                record_event(session, job, kind="task", actor=ACTOR, reason=note, time=now)
+            self._record_signals(session, job, signalled, grace, now)
+
+    def _record_signals(
+        self, session: Any, job: JobRow, workers: list[WorkerRow], grace: float, now: float
+    ) -> None:
+        for w in workers:
+            session.execute(
+                update(WorkerRow).where(WorkerRow.id == w.id).values(terminate_sent_at=now)
+            )
+            record_event(
+                session,
+                job,
+                kind="signal",
+                actor=ACTOR,
+                node=w.node,
+                time=now,
+                reason=f"SIGTERM sent to worker {w.rank}; SIGKILL if it is still running "
+                f"after the graceful period ({format_duration(grace)})",
+            )
 
     def _drain(self, job: JobRow, state: JobState, workers: list[WorkerRow]) -> None:
         """Tell live workers to exit; SIGKILL stragglers; end the job when all have exited."""
@@ -442,20 +501,7 @@ class Controller:
         with self.store.write() as session:
             # Worker bookkeeping is recorded even if the job changed meanwhile; only the
             # job's own transition is guarded.
-            for w in signalled:
-                session.execute(
-                    update(WorkerRow).where(WorkerRow.id == w.id).values(terminate_sent_at=now)
-                )
-                record_event(
-                    session,
-                    job,
-                    kind="signal",
-                    actor=ACTOR,
-                    node=w.node,
-                    time=now,
-                    reason=f"SIGTERM sent to worker {w.rank}; SIGKILL if it is still running "
-                    f"after the graceful period ({format_duration(grace)})",
-                )
+            self._record_signals(session, job, signalled, grace, now)
             for w in killed:
                 record_event(
                     session,
@@ -484,7 +530,10 @@ class Controller:
                 if escalated:
                     ranks = ", ".join(str(w.rank) for w in escalated)
                     why += f" (worker {ranks} SIGKILLed after the graceful period)"
-                transition(session, row, target, actor=ACTOR, why=why, time=now)
+                done: dict[str, Any] = (
+                    {"exit_code": 0, "reason": None} if (target is JobState.SUCCEEDED) else {}
+                )
+                transition(session, row, target, actor=ACTOR, why=why, time=now, **done)
                 self._dirty = True
 
     # -- 3. schedule ----------------------------------------------------------------------
@@ -493,28 +542,65 @@ class Controller:
         now = self.clock.now()
         with self.store.read() as session:
             snapshot = load_snapshot(session, now)
-            addresses = dict(session.execute(select(NodeRow.name, NodeRow.address)).all())
+            nodes = {
+                name: (address, str((labels or {}).get("host", name)))
+                for name, address, labels in session.execute(
+                    select(NodeRow.name, NodeRow.address, NodeRow.labels)
+                )
+            }
+            ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
         if not snapshot.pending:
             self._reasons.clear()
             return
         decisions = decide(snapshot)
         for start in decisions.starts:
-            self._start(start, addresses, now)
+            self._start(start, nodes, ports, now)
         self._record_waits({w.job_id: w.message for w in decisions.waits.values()})
 
-    def _start(self, start: Start, addresses: dict[str, str], now: float) -> None:
+    def _ports_in_use(self, session: Any, nodes: dict[str, tuple[str, str]]) -> dict[str, set[int]]:
+        """Per host, the ports the placements of running jobs hold."""
+        used: dict[str, set[int]] = {}
+        for (placement,) in session.execute(
+            select(JobRow.placement).where(JobRow.state.in_(_ACTIVE_JOB_STATES))
+        ):
+            for slot in placement or []:
+                host = nodes.get(slot["node"], ("", slot["node"]))[1]
+                used.setdefault(host, set()).add(int(slot.get("port", 0)))
+        return used
+
+    def _next_port(self, host: str, used: dict[str, set[int]]) -> int:
+        """A port no running job holds on ``host``. Ports rotate through the range, so a port a
+        job just released (perhaps still in TIME_WAIT) is the last to be handed out again."""
+        taken = used.setdefault(host, set())
+        span = PORT_RANGE[1] - PORT_RANGE[0]
+        for _ in range(span):
+            port = PORT_RANGE[0] + self._port_cursor % span
+            self._port_cursor += 1
+            if port not in taken:
+                taken.add(port)
+                return port
+        raise RuntimeError(f"no free port left on {host} in {PORT_RANGE}")
+
+    def _start(
+        self,
+        start: Start,
+        nodes: dict[str, tuple[str, str]],
+        ports: dict[str, set[int]],
+        now: float,
+    ) -> None:
         slots = [
             Slot(
                 node=a.node,
-                address=addresses.get(a.node, ""),
+                address=nodes.get(a.node, ("", ""))[0],
                 gpus=a.gpus,
                 cpus=a.cpus,
                 memory=a.memory,
                 exclusive=a.exclusive,
+                port=self._next_port(nodes.get(a.node, ("", a.node))[1], ports),
             )
             for a in start.allocations
         ]
-        nodes = ", ".join(dict.fromkeys(s.node for s in slots))
+        placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
         try:
             with self.store.write() as session:
                 row = session.get(JobRow, start.job_id)
@@ -525,20 +611,25 @@ class Controller:
                     row,
                     JobState.STARTING,
                     actor=SCHEDULER,
-                    why=f"placed on {nodes}",
+                    why=f"placed on {placed_on}",
                     time=now,
                     placement=[s.model_dump(mode="json") for s in slots],
                     reason=None,
+                    token=secrets.token_hex(16),
                 )
+                job_seats = seats(JobSpec.model_validate(row.spec))
                 workers = [
                     WorkerRow(
                         job_id=row.id,
                         attempt=row.attempt,
-                        rank=rank,
+                        rank=seat.rank,
                         node=slot.node,
+                        role=seat.role.value,
+                        task=seat.task,
+                        primary=seat.role.primary,
                         state=WorkerState.PENDING,
                     )
-                    for rank, slot in enumerate(slots)
+                    for seat, slot in zip(job_seats, slots, strict=True)
                 ]
                 session.add_all(workers)
         except StaleWrite:
@@ -592,6 +683,20 @@ class Controller:
                 name: tuple(str(d) for d in devices)
                 for name, devices in session.execute(select(NodeRow.name, NodeRow.gpu_devices))
             }
+
+
+def _facts(w: WorkerRow) -> WorkerFacts:
+    return WorkerFacts(
+        id=w.id,
+        rank=w.rank,
+        task=w.task,
+        primary=w.primary,
+        state=w.state,
+        exit_code=w.exit_code,
+        told_to_exit=w.terminate_sent_at is not None,
+        detail=w.detail or "",
+        node=w.node,
+    )
 
 
 def _describe_exit(

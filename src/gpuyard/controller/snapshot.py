@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpuyard.launch.topology import stored_request
 from gpuyard.models import JobState, NodeState, Priority
 from gpuyard.scheduler import (
     Allocation,
@@ -16,7 +17,6 @@ from gpuyard.scheduler import (
     Snapshot,
 )
 from gpuyard.server.db.tables import JobRow, NodeRow
-from gpuyard.server.services.jobs import stored_request
 
 __all__ = ["allocations_of", "load_snapshot"]
 

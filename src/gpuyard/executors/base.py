@@ -15,9 +15,12 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 __all__ = [
+    "Bind",
     "Executor",
+    "File",
     "LaunchError",
     "NodeInfo",
+    "Tools",
     "WorkerKey",
     "WorkerLaunch",
     "WorkerPhase",
@@ -53,6 +56,21 @@ class WorkerKey:
 
 
 @dataclass(frozen=True, slots=True)
+class File:
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Make ``source`` appear at ``target`` (a path in the worker's workspace)."""
+
+    target: str
+    source: str
+    readonly: bool
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerLaunch:
     """Everything needed to start one worker; built by :mod:`gpuyard.launch`."""
 
@@ -63,8 +81,14 @@ class WorkerLaunch:
     cwd: str
     grace: float
     """Seconds between SIGTERM and SIGKILL when the worker is told to stop."""
-    files: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, File] = field(default_factory=dict)
     """Files to write before the command starts (absolute path -> content)."""
+    binds: Sequence[Bind] = ()
+    """The workspace: directories to bind (read-only where asked and the OS allows)."""
+    role: str = "worker"
+    task: int = 0
+    primary: bool = True
+    """Whether the worker's exit decides the job (False for helpers: MPI targets, PS)."""
 
 
 class WorkerPhase(StrEnum):
@@ -90,8 +114,26 @@ class LaunchError(Exception):
     """A worker could not be launched; the message says why."""
 
 
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """Where an executor's nodes have gpuyard's own in-job tools."""
+
+    python: str = "python3"
+    """An interpreter that can run the stdlib-only tools below."""
+    rexec: str = ""
+    """Path of gpuyard/runtime/rexec.py (MPI's remote launch without ssh)."""
+
+
 class Executor(Protocol):
     name: str
+
+    @property
+    def interface(self) -> str:
+        """The network interface that carries the nodes' addresses (eth0 on a cluster, lo for
+        virtual nodes); MPICH's Hydra needs to be told."""
+        ...
+
+    def tools(self) -> Tools: ...
 
     def nodes(self) -> list[NodeInfo]: ...
 

@@ -15,6 +15,7 @@ from gpuyard.executors.base import (
     Handle,
     LaunchError,
     NodeInfo,
+    Tools,
     WorkerKey,
     WorkerLaunch,
     WorkerPhase,
@@ -35,6 +36,7 @@ class FakeWorker:
 
 class FakeExecutor:
     name = "fake"
+    interface = "lo"
 
     def __init__(
         self,
@@ -54,6 +56,9 @@ class FakeExecutor:
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
+
+    def tools(self) -> Tools:
+        return Tools(python="/fake/python", rexec="/fake/rexec.py")
 
     def base_env(self, node: str) -> Mapping[str, str]:
         return {"PATH": "/usr/bin:/bin"}

@@ -1,26 +1,34 @@
-"""Build each worker's launch: the env contract, the mode's variables, the argv.
+"""Build each worker's launch: the env contract, the mode's variables and files, the argv.
 
 Pure: everything comes in as arguments (the job, its placement, the executor's base env and
-paths), nothing is read from the machine. The env contract is documented in
-``docs/env-contract.md`` and tested in ``tests/unit/launch``.
+paths), nothing is read from the machine. The env contract is documented in ``docs/jobs.md`` and
+tested in ``tests/unit/launch``.
 
-Precedence, lowest first: the executor's base env, the platform defaults
-(:data:`PLATFORM_DEFAULTS`), the job's ``env``, then the contract
-(``GPUYARD_*``, ``CUDA_VISIBLE_DEVICES``), which a job cannot override because the platform's
-own bookkeeping depends on it.
+Precedence of the environment, lowest first: the executor's base env, the platform defaults
+(:data:`PLATFORM_DEFAULTS`), the pool's network preset, the job's ``env``, then what the mode and
+the platform need to be right (``MASTER_ADDR``, ``TF_CONFIG``, hostfiles, ``SLURM_*``,
+``GPUYARD_*``, ``CUDA_VISIBLE_DEVICES``), which a job cannot override.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gpuyard.executors.base import WorkerKey, WorkerLaunch
-from gpuyard.models.command import parse_command
-from gpuyard.models.job import JobMode, JobSpec, Slot
+from gpuyard.executors.base import File, Tools, WorkerKey, WorkerLaunch
+from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
+from gpuyard.launch.mpi import with_mpi_prefix
+from gpuyard.launch.network import NetworkPreset, network_env
+from gpuyard.launch.slurm import slurm_env
+from gpuyard.launch.topology import Role, Seat, seats
+from gpuyard.launch.torchrun import wrap_python
+from gpuyard.launch.workspace import attempt_dir, output_dir, worker_dir, workspace_binds
+from gpuyard.models.command import Literal, ParsedCommand, parse_command
+from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
 
-__all__ = ["PLATFORM_DEFAULTS", "JobContext", "contract_env", "plan_worker"]
+__all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "plan_worker"]
 
 PLATFORM_DEFAULTS = {
     # Logs are files, and a Python writing to a file buffers its output by the block: a
@@ -28,6 +36,16 @@ PLATFORM_DEFAULTS = {
     # "" in its env to get buffering back.
     "PYTHONUNBUFFERED": "1",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class MpiInstall:
+    """Where an MPI implementation lives on the nodes: prepended to PATH / LD_LIBRARY_PATH."""
+
+    bin_dir: str = ""
+    lib_dir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra variables this installation needs (e.g. to run on loopback)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,39 +60,188 @@ class JobContext:
     control_url: str = ""
     gpu_devices: Mapping[str, Sequence[str]] | None = None
     """Per node, what CUDA_VISIBLE_DEVICES names for each local GPU index."""
-
-    @property
-    def output_dir(self) -> str:
-        return posixpath.join(self.job_dir, "outputs")
+    token: str = ""
+    """A secret of this attempt of the job (its workers use it to trust each other)."""
+    tools: Tools = field(default_factory=Tools)
+    mpi: Mapping[MpiImplementation, MpiInstall] = field(default_factory=dict)
+    network: NetworkPreset = field(default_factory=NetworkPreset)
+    mpi_interface: str = "eth0"
+    """HYDRA_IFACE for MPICH jobs (the reference's eth0; `lo` for virtual nodes)."""
 
     @property
     def checkpoint_dir(self) -> str:
         return posixpath.join(self.job_dir, "checkpoints")
 
 
-def contract_env(ctx: JobContext, rank: int) -> dict[str, str]:
-    """The ``GPUYARD_*`` variables and GPU isolation for worker ``rank``."""
-    slot = ctx.placement[rank]
+@dataclass(frozen=True, slots=True)
+class _Worker:
+    """Everything plan_worker derives about one worker before rendering it."""
+
+    spec: JobSpec
+    ctx: JobContext
+    seat: Seat
+    gang: tuple[Seat, ...]
+
+    @property
+    def slot(self) -> Slot:
+        return self.ctx.placement[self.seat.rank]
+
+    def slot_of(self, seat: Seat) -> Slot:
+        return self.ctx.placement[seat.rank]
+
+    @property
+    def compute(self) -> list[Seat]:
+        return [s for s in self.gang if s.role is not Role.PS]
+
+    @property
+    def master(self) -> Slot:
+        return self.slot_of(self.gang[0])
+
+    @property
+    def slots_per_node(self) -> int:
+        """SLOTS: GPUs per node, 1 on CPU (reference 002)."""
+        return self.spec.resources.gpus or 1
+
+    @property
+    def files_dir(self) -> str:
+        """Per attempt and sub-task: hostfiles and the like."""
+        return posixpath.join(
+            attempt_dir(self.ctx.job_dir, self.ctx.attempt), f"task-{self.seat.task}"
+        )
+
+
+def contract_env(w: _Worker, *, workspace: str, outputs: str) -> dict[str, str]:
+    ctx, slot, seat = w.ctx, w.slot, w.seat
     devices = (ctx.gpu_devices or {}).get(slot.node)
     visible = [devices[i] if devices and i < len(devices) else str(i) for i in slot.gpus]
     env = {
         "GPUYARD_JOB_ID": str(ctx.job_id),
         "GPUYARD_JOB_NAME": ctx.name,
         "GPUYARD_ATTEMPT": str(ctx.attempt),
-        "GPUYARD_NODE_RANK": str(rank),
-        "GPUYARD_NUM_NODES": str(len(ctx.placement)),
+        "GPUYARD_NODE_RANK": str(seat.node_rank),
+        "GPUYARD_NUM_NODES": str(seat.gang_size),
+        "GPUYARD_ROLE": seat.role.value,
         "GPUYARD_NODE_NAME": slot.node,
         "GPUYARD_NODE_ADDRESS": slot.address,
         "GPUYARD_JOB_DIR": ctx.job_dir,
-        "GPUYARD_OUTPUT_DIR": ctx.output_dir,
+        "GPUYARD_WORKSPACE": workspace,
+        "GPUYARD_OUTPUT_DIR": outputs,
         "GPUYARD_CHECKPOINT_DIR": ctx.checkpoint_dir,
         "GPUYARD_GPUS": str(len(slot.gpus)),
         # An empty list hides every GPU from a job that asked for none.
         "CUDA_VISIBLE_DEVICES": ",".join(visible),
     }
+    if w.spec.type is JobType.BATCH:
+        env["GPUYARD_TASK_INDEX"] = str(seat.task)
+        env["GPUYARD_NUM_TASKS"] = str(len(w.spec.tasks))
     if ctx.control_url:
         env["GPUYARD_URL"] = ctx.control_url
+    if ctx.token:
+        env["GPUYARD_JOB_TOKEN"] = ctx.token
     return env
+
+
+def _torch_env(w: _Worker) -> dict[str, str]:
+    """MASTER_ADDR, MASTER_PORT, WORLD_SIZE (nodes), RANK (node rank), SLOTS, as in 002."""
+    return {
+        "MASTER_ADDR": w.master.address,
+        "MASTER_PORT": str(w.master.port),
+        "WORLD_SIZE": str(len(w.compute)),
+        "RANK": str(w.seat.node_rank),
+        "SLOTS": str(w.slots_per_node),
+    }
+
+
+def _tf_env(w: _Worker) -> dict[str, str]:
+    hosts = {
+        role: [f"{w.slot_of(s).address}:{w.slot_of(s).port}" for s in w.gang if s.role is role]
+        for role in (Role.WORKER, Role.PS)
+    }
+    config = tf_config(
+        workers=hosts[Role.WORKER],
+        ps=hosts[Role.PS],
+        task_type="ps" if w.seat.role is Role.PS else "worker",
+        task_index=w.seat.role_index,
+    )
+    return {"TF_CONFIG": config}
+
+
+def _hosts(w: _Worker) -> list[tuple[str, int]]:
+    return [(w.slot_of(s).node, w.slots_per_node) for s in w.compute]
+
+
+def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]:
+    """MPI launcher/target: (argv override for targets, env, files)."""
+    ctx, impl = w.ctx, w.spec.mpi
+    files_dir = w.files_dir
+    agent = posixpath.join(files_dir, "rsh-agent")
+    hosts_json = posixpath.join(files_dir, "rexec-hosts.json")
+    hostfile = posixpath.join(files_dir, "hostfile")
+    mpich_file = posixpath.join(files_dir, "mpich_hostfile")
+    rexec_hosts = {
+        w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
+        for s in w.compute
+    }
+    files = {
+        hostfile: File(openmpi_hostfile(_hosts(w))),
+        mpich_file: File(mpich_hostfile(_hosts(w))),
+        hosts_json: File(json.dumps(rexec_hosts, sort_keys=True) + "\n"),
+        agent: File(
+            f'#!/bin/sh\nexec {ctx.tools.python} -I -S {ctx.tools.rexec} agent "$@"\n', 0o755
+        ),
+    }
+    env = {
+        "OMPI_MCA_orte_default_hostfile": hostfile,
+        "OMPI_MCA_plm_rsh_agent": agent,
+        "PRTE_MCA_prte_default_hostfile": hostfile,
+        "PRTE_MCA_plm_rsh_agent": agent,
+        "HYDRA_HOST_FILE": mpich_file,
+        "HYDRA_IFACE": ctx.mpi_interface,
+        "HYDRA_LAUNCHER": "ssh",
+        "HYDRA_LAUNCHER_EXEC": agent,
+        "GPUYARD_REXEC_HOSTS": hosts_json,
+        "GPUYARD_REXEC_SELF": w.slot.node,
+        "GPUYARD_HOSTFILE": mpich_file if impl is MpiImplementation.MPICH else hostfile,
+    }
+    install = ctx.mpi.get(impl)
+    if install is not None:
+        env.update(install.env)
+    if w.seat.role is Role.MPI_TARGET:
+        env["GPUYARD_REXEC_ADDRESS"] = w.slot.address
+        env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
+        return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
+    return None, env, files
+
+
+def _deepspeed(
+    w: _Worker, command: ParsedCommand
+) -> tuple[ParsedCommand, dict[str, str], dict[str, File]]:
+    """The hostfile, and a `deepspeed` launcher told where it is and how to start without ssh."""
+    hostfile = posixpath.join(w.files_dir, "hostfile")
+    env = {"GPUYARD_HOSTFILE": hostfile, "DLTS_HOSTFILE": hostfile}
+    files = {hostfile: File(deepspeed_hostfile(_hosts(w)))}
+    words = command.display_words()
+    if posixpath.basename(words[0]) != "deepspeed":
+        return command, env, files
+    given = {word.split("=", 1)[0] for word in words}
+    extra = []
+    if not given & {"-H", "--hostfile"}:
+        extra.append(f"--hostfile={hostfile}")
+    if len(w.compute) > 1 and "--no_ssh" not in given:
+        # Each node runs its own launcher, as pods do, rather than one launcher sshing to all.
+        extra += [
+            "--no_ssh",
+            f"--node_rank={w.seat.node_rank}",
+            f"--master_addr={w.master.address}",
+            f"--master_port={w.master.port}",
+        ]
+    literal = tuple((Literal(x, True),) for x in extra)
+    return ParsedCommand(command.words[:1] + literal + command.words[1:]), env, files
+
+
+def _prepend_path(env: dict[str, str], name: str, directory: str) -> None:
+    if directory:
+        env[name] = f"{directory}:{env[name]}" if env.get(name) else directory
 
 
 def plan_worker(
@@ -85,18 +252,83 @@ def plan_worker(
     base_env: Mapping[str, str],
 ) -> WorkerLaunch:
     """The launch of worker ``rank`` of a job."""
-    if spec.mode is not JobMode.SINGLE:  # pragma: no cover - the enum has only SINGLE today
-        raise NotImplementedError(f"mode {spec.mode} is not implemented")
+    all_seats = seats(spec)
+    seat = all_seats[rank]
+    w = _Worker(spec, ctx, seat, tuple(s for s in all_seats if s.task == seat.task))
+    command = parse_command(spec.commands()[seat.task])
+    wdir = worker_dir(ctx.job_dir, ctx.attempt, rank)
+    workspace = posixpath.join(wdir, "workspace")
+    outputs = output_dir(spec, job_dir=ctx.job_dir, job_name=ctx.name, task=seat.task)
+
     env = dict(base_env)
     env.update(PLATFORM_DEFAULTS)
+    total_gpus = spec.resources.gpus * spec.nodes
+    env.update(network_env(ctx.network, total_gpus=total_gpus, mpi=spec.mode.uses_mpi))
     env.update(spec.env)
-    env.update(contract_env(ctx, rank))
-    argv = parse_command(spec.command).render(env)
+
+    mode_env: dict[str, str] = {}
+    files: dict[str, File] = {}
+    argv_override: list[str] | None = None
+    processes_per_node = 1
+    if spec.mode in (JobMode.SINGLE, JobMode.PYTORCH, JobMode.PYTORCH_DEEPSPEED):
+        mode_env.update(_torch_env(w))
+    if spec.mode.uses_torch:
+        wrapped = wrap_python(
+            command,
+            nproc_per_node=w.slots_per_node,
+            nnodes=len(w.compute),
+            node_rank=seat.node_rank,
+            master_addr="localhost" if seat.node_rank == 0 else w.master.address,
+            master_port=w.master.port,
+        )
+        if wrapped is not None:
+            command, processes_per_node = wrapped, w.slots_per_node
+    if spec.mode is JobMode.PYTORCH_DEEPSPEED:
+        command, more_env, more_files = _deepspeed(w, command)
+        mode_env.update(more_env)
+        files.update(more_files)
+    elif spec.mode.uses_mpi:
+        install = ctx.mpi.get(spec.mpi)
+        if install is not None:
+            _prepend_path(env, "PATH", install.bin_dir)
+            _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
+        argv_override, more_env, more_files = _mpi(w)
+        mode_env.update(more_env)
+        files.update(more_files)
+        if seat.role is Role.LAUNCHER:
+            processes = w.slots_per_node * len(w.compute)
+            command = with_mpi_prefix(command, spec.mpi, processes)
+    elif spec.mode is JobMode.TENSORFLOW:
+        mode_env.update(_tf_env(w))
+
+    nodes = [w.slot_of(s).node for s in w.gang]
+    cwd = spec.workdir or workspace
+    mode_env.update(
+        slurm_env(
+            job_id=ctx.job_id,
+            job_name=ctx.name,
+            nodes=nodes,
+            node_rank=seat.node_rank,
+            processes_per_node=processes_per_node,
+            cpus=w.slot.cpus,
+            gpus=len(w.slot.gpus),
+            submit_dir=cwd,
+            attempt=ctx.attempt,
+        )
+    )
+    env.update(mode_env)
+    env.update(contract_env(w, workspace=workspace, outputs=outputs))
+    argv = argv_override or command.render(env)
     return WorkerLaunch(
         key=WorkerKey(ctx.job_id, ctx.attempt, rank),
-        node=ctx.placement[rank].node,
+        node=w.slot.node,
         argv=argv,
         env=env,
-        cwd=spec.workdir or ctx.job_dir,
+        cwd=cwd,
         grace=spec.graceful_shutdown,
+        files=files,
+        binds=tuple(workspace_binds(spec, workspace=workspace, outputs=outputs, task=seat.task)),
+        role=seat.role.value,
+        task=seat.task,
+        primary=seat.role.primary,
     )

@@ -7,7 +7,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from gpuyard.models.command import CommandError, parse_command
 from gpuyard.models.states import JobState, JobStatus
@@ -17,12 +24,17 @@ __all__ = [
     "JobEvent",
     "JobMode",
     "JobSpec",
+    "JobType",
     "JobView",
     "LogChunk",
+    "Mount",
+    "Mounts",
+    "MpiImplementation",
     "NodeResources",
     "Page",
     "Priority",
     "Slot",
+    "SubTask",
     "WorkerView",
 ]
 
@@ -30,13 +42,45 @@ T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_NAME = re.compile(r"^[\w][\w.-]{0,127}$")
+_MOUNT_NAME = re.compile(r"^(?!\.{1,2}$)[\w.-]{1,128}$")
 
 
 class JobMode(StrEnum):
-    """How the job's processes are launched and find each other."""
+    """How the job's processes are launched and find each other (reference 002, 分布式模式)."""
 
     SINGLE = "single"
     """The command as given, once per node."""
+    PYTORCH = "pytorch"
+    """MASTER_ADDR/PORT, WORLD_SIZE, RANK, SLOTS; a plain `python x.py` is wrapped in the torch
+    launcher."""
+    PYTORCH_DEEPSPEED = "pytorch-deepspeed"
+    """As pytorch, plus a DeepSpeed hostfile."""
+    MPI = "mpi"
+    """Worker 0 runs mpirun (added when the command lacks it); the others host its daemons."""
+    HOROVOD = "horovod"
+    """As mpi."""
+    TENSORFLOW = "tensorflow"
+    """TF_CONFIG for parameter-server (parameter_servers > 0) or AllReduce jobs."""
+
+    @property
+    def uses_mpi(self) -> bool:
+        return self in (JobMode.MPI, JobMode.HOROVOD)
+
+    @property
+    def uses_torch(self) -> bool:
+        return self in (JobMode.PYTORCH, JobMode.PYTORCH_DEEPSPEED)
+
+
+class MpiImplementation(StrEnum):
+    OPENMPI = "openmpi"
+    MPICH = "mpich"
+
+
+class JobType(StrEnum):
+    REGULAR = "regular"
+    """One command (常规任务)."""
+    BATCH = "batch"
+    """Several sub-tasks, each with its own command, side by side (批量任务)."""
 
 
 class Priority(StrEnum):
@@ -71,6 +115,102 @@ Seconds = Annotated[float, BeforeValidator(_duration)]
 Bytes = Annotated[int, BeforeValidator(_size)]
 
 
+def _absolute(value: str, what: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{what} must be an absolute path (got {value!r})")
+    return value
+
+
+def _check_command(value: str) -> str:
+    try:
+        parse_command(value)
+    except CommandError as exc:
+        raise ValueError(str(exc)) from None
+    return value.strip()
+
+
+class Mount(BaseModel):
+    """A directory given to the job under a name in its workspace."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Name under the workspace folder (letters, digits, _ . -).")
+    path: str = Field(description="Absolute path of the directory to mount.")
+    readonly: bool = Field(True, description="Mount read-only.")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _MOUNT_NAME.match(value):
+            raise ValueError(
+                f"a mount name is letters, digits, '_', '.' or '-', and not '.' or '..' "
+                f"(got {value!r})"
+            )
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, value: str) -> str:
+        return _absolute(value, "a mount path")
+
+
+class Mounts(BaseModel):
+    """The job-style workspace of reference 002 (任务式训练目录结构)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    algorithm: str | None = Field(None, description="Code directory, at workspace/algorithm.")
+    algorithm_readonly: bool = Field(True, description="Mount the algorithm read-only.")
+    datasets: list[Mount] = Field(
+        default_factory=list, description="At workspace/dataset/<name>; read-only by default."
+    )
+    models: list[Mount] = Field(
+        default_factory=list, description="At workspace/model/<name>; always read-only."
+    )
+    outputs: str | None = Field(
+        None, description="Where workspace/outputs points (default: the job's outputs dir)."
+    )
+    volumes: list[Mount] = Field(
+        default_factory=list, description="At workspace/volume/<name>; writable."
+    )
+
+    @field_validator("algorithm", "outputs")
+    @classmethod
+    def _absolute_paths(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute(value, "a mount path")
+
+    @field_validator("models")
+    @classmethod
+    def _models_read_only(cls, value: list[Mount]) -> list[Mount]:
+        return [m.model_copy(update={"readonly": True}) for m in value]
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes_writable(cls, value: list[Mount]) -> list[Mount]:
+        return [m.model_copy(update={"readonly": False}) for m in value]
+
+
+class SubTask(BaseModel):
+    """One sub-task of a batch job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = Field(min_length=1, description="This sub-task's command.")
+    algorithm: str | None = Field(
+        None, description="This sub-task's code directory (default: the job's)."
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _command_rules(cls, value: str) -> str:
+        return _check_command(value)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _absolute_algorithm(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute(value, "an algorithm path")
+
+
 class NodeResources(BaseModel):
     """What one node of the job gets."""
 
@@ -89,13 +229,28 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="Job name; derived from the command when omitted.")
-    command: str = Field(
-        description="One executable with its arguments (see the command rules).",
-        min_length=1,
+    type: JobType = Field(JobType.REGULAR, description="regular, or batch (see tasks).")
+    command: str | None = Field(
+        None,
+        description="One executable with its arguments (see the command rules). Required for a "
+        "regular job; a batch job's sub-tasks have their own.",
+    )
+    tasks: list[SubTask] = Field(
+        default_factory=list, description="A batch job's sub-tasks, run side by side."
     )
     mode: JobMode = Field(JobMode.SINGLE, description="Distributed mode.")
-    nodes: int = Field(1, ge=1, le=4096, description="Number of nodes (one worker each).")
+    nodes: int = Field(1, ge=1, le=4096, description="Nodes per (sub-)task; one worker each.")
     resources: NodeResources = Field(default_factory=NodeResources)
+    parameter_servers: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="tensorflow only: parameter servers (1 CPU, 1 GiB each); 0 is AllReduce.",
+    )
+    mpi: MpiImplementation = Field(
+        MpiImplementation.OPENMPI, description="mpi/horovod: openmpi or mpich."
+    )
+    mounts: Mounts = Field(default_factory=Mounts, description="The job's workspace.")
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
     max_runtime: Seconds | None = Field(
         None, gt=0, description="Seconds (or '2h') after which a running job expires."
@@ -110,12 +265,30 @@ class JobSpec(BaseModel):
 
     @field_validator("command")
     @classmethod
-    def _command_rules(cls, value: str) -> str:
-        try:
-            parse_command(value)
-        except CommandError as exc:
-            raise ValueError(str(exc)) from None
-        return value.strip()
+    def _command_rules(cls, value: str | None) -> str | None:
+        return None if value is None else _check_command(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if self.type is JobType.REGULAR:
+            if not self.command:
+                raise ValueError("command: a regular job needs a command")
+            if self.tasks:
+                raise ValueError("tasks: only a batch job has sub-tasks; set type: batch")
+        elif not self.tasks:
+            raise ValueError("tasks: a batch job needs at least one sub-task, each with a command")
+        if self.parameter_servers and self.mode is not JobMode.TENSORFLOW:
+            raise ValueError(
+                f"parameter_servers: only the tensorflow mode has parameter servers (mode is "
+                f"{self.mode.value}); remove it or set mode: tensorflow"
+            )
+        return self
+
+    def commands(self) -> list[str]:
+        """The command of each (sub-)task, in order."""
+        if self.type is JobType.BATCH:
+            return [t.command for t in self.tasks]
+        return [self.command or ""]
 
     @field_validator("name")
     @classmethod
@@ -149,7 +322,7 @@ class JobSpec(BaseModel):
         """The given name, or one derived from the command's executable or script."""
         if self.name:
             return self.name
-        words = parse_command(self.command).display_words()
+        words = parse_command(self.commands()[0]).display_words()
         pick = words[0]
         for word in words[1:]:
             if not word.startswith("-"):
@@ -172,6 +345,8 @@ class Slot(BaseModel):
     cpus: float = 0.0
     memory: int = 0
     exclusive: bool = False
+    port: int = 0
+    """A port reserved for this worker on its node (the master port, a TF task's port)."""
 
 
 class WorkerView(BaseModel):

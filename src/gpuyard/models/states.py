@@ -75,6 +75,9 @@ class JobState(StrEnum):
     """It passed its max runtime; workers got SIGTERM and have the graceful period."""
     FAILING = "failing"
     """A worker failed; the others are being told to exit."""
+    COMPLETING = "completing"
+    """The workers whose exit decides the job succeeded; its helpers (MPI targets, parameter
+    servers) are being told to exit."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -103,6 +106,7 @@ _STATUS_OF: dict[JobState, JobStatus] = {
     JobState.STOPPING: JobStatus.RUNNING,
     JobState.EXPIRING: JobStatus.RUNNING,
     JobState.FAILING: JobStatus.RUNNING,
+    JobState.COMPLETING: JobStatus.RUNNING,
     JobState.SUCCEEDED: JobStatus.SUCCEEDED,
     JobState.FAILED: JobStatus.FAILED,
     JobState.STOPPED: JobStatus.STOPPED,
@@ -110,7 +114,14 @@ _STATUS_OF: dict[JobState, JobStatus] = {
 }
 
 _HOLDING = frozenset(
-    {JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.EXPIRING, JobState.FAILING}
+    {
+        JobState.STARTING,
+        JobState.RUNNING,
+        JobState.STOPPING,
+        JobState.EXPIRING,
+        JobState.FAILING,
+        JobState.COMPLETING,
+    }
 )
 
 # The draining states and where each one ends once every worker has exited.
@@ -118,6 +129,7 @@ DRAIN_TARGET: dict[JobState, JobState] = {
     JobState.STOPPING: JobState.STOPPED,
     JobState.EXPIRING: JobState.EXPIRED,
     JobState.FAILING: JobState.FAILED,
+    JobState.COMPLETING: JobState.SUCCEEDED,
 }
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -132,11 +144,13 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.STOPPING,
             JobState.EXPIRING,
             JobState.FAILING,
+            JobState.COMPLETING,
         }
     ),
     JobState.STOPPING: frozenset({JobState.STOPPED}),
     JobState.EXPIRING: frozenset({JobState.EXPIRED, JobState.STOPPING}),
     JobState.FAILING: frozenset({JobState.FAILED, JobState.STOPPING}),
+    JobState.COMPLETING: frozenset({JobState.SUCCEEDED, JobState.STOPPING, JobState.EXPIRING}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.STOPPED: frozenset(),

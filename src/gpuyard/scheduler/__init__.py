@@ -3,6 +3,7 @@
 from gpuyard.scheduler.decide import Decisions, Start, Wait, WaitCode, decide
 from gpuyard.scheduler.snapshot import (
     Allocation,
+    Member,
     NodeCapacity,
     PendingJob,
     Request,
@@ -13,6 +14,7 @@ from gpuyard.scheduler.snapshot import (
 __all__ = [
     "Allocation",
     "Decisions",
+    "Member",
     "NodeCapacity",
     "PendingJob",
     "Request",

@@ -85,7 +85,10 @@ def decide(snapshot: Snapshot) -> Decisions:
 
 
 def _not_enough(job: PendingJob) -> str:
-    r = job.request
-    if r.whole_nodes:
-        return f"waiting for {r.nodes} whole free nodes with {r.gpus} GPUs each"
-    return f"waiting for a node with {r.gpus} free GPUs and {r.cpus:g} free CPUs"
+    members = job.request.members
+    first = members[0]
+    if len(set(members)) == 1 and first.whole_node:
+        return f"waiting for {len(members)} whole free nodes with {first.gpus} GPUs each"
+    if len(members) == 1:
+        return f"waiting for a node with {first.gpus} free GPUs and {first.cpus:g} free CPUs"
+    return f"waiting for room for its {len(members)} workers ({job.request.gpus} GPUs in all)"

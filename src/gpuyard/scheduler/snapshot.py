@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Allocation", "NodeCapacity", "PendingJob", "Request", "RunningJob", "Snapshot"]
+__all__ = [
+    "Allocation",
+    "Member",
+    "NodeCapacity",
+    "PendingJob",
+    "Request",
+    "RunningJob",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +32,34 @@ class NodeCapacity:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    """What a job asks of each of its nodes."""
+class Member:
+    """What one worker of a job needs from the node it lands on."""
 
-    nodes: int = 1
     gpus: int = 0
     cpus: float = 1.0
     memory: int = 0
+    whole_node: bool = False
+    """Take a whole free node (and hold it exclusively), as multi-node jobs do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Everything a job needs at once: one member per worker, placed all or nothing."""
+
+    members: tuple[Member, ...]
+
+    @classmethod
+    def uniform(cls, nodes: int = 1, gpus: int = 0, cpus: float = 1.0, memory: int = 0) -> Request:
+        """``nodes`` identical workers; more than one means whole nodes."""
+        return cls((Member(gpus, cpus, memory, whole_node=nodes > 1),) * nodes)
 
     @property
-    def whole_nodes(self) -> bool:
-        """Multi-node jobs take whole nodes; single-node jobs share by counts."""
-        return self.nodes > 1
+    def gpus(self) -> int:
+        return sum(m.gpus for m in self.members)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +76,7 @@ class PendingJob:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """One job's use of one node."""
+    """One worker's use of one node."""
 
     node: str
     gpus: tuple[int, ...] = ()

@@ -21,11 +21,11 @@ def readable_validation_errors(errors: list[Any]) -> str:
     lines = []
     for err in errors:
         loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
-        where = ".".join(loc) or "request"
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         got = err.get("input")
         shown = "" if err.get("type") in ("value_error", "missing") else f" (got {got!r})"
-        lines.append(f"{where}: {msg}{shown}")
+        # A check across fields has no location; its message names the field itself.
+        lines.append(f"{'.'.join(loc)}: {msg}{shown}" if loc else f"{msg}{shown}")
     return "; ".join(lines)
 
 

@@ -40,7 +40,7 @@ def job(
         priority=priority.rank,
         seq=job_id if seq is None else seq,
         owner=owner,
-        request=Request(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory),
+        request=Request.uniform(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory),
     )
 
 

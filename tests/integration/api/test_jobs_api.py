@@ -137,7 +137,14 @@ INVALID = [
     ({"command": "x", "workdir": "relative/dir"}, "absolute path"),
     ({"command": "x", "name": "a/b"}, "job name"),
     ({"command": "x", "colour": "red"}, "colour: Extra inputs are not permitted"),
-    ({}, "command: Field required"),
+    ({}, "command: a regular job needs a command"),
+    ({"command": "x", "mode": "mpi", "parameter_servers": 1}, "only the tensorflow mode"),
+    ({"type": "batch", "command": "x"}, "a batch job needs at least one sub-task"),
+    ({"type": "batch", "tasks": [{"command": "a && b"}]}, 'bash -c "a && b"'),
+    ({"command": "x", "mounts": {"datasets": [{"name": "..", "path": "/d"}]}}, "mount name"),
+    ({"command": "x", "mounts": {"algorithm": "code/"}}, "absolute path"),
+    ({"command": "x", "mode": "tensorflow", "parameter_servers": 1, "nodes": 2,
+      "resources": {"cpus": 64}}, "do not fit in the pool together"),
 ]
 
 

@@ -1,86 +1,450 @@
-"""The env contract and argv of a worker (mode single)."""
+"""Each worker's env, argv, files and workspace, per mode (the env contract, tested)."""
 
 from __future__ import annotations
 
-from gpuyard.launch.plan import JobContext, plan_worker
-from gpuyard.models import JobSpec, Slot
+import json
+from typing import Any
+
+import pytest
+
+from gpuyard.executors.base import Bind, File, Tools
+from gpuyard.launch.network import Network, NetworkPreset
+from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
+from gpuyard.launch.slurm import compress_hostlist
+from gpuyard.launch.topology import seats
+from gpuyard.models import JobSpec, MpiImplementation, Slot
+
+TOOLS = Tools(python="/pool/bin/python", rexec="/pool/rexec.py")
 
 
-def ctx(**overrides: object) -> JobContext:
-    base: dict[str, object] = {
+def slot(i: int, gpus: int = 2, port: int | None = None) -> Slot:
+    return Slot(
+        node=f"node{i}",
+        address=f"127.0.0.{i + 2}",
+        gpus=tuple(range(gpus)),
+        cpus=4,
+        port=port or 20000 + i,
+    )
+
+
+def ctx(spec: JobSpec, **overrides: Any) -> JobContext:
+    n = len(seats(spec))
+    base: dict[str, Any] = {
         "job_id": 42,
         "name": "train",
         "attempt": 1,
-        "placement": [
-            Slot(node="node0", address="127.0.0.2", gpus=(1, 3), cpus=2),
-            Slot(node="node1", address="127.0.0.3", gpus=(), cpus=2),
-        ],
+        "placement": [slot(i, spec.resources.gpus) for i in range(n)],
         "job_dir": "/pool/jobs/42",
         "control_url": "http://127.0.0.1:8470",
-        "gpu_devices": {"node0": ["4", "5", "6", "7"]},
+        "token": "s3cret",
+        "tools": TOOLS,
     }
     base.update(overrides)
-    return JobContext(**base)  # type: ignore[arg-type]
+    return JobContext(**base)
+
+
+def plan(
+    spec: JobSpec, rank: int = 0, *, base_env: dict[str, str] | None = None, **overrides: Any
+) -> Any:
+    return plan_worker(spec, ctx(spec, **overrides), rank, base_env=base_env or {"PATH": "/bin"})
 
 
 def test_contract_variables() -> None:
-    launch = plan_worker(JobSpec(command="python x.py"), ctx(), 0, base_env={"PATH": "/bin"})
-    env = launch.env
-    assert {k: env[k] for k in env if k.startswith("GPUYARD_")} == {
+    spec = JobSpec(command="python x.py", nodes=2)
+    env = plan(spec, 1).env
+    assert {k: v for k, v in env.items() if k.startswith("GPUYARD_")} == {
         "GPUYARD_JOB_ID": "42",
         "GPUYARD_JOB_NAME": "train",
         "GPUYARD_ATTEMPT": "1",
-        "GPUYARD_NODE_RANK": "0",
+        "GPUYARD_NODE_RANK": "1",
         "GPUYARD_NUM_NODES": "2",
-        "GPUYARD_NODE_NAME": "node0",
-        "GPUYARD_NODE_ADDRESS": "127.0.0.2",
+        "GPUYARD_ROLE": "worker",
+        "GPUYARD_NODE_NAME": "node1",
+        "GPUYARD_NODE_ADDRESS": "127.0.0.3",
         "GPUYARD_JOB_DIR": "/pool/jobs/42",
+        "GPUYARD_WORKSPACE": "/pool/jobs/42/attempts/1/worker-1/workspace",
         "GPUYARD_OUTPUT_DIR": "/pool/jobs/42/outputs",
         "GPUYARD_CHECKPOINT_DIR": "/pool/jobs/42/checkpoints",
-        "GPUYARD_GPUS": "2",
+        "GPUYARD_GPUS": "0",
         "GPUYARD_URL": "http://127.0.0.1:8470",
+        "GPUYARD_JOB_TOKEN": "s3cret",
     }
-    assert env["PATH"] == "/bin"
-    assert env["PYTHONUNBUFFERED"] == "1"  # logs reach `gpuyard logs -f` as they are printed
-    assert launch.argv == ["python", "x.py"]
-    assert launch.cwd == "/pool/jobs/42"
-    assert launch.grace == 30.0
-    assert (launch.key.job_id, launch.key.attempt, launch.key.rank) == (42, 1, 0)
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"]) == (
+        "127.0.0.2",
+        "20000",
+        "2",
+        "1",
+    )
+    launch = plan(spec, 1)
+    assert launch.cwd == "/pool/jobs/42/attempts/1/worker-1/workspace"
+    assert launch.argv == ["python", "x.py"]  # single mode: the command as given
+    assert (launch.role, launch.task, launch.primary) == ("worker", 0, True)
 
 
 def test_cuda_visible_devices_maps_local_indices_to_the_nodes_devices() -> None:
-    assert (
-        plan_worker(JobSpec(command="x"), ctx(), 0, base_env={}).env["CUDA_VISIBLE_DEVICES"]
-        == "5,7"
-    )
-    # A worker that asked for no GPUs sees none, even on a GPU node.
-    assert (
-        plan_worker(JobSpec(command="x"), ctx(), 1, base_env={}).env["CUDA_VISIBLE_DEVICES"] == ""
-    )
-
-
-def test_user_env_overrides_base_env_but_not_the_contract() -> None:
-    spec = JobSpec(
-        command="x", env={"PATH": "/opt/bin", "GPUYARD_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": "0"}
-    )
-    env = plan_worker(spec, ctx(), 0, base_env={"PATH": "/bin", "HOME": "/root"}).env
-    assert env["PATH"] == "/opt/bin"
-    assert env["HOME"] == "/root"
-    assert env["GPUYARD_JOB_ID"] == "42"
+    spec = JobSpec(command="x", resources={"gpus": 2})
+    placement = [Slot(node="node0", address="a", gpus=(1, 3))]
+    env = plan(spec, placement=placement, gpu_devices={"node0": ["4", "5", "6", "7"]}).env
     assert env["CUDA_VISIBLE_DEVICES"] == "5,7"
+    no_gpus = JobSpec(command="x")
+    assert plan(no_gpus, placement=[Slot(node="n", address="a")]).env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_precedence_base_defaults_preset_user_mode_contract() -> None:
+    spec = JobSpec(
+        command="x",
+        env={
+            "PATH": "/opt/bin",
+            "NCCL_DEBUG": "WARN",
+            "MASTER_PORT": "1",
+            "GPUYARD_JOB_ID": "1",
+            "PYTHONUNBUFFERED": "",
+        },
+    )
+    env = plan(
+        spec, base_env={"PATH": "/bin", "HOME": "/root"}, network=NetworkPreset(Network.ROCE)
+    ).env
+    assert (env["PATH"], env["HOME"], env["PYTHONUNBUFFERED"]) == ("/opt/bin", "/root", "")
+    assert env["NCCL_DEBUG"] == "WARN"  # the job overrides the pool's preset
+    assert env["NCCL_IB_TC"] == "106"  # the rest of the preset stays
+    assert env["MASTER_PORT"] == "20000" and env["GPUYARD_JOB_ID"] == "42"
 
 
 def test_argv_expands_variables_from_the_final_env() -> None:
     spec = JobSpec(
-        command='python x.py --rank $GPUYARD_NODE_RANK --tag "$TAG" $ARGS',
+        command='python x.py --rank $RANK --tag "$TAG" $ARGS',
         env={"TAG": "a b", "ARGS": "--lr 0.1"},
+        nodes=2,
     )
-    argv = plan_worker(spec, ctx(), 1, base_env={}).argv
-    assert argv == ["python", "x.py", "--rank", "1", "--tag", "a b", "--lr", "0.1"]
+    assert plan(spec, 1).argv == ["python", "x.py", "--rank", "1", "--tag", "a b", "--lr", "0.1"]
 
 
-def test_workdir_wins_over_the_job_dir() -> None:
+def test_workdir_wins_over_the_workspace() -> None:
     spec = JobSpec(command="x", workdir="/home/alice/project", graceful_shutdown="2m")
-    launch = plan_worker(spec, ctx(), 0, base_env={})
-    assert launch.cwd == "/home/alice/project"
-    assert launch.grace == 120.0
+    launch = plan(spec)
+    assert (launch.cwd, launch.grace) == ("/home/alice/project", 120.0)
+    assert launch.env["SLURM_SUBMIT_DIR"] == "/home/alice/project"
+
+
+# -- pytorch --------------------------------------------------------------------------------
+
+
+def test_pytorch_env_and_wrapping() -> None:
+    spec = JobSpec(
+        command="python train.py --lr 0.1", mode="pytorch", nodes=2, resources={"gpus": 2}
+    )
+    master, worker = plan(spec, 0), plan(spec, 1)
+    assert {
+        k: worker.env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "SLOTS")
+    } == {
+        "MASTER_ADDR": "127.0.0.2",
+        "MASTER_PORT": "20000",
+        "WORLD_SIZE": "2",
+        "RANK": "1",
+        "SLOTS": "2",
+    }
+    launcher = "-m torch.distributed.launch --nproc_per_node=2 --nnodes=2"
+    assert " ".join(master.argv) == (
+        f"python {launcher} --node_rank=0 --master_addr=localhost --master_port=20000 "
+        "train.py --lr 0.1"
+    )
+    assert " ".join(worker.argv) == (
+        f"python {launcher} --node_rank=1 --master_addr=127.0.0.2 --master_port=20000 "
+        "train.py --lr 0.1"
+    )
+    # Two processes per node: no per-process SLURM variables (Lightning then uses torch's).
+    assert "SLURM_PROCID" not in worker.env and "SLURM_NTASKS" not in worker.env
+    assert (worker.env["SLURM_NODEID"], worker.env["SLURM_NNODES"]) == ("1", "2")
+
+
+def test_pytorch_cpu_slots_are_one_and_torchrun_is_left_alone() -> None:
+    spec = JobSpec(
+        command="torchrun --nnodes $WORLD_SIZE --nproc_per_node $SLOTS --node_rank $RANK t.py",
+        mode="pytorch",
+        nodes=2,
+    )
+    launch = plan(spec, 1)
+    assert launch.argv == [
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--node_rank",
+        "1",
+        "t.py",
+    ]
+    assert (launch.env["SLURM_NTASKS"], launch.env["SLURM_PROCID"]) == ("2", "1")
+
+
+def test_deepspeed_hostfile_and_launcher() -> None:
+    spec = JobSpec(
+        command="deepspeed train.py --deepspeed --deepspeed_config ds.json",
+        mode="pytorch-deepspeed",
+        nodes=2,
+        resources={"gpus": 4},
+    )
+    launch = plan(spec, 1)
+    hostfile = "/pool/jobs/42/attempts/1/task-0/hostfile"
+    assert launch.files == {hostfile: File("node0 slots=4\nnode1 slots=4\n")}
+    assert (launch.env["DLTS_HOSTFILE"], launch.env["GPUYARD_HOSTFILE"]) == (hostfile, hostfile)
+    assert launch.env["MASTER_ADDR"] == "127.0.0.2"
+    assert launch.argv == [
+        "deepspeed",
+        f"--hostfile={hostfile}",
+        "--no_ssh",
+        "--node_rank=1",
+        "--master_addr=127.0.0.2",
+        "--master_port=20000",
+        "train.py",
+        "--deepspeed",
+        "--deepspeed_config",
+        "ds.json",
+    ]
+
+
+# -- mpi -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["mpi", "horovod"])
+def test_openmpi_launcher_and_targets(mode: str) -> None:
+    spec = JobSpec(command="python mpi_test.py", mode=mode, nodes=2, resources={"gpus": 2})
+    install = MpiInstall(
+        bin_dir="/opt/ompi/bin", lib_dir="/opt/ompi/lib", env={"OMPI_MCA_btl_tcp_if_include": "lo"}
+    )
+    launcher = plan(spec, 0, mpi={MpiImplementation.OPENMPI: install})
+    target = plan(spec, 1, mpi={MpiImplementation.OPENMPI: install})
+    files = "/pool/jobs/42/attempts/1/task-0"
+    assert launcher.argv[:4] == ["mpirun", "--allow-run-as-root", "-np", "4"]
+    assert launcher.argv[-2:] == ["python", "mpi_test.py"]
+    assert (launcher.role, launcher.primary, target.role, target.primary) == (
+        "launcher",
+        True,
+        "mpi-target",
+        False,
+    )
+    assert target.argv == ["/pool/bin/python", "-I", "-S", "/pool/rexec.py", "serve"]
+    assert launcher.files[f"{files}/hostfile"] == File("node0 slots=2\nnode1 slots=2\n")
+    assert launcher.files[f"{files}/mpich_hostfile"] == File("node0:2\nnode1:2\n")
+    agent = launcher.files[f"{files}/rsh-agent"]
+    assert agent.mode == 0o755
+    assert agent.content == '#!/bin/sh\nexec /pool/bin/python -I -S /pool/rexec.py agent "$@"\n'
+    assert json.loads(launcher.files[f"{files}/rexec-hosts.json"].content) == {
+        "node0": {"address": "127.0.0.2", "port": 20000},
+        "node1": {"address": "127.0.0.3", "port": 20001},
+    }
+    env = launcher.env
+    assert env["OMPI_MCA_orte_default_hostfile"] == f"{files}/hostfile"
+    assert env["OMPI_MCA_plm_rsh_agent"] == f"{files}/rsh-agent"
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "lo"
+    assert env["PATH"] == "/opt/ompi/bin:/bin"
+    assert env["LD_LIBRARY_PATH"] == "/opt/ompi/lib"
+    assert (env["GPUYARD_REXEC_SELF"], target.env["GPUYARD_REXEC_SELF"]) == ("node0", "node1")
+    assert (target.env["GPUYARD_REXEC_ADDRESS"], target.env["GPUYARD_REXEC_PORT"]) == (
+        "127.0.0.3",
+        "20001",
+    )
+    assert "MASTER_ADDR" not in env and "RANK" not in env  # mpirun's ranks are not node ranks
+
+
+def test_mpich_launcher() -> None:
+    spec = JobSpec(
+        command="python mpi_test.py", mode="mpi", mpi="mpich", nodes=2, resources={"gpus": 2}
+    )
+    launch = plan(spec, 0, mpi_interface="lo")
+    assert launch.argv == ["mpirun", "-np", "4", "python", "mpi_test.py"]
+    files = "/pool/jobs/42/attempts/1/task-0"
+    assert (launch.env["HYDRA_HOST_FILE"], launch.env["HYDRA_IFACE"]) == (
+        f"{files}/mpich_hostfile",
+        "lo",
+    )
+    assert launch.env["HYDRA_LAUNCHER_EXEC"] == f"{files}/rsh-agent"
+
+
+def test_a_user_mpirun_is_left_alone() -> None:
+    spec = JobSpec(command="mpirun -np 2 python t.py", mode="mpi", nodes=2)
+    assert plan(spec, 0).argv == ["mpirun", "-np", "2", "python", "t.py"]
+
+
+# -- tensorflow -------------------------------------------------------------------------------
+
+
+def test_tensorflow_parameter_servers() -> None:
+    spec = JobSpec(
+        command="python tf.py",
+        mode="tensorflow",
+        nodes=2,
+        parameter_servers=1,
+        resources={"gpus": 1},
+    )
+    assert [(s.role.value, s.role_index, s.member.cpus, s.member.memory) for s in seats(spec)] == [
+        ("worker", 0, 1.0, 0),
+        ("worker", 1, 1.0, 0),
+        ("ps", 0, 1.0, 1 << 30),
+    ]
+    cluster = '"ps": ["127.0.0.4:20002"], "worker": ["127.0.0.2:20000", "127.0.0.3:20001"]'
+    worker1, ps0 = plan(spec, 1), plan(spec, 2)
+    assert worker1.env["TF_CONFIG"] == (
+        f'{{ "cluster": {{ {cluster} }}, "task": {{ "type": "worker", "index": "1" }}, '
+        '"environment": "cloud" }'
+    )
+    assert json.loads(ps0.env["TF_CONFIG"])["task"] == {"type": "ps", "index": "0"}
+    assert (ps0.role, ps0.primary, ps0.argv) == ("ps", False, ["python", "tf.py"])
+    assert ps0.env["GPUYARD_NODE_RANK"] == "2" and ps0.env["GPUYARD_NUM_NODES"] == "3"
+
+
+def test_tensorflow_allreduce() -> None:
+    spec = JobSpec(command="python tf.py", mode="tensorflow", nodes=2)
+    assert json.loads(plan(spec, 0).env["TF_CONFIG"]) == {
+        "cluster": {"worker": ["127.0.0.2:20000", "127.0.0.3:20001"]},
+        "task": {"type": "worker", "index": "0"},
+        "environment": "cloud",
+    }
+
+
+# -- batch, workspace, network, slurm --------------------------------------------------------------
+
+
+def test_batch_sub_tasks_have_their_own_gang_and_output_dir() -> None:
+    spec = JobSpec(
+        type="batch",
+        mode="pytorch",
+        nodes=2,
+        tasks=[{"command": "python a.py"}, {"command": "python b.py", "algorithm": "/code/b"}],
+        mounts={"algorithm": "/code/a", "outputs": "/results"},
+    )
+    task1_rank0, task1_rank1 = plan(spec, 2), plan(spec, 3)
+    assert task1_rank0.env["GPUYARD_OUTPUT_DIR"] == "/results/train-1"
+    assert (task1_rank0.env["GPUYARD_TASK_INDEX"], task1_rank0.env["GPUYARD_NUM_TASKS"]) == (
+        "1",
+        "2",
+    )
+    assert task1_rank1.env["MASTER_ADDR"] == "127.0.0.4"  # the sub-task's own rank 0
+    assert task1_rank1.env["RANK"] == "1" and task1_rank1.argv[-1] == "b.py"
+    binds = {b.target.rsplit("/", 1)[-1]: b for b in task1_rank0.binds}
+    assert binds["algorithm"].source == "/code/b"
+    assert binds["outputs"] == Bind(
+        "/pool/jobs/42/attempts/1/worker-2/workspace/outputs", "/results/train-1", False
+    )
+    assert plan(spec, 0).env["GPUYARD_OUTPUT_DIR"] == "/results/train-0"
+
+
+def test_workspace_binds() -> None:
+    spec = JobSpec(
+        command="x",
+        mounts={
+            "algorithm": "/code",
+            "algorithm_readonly": False,
+            "datasets": [
+                {"name": "imagenet", "path": "/data/in"},
+                {"name": "scratch", "path": "/data/s", "readonly": False},
+            ],
+            "models": [{"name": "bert", "path": "/models/bert", "readonly": False}],
+            "volumes": [{"name": "cache", "path": "/vol/c", "readonly": True}],
+        },
+    )
+    ws = "/pool/jobs/42/attempts/1/worker-0/workspace"
+    assert list(plan(spec).binds) == [
+        Bind(f"{ws}/algorithm", "/code", False),
+        Bind(f"{ws}/dataset/imagenet", "/data/in", True),
+        Bind(f"{ws}/dataset/scratch", "/data/s", False),
+        Bind(f"{ws}/model/bert", "/models/bert", True),  # models are always read-only
+        Bind(f"{ws}/outputs", "/pool/jobs/42/outputs", False),
+        Bind(f"{ws}/volume/cache", "/vol/c", False),  # volumes are always writable
+    ]
+
+
+@pytest.mark.parametrize(
+    ("network", "gpus", "mode", "expected"),
+    [
+        (Network.NONE, 8, "pytorch", {}),
+        (
+            Network.ROCE,
+            8,
+            "pytorch",
+            {
+                "NCCL_DEBUG": "INFO",
+                "NCCL_IB_TC": "106",
+                "NCCL_IB_GID_INDEX": "3",
+                "NCCL_SOCKET_IFNAME": "eth0",
+                "NCCL_CROSS_NIC": "0",
+            },
+        ),
+        (
+            Network.IB,
+            8,
+            "pytorch",
+            {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_CROSS_NIC": "0"},
+        ),
+        (
+            Network.IB,
+            512,
+            "pytorch",
+            {
+                "NCCL_DEBUG": "INFO",
+                "NCCL_SOCKET_IFNAME": "eth0",
+                "NCCL_CROSS_NIC": "0",
+                "NCCL_ALGO": "TREE",
+            },
+        ),
+        (
+            Network.IB,
+            512,
+            "mpi",
+            {
+                "NCCL_DEBUG": "INFO",
+                "NCCL_SOCKET_IFNAME": "eth0",
+                "NCCL_CROSS_NIC": "0",
+                "NCCL_ALGO": "RING",
+            },
+        ),
+    ],
+)
+def test_network_presets(network: Network, gpus: int, mode: str, expected: dict[str, str]) -> None:
+    spec = JobSpec(command="python t.py", mode=mode, nodes=2, resources={"gpus": gpus // 2})
+    env = plan(spec, 0, network=NetworkPreset(network, large_scale_gpus=512)).env
+    assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == expected
+
+
+def test_slurm_variables_for_one_process_per_node() -> None:
+    spec = JobSpec(command="python t.py", nodes=3, name="bert")
+    env = plan(spec, 2).env
+    assert {k: v for k, v in env.items() if k.startswith("SLURM")} == {
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOBID": "42",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_CLUSTER_NAME": "gpuyard",
+        "SLURM_JOB_NODELIST": "node[0-2]",
+        "SLURM_NODELIST": "node[0-2]",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_NNODES": "3",
+        "SLURM_NODEID": "2",
+        "SLURMD_NODENAME": "node2",
+        "SLURM_CPUS_ON_NODE": "4",
+        "SLURM_GPUS_ON_NODE": "0",
+        "SLURM_SUBMIT_DIR": env["GPUYARD_WORKSPACE"],
+        "SLURM_RESTART_COUNT": "1",
+        "SLURM_NTASKS": "3",
+        "SLURM_NPROCS": "3",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_TASKS_PER_NODE": "1(x3)",
+        "SLURM_PROCID": "2",
+        "SLURM_LOCALID": "0",
+        "SLURM_STEP_NUM_TASKS": "3",
+        "SLURM_STEP_NUM_NODES": "3",
+    }
+
+
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        (["node0"], "node0"),
+        (["node0", "node1", "node2", "node5"], "node[0-2,5]"),
+        (["gpu01", "gpu02", "gpu10"], "gpu[01-02,10]"),
+        (["a", "node3", "b"], "a,node3,b"),
+        (["x1", "y1", "x2"], "x[1-2],y1"),
+    ],
+)
+def test_hostlist_compression(hosts: list[str], expected: str) -> None:
+    assert compress_hostlist(hosts) == expected

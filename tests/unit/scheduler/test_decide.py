@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuyard.models import Priority
-from gpuyard.scheduler import Allocation, WaitCode, decide
+from gpuyard.scheduler import Allocation, Member, PendingJob, Request, WaitCode, decide
 from gpuyard.scheduler.placement import Ledger
 from gpuyard.testing.builders import job, node, running, snapshot
 
@@ -157,14 +157,23 @@ nodes_strategy = st.lists(
     max_size=8,
     unique_by=lambda n: n.name,
 )
+
+
+def _with_helpers(pending: PendingJob, helpers: int) -> PendingJob:
+    """Add parameter-server-like members (small, shared) to a job's gang."""
+    extra = (Member(0, 1, 1 << 30),) * helpers
+    return replace(pending, request=Request(pending.request.members + extra))
+
+
 jobs_strategy = st.lists(
     st.builds(
-        lambda i, g, n, c, p: job(i, gpus=g, nodes=n, cpus=c, priority=p),
+        lambda i, g, n, c, p, h: _with_helpers(job(i, gpus=g, nodes=n, cpus=c, priority=p), h),
         st.integers(1, 10_000),
         st.integers(0, 8),
         st.integers(1, 3),
         st.integers(1, 8),
         st.sampled_from(list(Priority)),
+        st.integers(0, 2),
     ),
     max_size=30,
     unique_by=lambda j: j.id,
@@ -184,9 +193,13 @@ def test_no_decision_over_commits_a_node(nodes: list, pending: list) -> None:
     for start in decisions.starts:
         request = requests[start.job_id]
         assert len(start.allocations) == request.nodes  # gang: all or nothing
-        assert len({a.node for a in start.allocations}) == request.nodes
-        for a in start.allocations:
-            assert len(a.gpus) == request.gpus
+        whole = [
+            a.node for a, m in zip(start.allocations, request.members, strict=True) if m.whole_node
+        ]
+        assert len(set(whole)) == len(whole)  # whole-node members never share a node
+        for a, member in zip(start.allocations, request.members, strict=True):
+            assert len(a.gpus) == member.gpus
+            assert a.exclusive == member.whole_node
             holders[a.node] += 1
             if a.exclusive:
                 exclusive_holders[a.node] = start.job_id
@@ -210,3 +223,23 @@ def test_a_job_that_fits_an_empty_pool_is_never_declared_unsatisfiable(
         if wait.code is WaitCode.UNSATISFIABLE:
             request = next(j.request for j in pending if j.id == wait.job_id)
             assert Ledger(nodes, ()).place(request) is None
+
+
+def test_a_gang_with_helpers_places_whole_nodes_and_shares_the_rest() -> None:
+    # Two whole-node workers plus two small parameter servers that go where they fit best.
+    ps = Member(0, 1, 1 << 30)
+    gang = replace(
+        job(1, gpus=8, nodes=2), request=Request(job(1, gpus=8, nodes=2).request.members + (ps, ps))
+    )
+    nodes = [node("a", gpus=8), node("b", gpus=8), node("c", gpus=0, cpus=4)]
+    decisions = decide(snapshot(nodes, [gang]))
+    [start] = decisions.starts
+    assert [(a.node, a.exclusive) for a in start.allocations] == [
+        ("a", True),
+        ("b", True),
+        ("c", False),
+        ("c", False),
+    ]
+    # Without room for the helpers, nothing of the gang starts.
+    tight = decide(snapshot([node("a", gpus=8), node("b", gpus=8)], [gang]))
+    assert tight.starts == [] and tight.waits[1].code is WaitCode.UNSATISFIABLE

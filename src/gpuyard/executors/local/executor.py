@@ -37,6 +37,7 @@ from gpuyard.executors.base import (
     Handle,
     LaunchError,
     NodeInfo,
+    Tools,
     WorkerLaunch,
     WorkerPhase,
     WorkerStatus,
@@ -47,6 +48,7 @@ from gpuyard.executors.local.machine import Machine, detect_machine
 __all__ = ["LocalExecutor"]
 
 SUPERVISOR = Path(supervisor_module.__file__).resolve()
+REXEC = Path(__file__).resolve().parents[2] / "runtime" / "rexec.py"
 _STARTUP_GRACE = 15.0
 """Seconds a supervisor may take to write state.json before it counts as lost."""
 _FIRST_VIRTUAL_ADDRESS = ipaddress.IPv4Address("127.0.0.2")
@@ -82,6 +84,14 @@ class LocalExecutor:
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
 
+    @property
+    def interface(self) -> str:
+        # Virtual nodes live on loopback addresses; a single node reaches itself there too.
+        return "lo"
+
+    def tools(self) -> Tools:
+        return Tools(python=sys.executable, rexec=str(REXEC))
+
     def base_env(self, node: str) -> Mapping[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
         env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -112,7 +122,8 @@ class LocalExecutor:
                 "cwd": request.cwd,
                 "grace": request.grace,
                 "log": str(wd / "log"),
-                "files": dict(request.files),
+                "files": {path: (f.content, f.mode) for path, f in request.files.items()},
+                "binds": [(b.target, b.source, b.readonly) for b in request.binds],
                 "notify": self._notify_name,
             }
             _write_marshal(wd / "spec.marshal", spec)

@@ -127,14 +127,81 @@ def _take_lock(fd: int) -> bool:
 
 
 class SpawnError(Exception):
-    def __init__(self, step: str, code: int) -> None:
+    def __init__(self, step: str, code: int, where: str = "") -> None:
         super().__init__(step)
         self.step = step
         self.errno = code
+        self.where = where
 
 
-def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
-    """fork + exec in a new process group; raise SpawnError if chdir or exec fails."""
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+
+
+class Binder:
+    """The worker's workspace: bind mounts in a private mount namespace, read-only where asked,
+    when this process may (root or CAP_SYS_ADMIN); symbolic links otherwise, which show the same
+    tree but cannot enforce read-only."""
+
+    def __init__(self, binds: list[tuple[str, str, bool]]) -> None:
+        self.binds = binds
+        self.libc: Any = None
+        self.mode = ""
+        if binds:
+            import ctypes  # only for jobs with a workspace: it costs an import
+
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            self.mode = "bind" if self._may_unshare() else "link"
+
+    def _may_unshare(self) -> bool:
+        if os.geteuid() != 0:
+            return False
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - probe child
+            os._exit(0 if self.libc.unshare(CLONE_NEWNS) == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0
+
+    def prepare(self) -> None:
+        """In the supervisor: check sources, create mount points or links."""
+        for target, source, readonly in self.binds:
+            if not os.path.isdir(source):
+                if readonly:
+                    raise SpawnError("source", errno.ENOENT, source)
+                os.makedirs(source, exist_ok=True)  # an output or volume directory to fill
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.lexists(target):
+                continue  # prepared by an earlier start of this worker
+            if self.mode == "bind":
+                os.mkdir(target)
+            else:
+                os.symlink(source, target)
+
+    def apply(self) -> None:  # pragma: no cover - runs in the child between fork and exec
+        if self.mode != "bind":
+            return
+        libc = self.libc
+        if libc.unshare(CLONE_NEWNS) != 0:
+            raise OSError(ctypes_errno(libc), "unshare")
+        # Keep our mounts out of the host's mount table (and the host's changes out of ours).
+        if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes_errno(libc), "mount --make-rprivate /")
+        for target, source, readonly in self.binds:
+            if libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
+                raise OSError(ctypes_errno(libc), target)
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+            if readonly and libc.mount(None, target.encode(), None, flags, None) != 0:
+                raise OSError(ctypes_errno(libc), target)
+
+
+def ctypes_errno(libc: Any) -> int:  # pragma: no cover - child side
+    import ctypes
+
+    return ctypes.get_errno() or errno.EPERM
+
+
+def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int, binder: Binder) -> int:
+    """fork + exec in a new process group; raise SpawnError if a step before exec fails."""
     read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
     devnull = os.open(os.devnull, os.O_RDONLY)
     pid = os.fork()
@@ -145,6 +212,8 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
             # Python ignores SIGPIPE and SIGXFSZ; an exec'd program must get the defaults.
             _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
             _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+            step = "mount"
+            binder.apply()
             step = "chdir"
             os.chdir(cwd)
             os.dup2(devnull, 0)
@@ -153,7 +222,8 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
             step = "exec"
             os.execvpe(argv[0], argv, env)  # noqa: S606 - argv, never a shell string
         except OSError as exc:
-            os.write(write_fd, f"{step}:{exc.errno or 0}".encode())
+            where = exc.strerror if step == "mount" else ""
+            os.write(write_fd, f"{step}:{exc.errno or 0}:{where}".encode())
         finally:
             os._exit(EXIT_NOT_FOUND)
     os.close(write_fd)
@@ -166,8 +236,8 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int) -> int:
     os.close(read_fd)
     if report:
         os.waitpid(pid, 0)
-        step, _, code = report.partition(":")
-        raise SpawnError(step, int(code or 0))
+        step, code, where = [*report.split(":", 2), "", ""][:3]
+        raise SpawnError(step, int(code or 0), where)
     return pid
 
 
@@ -201,14 +271,22 @@ class Supervisor:
         _signal.signal(_signal.SIGCHLD, self._on_other)
         self._write_files()
         log_fd = os.open(self.spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        binder = Binder(self.spec.get("binds") or [])
         try:
-            pid = _spawn(self.argv, self.spec["env"], self.cwd, log_fd)
+            binder.prepare()
+            pid = _spawn(self.argv, self.spec["env"], self.cwd, log_fd, binder)
         except SpawnError as exc:
             return self._cannot_start(log_fd, exc)
         started_at = time.time()
         _write_json(
             self.path("state.json"),
-            {"supervisor_pid": os.getpid(), "pid": pid, "pgid": pid, "started_at": started_at},
+            {
+                "supervisor_pid": os.getpid(),
+                "pid": pid,
+                "pgid": pid,
+                "started_at": started_at,
+                "workspace": binder.mode,
+            },
         )
         _notify(self.notify_address, f"started {self.dir}")
         code, escalated, terminated = self._wait(pid, read_fd)
@@ -229,15 +307,25 @@ class Supervisor:
         return 0
 
     def _write_files(self) -> None:
-        files: dict[str, str] = self.spec.get("files") or {}
-        for path, content in files.items():
+        files: dict[str, tuple[str, int]] = self.spec.get("files") or {}
+        for path, (content, mode) in files.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(content)
+            tmp = f"{path}.{os.getpid()}.tmp"  # workers of one job on one host share the files
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            try:
+                os.write(fd, content.encode())
+            finally:
+                os.close(fd)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
 
     def _cannot_start(self, log_fd: int, exc: SpawnError) -> int:
         argv0 = self.argv[0] if self.argv else ""
-        if exc.step == "chdir" and exc.errno == errno.ENOENT:
+        if exc.step == "source":
+            what = f"the directory to mount, {exc.where!r}, does not exist"
+        elif exc.step == "mount":
+            what = f"cannot mount the workspace at {exc.where!r}: {os.strerror(exc.errno)}"
+        elif exc.step == "chdir" and exc.errno == errno.ENOENT:
             what = f"working directory {self.cwd!r} does not exist"
         elif exc.step == "chdir":
             what = f"cannot enter working directory {self.cwd!r}: {os.strerror(exc.errno)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = ["Base", "EventRow", "JobRow", "NodeRow", "WorkerRow"]
@@ -31,6 +31,8 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     placement: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    token: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    """A secret of the current attempt, shared by its workers (e.g. MPI's remote launch)."""
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
@@ -64,6 +66,10 @@ class WorkerRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     rank: Mapped[int] = mapped_column(Integer)
     node: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16), default="worker")
+    task: Mapped[int] = mapped_column(Integer, default=0)
+    primary: Mapped[bool] = mapped_column(Boolean, default=True)
+    """Whether its exit decides the job (False for MPI targets and parameter servers)."""
     state: Mapped[str] = mapped_column(String(16))
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -15,34 +15,18 @@ from sqlalchemy import func, select
 
 from gpuyard.clock import Clock
 from gpuyard.errors import Conflict, InvalidSpec, NotFound
+from gpuyard.launch.topology import request_of
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, NodeState, Page
 from gpuyard.scheduler.placement import Ledger
-from gpuyard.scheduler.snapshot import NodeCapacity, Request
+from gpuyard.scheduler.snapshot import NodeCapacity
 from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, WorkerRow
 from gpuyard.server.services.transitions import record_event, transition
 from gpuyard.server.services.views import event_view, job_view
 
-__all__ = ["JobService", "request_of", "stored_request"]
+__all__ = ["JobService"]
 
 MAX_PAGE = 1000
-
-
-def request_of(spec: JobSpec) -> Request:
-    return stored_request(spec.model_dump(mode="json"))
-
-
-def stored_request(spec: dict[str, Any]) -> Request:
-    """The scheduler's request for a spec as stored. Stored specs are complete (``model_dump``
-    of a validated JobSpec), so the controller reads the fields directly instead of validating
-    every queued job again on every pass."""
-    resources = spec["resources"]
-    return Request(
-        nodes=int(spec["nodes"]),
-        gpus=int(resources["gpus"]),
-        cpus=float(resources["cpus"]),
-        memory=int(resources["memory"]),
-    )
 
 
 class JobService:

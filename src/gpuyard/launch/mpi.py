@@ -1,0 +1,55 @@
+"""The MPI command rules of reference 002 (Horovod 模式) and 000 (MPI jobs).
+
+A command without ``mpirun`` gets a prefix; one with ``mpirun`` is left alone, since the user
+then gives every MPI argument. The Open MPI prefix is the reference's, word for word. Hydra
+(MPICH) does not take Open MPI's ``-x``/``-mca`` flags and forwards the environment by itself, so
+its prefix only sets the process count.
+"""
+
+from __future__ import annotations
+
+from gpuyard.models.command import Literal, ParsedCommand
+from gpuyard.models.job import MpiImplementation
+
+__all__ = ["mpi_prefix", "uses_mpirun", "with_mpi_prefix"]
+
+
+def mpi_prefix(implementation: MpiImplementation, processes: int) -> list[str]:
+    if implementation is MpiImplementation.MPICH:
+        return ["mpirun", "-np", str(processes)]
+    return [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(processes),
+        "-bind-to",
+        "none",
+        "-map-by",
+        "slot",
+        "-x",
+        "NCCL_DEBUG=INFO",
+        "-x",
+        "LD_LIBRARY_PATH",
+        "-x",
+        "PATH",
+        "-mca",
+        "pml",
+        "ob1",
+        "-mca",
+        "btl",
+        "^openib",
+    ]
+
+
+def uses_mpirun(command: ParsedCommand) -> bool:
+    """The reference's test: the command contains ``mpirun`` (or, as an extension, ``mpiexec``)."""
+    return any("mpirun" in w or "mpiexec" in w for w in command.display_words())
+
+
+def with_mpi_prefix(
+    command: ParsedCommand, implementation: MpiImplementation, processes: int
+) -> ParsedCommand:
+    if uses_mpirun(command):
+        return command
+    prefix = tuple((Literal(w, True),) for w in mpi_prefix(implementation, processes))
+    return ParsedCommand(prefix + command.words)

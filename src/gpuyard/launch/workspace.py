@@ -1,0 +1,61 @@
+"""The job-style workspace of reference 002 (任务式训练目录结构), per worker.
+
+::
+
+    workspace/
+    ├── algorithm      the code (read-only unless asked otherwise)
+    ├── dataset/<name> datasets (read-only unless asked otherwise)
+    ├── model/<name>   models (always read-only)
+    ├── outputs        where results go: the job's outputs dir, or <outputs>/<job>-<index>
+    │                  for sub-task <index> of a batch job
+    └── volume/<name>  volumes (writable)
+
+The launch plan says what goes where; the executor makes it so (bind mounts that enforce
+read-only where the OS allows, links otherwise).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from gpuyard.executors.base import Bind
+from gpuyard.models.job import JobSpec, JobType
+
+__all__ = ["Bind", "attempt_dir", "output_dir", "worker_dir", "workspace_binds"]
+
+
+def attempt_dir(job_dir: str, attempt: int) -> str:
+    return posixpath.join(job_dir, "attempts", str(attempt))
+
+
+def worker_dir(job_dir: str, attempt: int, rank: int) -> str:
+    """Where a worker's files live (log, state); the same layout on every executor."""
+    return posixpath.join(attempt_dir(job_dir, attempt), f"worker-{rank}")
+
+
+def output_dir(spec: JobSpec, *, job_dir: str, job_name: str, task: int) -> str:
+    base = spec.mounts.outputs or posixpath.join(job_dir, "outputs")
+    if spec.type is JobType.BATCH:
+        return posixpath.join(base, f"{job_name}-{task}")
+    return base
+
+
+def workspace_binds(spec: JobSpec, *, workspace: str, outputs: str, task: int) -> list[Bind]:
+    mounts = spec.mounts
+    binds = []
+    algorithm = mounts.algorithm
+    if spec.type is JobType.BATCH and spec.tasks[task].algorithm:
+        algorithm = spec.tasks[task].algorithm
+    if algorithm:
+        binds.append(
+            Bind(posixpath.join(workspace, "algorithm"), algorithm, mounts.algorithm_readonly)
+        )
+    for folder, items in (("dataset", mounts.datasets), ("model", mounts.models)):
+        binds += [
+            Bind(posixpath.join(workspace, folder, m.name), m.path, m.readonly) for m in items
+        ]
+    binds.append(Bind(posixpath.join(workspace, "outputs"), outputs, False))
+    binds += [
+        Bind(posixpath.join(workspace, "volume", m.name), m.path, False) for m in mounts.volumes
+    ]
+    return binds
