@@ -59,11 +59,38 @@ def submit(
     workdir: Annotated[
         str | None, typer.Option(help="Working directory (default: the current one).")
     ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option("--task", help="A batch sub-task's command; repeatable (makes it a batch)."),
+    ] = None,
+    parameter_servers: Annotated[
+        int | None, typer.Option(help="tensorflow: parameter servers (0: AllReduce).")
+    ] = None,
+    mpi: Annotated[str | None, typer.Option(help="mpi/horovod: openmpi or mpich.")] = None,
+    algorithm: Annotated[
+        str | None, typer.Option(help="Code directory, at workspace/algorithm.")
+    ] = None,
+    dataset: Annotated[
+        list[str] | None, typer.Option(help="NAME=PATH[:rw] at workspace/dataset/NAME.")
+    ] = None,
+    model: Annotated[
+        list[str] | None, typer.Option(help="NAME=PATH at workspace/model/NAME (read-only).")
+    ] = None,
+    volume: Annotated[
+        list[str] | None, typer.Option(help="NAME=PATH at workspace/volume/NAME (writable).")
+    ] = None,
+    outputs: Annotated[str | None, typer.Option(help="Where workspace/outputs points.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job."""
     from gpuyard.cli.output import console, print_json
-    from gpuyard.cli.specfile import build_spec, command_text, load_job_file, parse_env_flags
+    from gpuyard.cli.specfile import (
+        build_spec,
+        command_text,
+        load_job_file,
+        parse_env_flags,
+        parse_mount_flags,
+    )
 
     file_fields = load_job_file(file) if file else {}
     flags: dict[str, Any] = {
@@ -79,6 +106,14 @@ def submit(
         "graceful_shutdown": graceful_shutdown,
         "env": parse_env_flags(env) if env else None,
         "workdir": workdir,
+        "tasks": [{"command": t} for t in task] if task else None,
+        "parameter_servers": parameter_servers,
+        "mpi": mpi,
+        "algorithm": algorithm,
+        "datasets": parse_mount_flags(dataset, flag="--dataset") if dataset else None,
+        "models": parse_mount_flags(model, flag="--model") if model else None,
+        "volumes": parse_mount_flags(volume, flag="--volume") if volume else None,
+        "outputs": outputs,
     }
     if workdir is None and "workdir" not in file_fields:
         flags["workdir"] = os.getcwd()

@@ -16,19 +16,7 @@ from gpuyard.errors import InvalidSpec
 __all__ = ["build_spec", "load_job_file"]
 
 _RESOURCE_KEYS = ("gpus", "cpus", "memory")
-_KNOWN = {
-    "name",
-    "command",
-    "mode",
-    "nodes",
-    "resources",
-    "priority",
-    "max_runtime",
-    "graceful_shutdown",
-    "env",
-    "workdir",
-    *_RESOURCE_KEYS,
-}
+_MOUNT_KEYS = ("algorithm", "datasets", "models", "outputs", "volumes")
 
 
 def load_job_file(path: Path) -> dict[str, Any]:
@@ -42,12 +30,15 @@ def load_job_file(path: Path) -> dict[str, Any]:
         raise InvalidSpec(f"job file {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidSpec(f"job file {path} must be a mapping of fields (name, command, …)")
+    from gpuyard.models import JobSpec
+
+    known = set(JobSpec.model_fields) | set(_RESOURCE_KEYS) | set(_MOUNT_KEYS)
     fields = {k.replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(fields) - _KNOWN)
+    unknown = sorted(set(fields) - known)
     if unknown:
         raise InvalidSpec(
             f"job file {path} has unknown fields: {', '.join(unknown)}; known fields are "
-            f"{', '.join(sorted(_KNOWN))}"
+            f"{', '.join(sorted(known))}"
         )
     return fields
 
@@ -64,30 +55,53 @@ def build_spec(file_fields: dict[str, Any], flags: dict[str, Any]) -> dict[str, 
     merged = dict(file_fields)
     if isinstance(merged.get("command"), list):
         merged["command"] = command_text([str(w) for w in merged["command"]])
-    resources = dict(merged.pop("resources", None) or {})
-    for key in _RESOURCE_KEYS:
-        if key in merged:
-            resources[key] = merged.pop(key)
-    env = dict(merged.pop("env", None) or {})
+    resources = _gather(merged, "resources", _RESOURCE_KEYS)
+    mounts = _gather(merged, "mounts", _MOUNT_KEYS)
+    env = {str(k): str(v) for k, v in (merged.pop("env", None) or {}).items()}
     for key, value in flags.items():
         if value is None:
             continue
         if key in _RESOURCE_KEYS:
             resources[key] = value
+        elif key in _MOUNT_KEYS:
+            mounts[key] = [*mounts.get(key, []), *value] if isinstance(value, list) else value
         elif key == "env":
             env.update(value)
+        elif key == "tasks":
+            merged["tasks"] = [*merged.get("tasks", []), *value]
+            merged.setdefault("type", "batch")
         else:
             merged[key] = value
-    if resources:
-        merged["resources"] = resources
-    if env:
-        merged["env"] = {str(k): str(v) for k, v in env.items()}
-    if not merged.get("command"):
+    for key, block in (("resources", resources), ("mounts", mounts), ("env", env)):
+        if block:
+            merged[key] = block
+    if not merged.get("command") and not merged.get("tasks"):
         raise InvalidSpec(
             "no command given: put it after `--` (gpuyard submit -- python train.py) or in the "
-            "job file's `command` field"
+            "job file's `command` field (or give a batch job's sub-tasks with --task)"
         )
     return merged
+
+
+def _gather(fields: dict[str, Any], block: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A nested block (``resources:``) plus its keys given flat at the top level."""
+    nested = dict(fields.pop(block, None) or {})
+    for key in keys:
+        if key in fields:
+            nested[key] = fields.pop(key)
+    return nested
+
+
+def parse_mount_flags(values: list[str], *, flag: str) -> list[dict[str, object]]:
+    """``NAME=PATH`` (read-only) or ``NAME=PATH:rw``."""
+    mounts: list[dict[str, object]] = []
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidSpec(f"{flag} takes NAME=/absolute/path[:rw] (got {item!r})")
+        writable = path.endswith(":rw")
+        mounts.append({"name": name, "path": path.removesuffix(":rw"), "readonly": not writable})
+    return mounts
 
 
 def parse_env_flags(values: list[str]) -> dict[str, str]:

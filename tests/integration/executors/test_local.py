@@ -15,7 +15,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.executors.base import Handle, WorkerKey, WorkerLaunch, WorkerPhase, WorkerStatus
+from gpuyard.executors.base import (
+    Bind,
+    File,
+    Handle,
+    WorkerKey,
+    WorkerLaunch,
+    WorkerPhase,
+    WorkerStatus,
+)
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.executors.local.machine import GpuDevice, Machine
 
@@ -240,3 +248,79 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_the_workspace_is_bound_read_only_where_asked(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    (data / "train.txt").write_text("42\n")
+    ws = tmp_path / "ws"
+    script = (
+        f"cat {ws}/dataset/d/train.txt; "
+        f"touch {ws}/dataset/d/new 2>/dev/null && echo dataset-writable || echo dataset-read-only; "
+        f"touch {ws}/outputs/result && echo outputs-writable"
+    )
+    handle = executor.launch(
+        WorkerLaunch(
+            WorkerKey(7, 0, 0),
+            "local",
+            ["sh", "-c", script],
+            ENV,
+            "/",
+            5.0,
+            binds=[
+                Bind(f"{ws}/dataset/d", str(data), True),
+                Bind(f"{ws}/outputs", str(out), False),
+            ],
+        )
+    )
+    assert wait_for(executor, handle).exit_code == 0
+    import json
+
+    mode = json.loads((Path(handle["dir"]) / "state.json").read_text())["workspace"]
+    text = log(executor, handle)
+    assert text.startswith("42\n") and "outputs-writable" in text
+    assert (out / "result").exists()  # the output directory was created and written through
+    if mode == "bind":  # root (or CAP_SYS_ADMIN): read-only is enforced
+        assert "dataset-read-only" in text
+        assert not (data / "new").exists()
+    else:  # links: the same tree, but the OS cannot make a link read-only
+        assert mode == "link"
+
+
+def test_a_missing_read_only_source_fails_with_a_clear_message(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    handle = executor.launch(
+        WorkerLaunch(
+            WorkerKey(8, 0, 0),
+            "local",
+            ["true"],
+            ENV,
+            "/",
+            5.0,
+            binds=[Bind(f"{tmp_path}/ws/dataset/d", "/no/such/data", True)],
+        )
+    )
+    status = wait_for(executor, handle)
+    assert status.exit_code == 127
+    assert "the directory to mount, '/no/such/data', does not exist" in status.message
+
+
+def test_files_are_written_with_their_modes(executor: LocalExecutor, tmp_path: Path) -> None:
+    script = tmp_path / "job" / "run.sh"
+    handle = executor.launch(
+        WorkerLaunch(
+            WorkerKey(9, 0, 0),
+            "local",
+            [str(script)],
+            ENV,
+            "/",
+            5.0,
+            files={str(script): File("#!/bin/sh\necho from a file\n", 0o755)},
+        )
+    )
+    assert wait_for(executor, handle).exit_code == 0
+    assert log(executor, handle) == "from a file\n"
