@@ -19,9 +19,9 @@ setup: $(STAMP)
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
 # stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.
 run: setup
-	@$(BIN)/gpuyard up --detach --virtual-nodes 2
-	@job=$$($(BIN)/gpuyard submit --name example --json -- \
-	    $(abspath $(BIN))/python $(abspath examples/train_single.py) \
+	@$(BIN)/gpuyard up --detach --virtual-nodes 2 --gpus-per-node 2
+	@job=$$($(BIN)/gpuyard submit --name ddp-example --json --mode pytorch --nodes 2 --gpus 2 -- \
+	    $(abspath $(BIN))/python $(abspath examples/ddp_train.py) \
 	    | $(BIN)/python -c 'import json, sys; print(json.load(sys.stdin)["id"])') && \
 	  echo "submitted job $$job; its log:" && \
 	  $(BIN)/gpuyard logs --follow $$job && \

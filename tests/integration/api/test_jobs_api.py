@@ -143,8 +143,16 @@ INVALID = [
     ({"type": "batch", "tasks": [{"command": "a && b"}]}, 'bash -c "a && b"'),
     ({"command": "x", "mounts": {"datasets": [{"name": "..", "path": "/d"}]}}, "mount name"),
     ({"command": "x", "mounts": {"algorithm": "code/"}}, "absolute path"),
-    ({"command": "x", "mode": "tensorflow", "parameter_servers": 1, "nodes": 2,
-      "resources": {"cpus": 64}}, "do not fit in the pool together"),
+    (
+        {
+            "command": "x",
+            "mode": "tensorflow",
+            "parameter_servers": 1,
+            "nodes": 2,
+            "resources": {"cpus": 64},
+        },
+        "do not fit in the pool together",
+    ),
 ]
 
 

@@ -229,7 +229,7 @@ def test_a_gang_with_helpers_places_whole_nodes_and_shares_the_rest() -> None:
     # Two whole-node workers plus two small parameter servers that go where they fit best.
     ps = Member(0, 1, 1 << 30)
     gang = replace(
-        job(1, gpus=8, nodes=2), request=Request(job(1, gpus=8, nodes=2).request.members + (ps, ps))
+        job(1, gpus=8, nodes=2), request=Request((*job(1, gpus=8, nodes=2).request.members, ps, ps))
     )
     nodes = [node("a", gpus=8), node("b", gpus=8), node("c", gpus=0, cpus=4)]
     decisions = decide(snapshot(nodes, [gang]))

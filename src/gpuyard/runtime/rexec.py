@@ -1,0 +1,650 @@
+"""Remote execution inside a job's workers: how ``mpirun`` starts its daemons without ssh.
+
+A multi-node MPI job runs as one worker per node. Worker 0 (the *launcher*) runs the user's
+``mpirun``; the other workers (the *targets*) run ``rexec.py serve`` and wait. ``mpirun`` starts
+its per-node daemon (Open MPI's ``prted``, MPICH Hydra's ``hydra_pmi_proxy``) through a
+"remote shell agent" that it calls with ssh's conventions::
+
+    AGENT [ssh options] HOST WORD...
+
+(the words are joined with spaces and run by a shell on HOST). Kubernetes' MPI operator points
+that agent at a ``kubectl exec`` script; we point it at ``rexec.py agent``, which asks the target
+worker's ``rexec.py serve`` to run the command. So the daemon, and the ranks it starts, run
+inside the target worker's process tree, with the target worker's environment, GPUs and limits,
+and die with it.
+
+This file is started as ``python -I -S rexec.py …`` (it is on the path of every daemon launch,
+and it must not depend on the job's Python environment), so it uses the standard library only
+and imports what each entry point needs lazily.
+
+Environment
+-----------
+``serve``: ``GPUYARD_REXEC_ADDRESS``, ``GPUYARD_REXEC_PORT`` (0 picks a free port),
+``GPUYARD_JOB_TOKEN``. It prints ``rexec: listening on ADDRESS:PORT`` on stderr once ready.
+
+``agent``: ``GPUYARD_REXEC_HOSTS`` (a JSON file ``{"w1": {"address": "127.0.0.3", "port":
+23001}, …}``), ``GPUYARD_REXEC_SELF`` (this worker's name: a command for it runs here, with no
+network), ``GPUYARD_JOB_TOKEN``.
+
+Protocol
+--------
+One TCP connection per remote command. The client first sends one header line::
+
+    {"token": "<job token>", "argv": ["word", ...]}\\n
+
+then both sides exchange frames::
+
+    +---------+----------------------+-------------------+
+    | channel | length (4 bytes, BE) | payload (length)  |
+    +---------+----------------------+-------------------+
+
+    client -> server   0 STDIN    bytes for the command's stdin; an empty payload is EOF
+    server -> client   1 STDOUT   bytes the command wrote to stdout
+                       2 STDERR   bytes the command wrote to stderr
+                       3 EXIT     4 bytes, big-endian: the exit status (128+n for signal n);
+                                  the last frame of a session
+                       4 ERROR    a UTF-8 message (bad token, bad header, cannot start); the
+                                  server closes the connection after it
+
+The client never half-closes its side: the end of its connection means the client is gone
+(mpirun killed the agent, or the launcher died), and the server kills the command's process
+group (SIGTERM, then SIGKILL after ``KILL_GRACE`` seconds).
+
+The server runs ``/bin/sh -c "<argv joined with spaces>"`` in a new process group, in its own
+environment and working directory. When the command's shell exits, the server waits up to
+``OUTPUT_GRACE`` seconds for the output pipes to close, kills whatever is left in the group (a
+session's processes do not outlive it, like the worker supervisor's rule for its own group) and
+sends EXIT. On SIGTERM or SIGINT it kills every running command's group and exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+TYPE_CHECKING = False  # importing typing costs time on every daemon launch
+if TYPE_CHECKING:
+    import queue
+    import socket
+    import subprocess
+    from collections.abc import Sequence
+    from typing import BinaryIO
+
+STDIN, STDOUT, STDERR, EXIT, ERROR = 0, 1, 2, 3, 4
+FRAME_HEADER = 5  # channel byte + 4-byte length
+MAX_FRAME = 1 << 20
+MAX_HEADER = 1 << 20  # prted's command line is ~2 KB; leave room for long environments
+CHUNK = 64 * 1024
+HEADER_TIMEOUT = 10.0  # a client that connects and says nothing must not hold a thread forever
+CONNECT_TIMEOUT = 10.0
+KILL_GRACE = 3.0  # between SIGTERM and SIGKILL of a command's group
+OUTPUT_GRACE = 2.0  # after the command exits, how long a background child may keep its pipes
+EXIT_CONNECTION = 255  # what ssh returns for its own failures; mpirun reports it as such
+EXIT_USAGE = 2
+
+ENV_ADDRESS = "GPUYARD_REXEC_ADDRESS"
+ENV_PORT = "GPUYARD_REXEC_PORT"
+ENV_HOSTS = "GPUYARD_REXEC_HOSTS"
+ENV_SELF = "GPUYARD_REXEC_SELF"
+ENV_TOKEN = "GPUYARD_JOB_TOKEN"  # noqa: S105 - the variable's name, not a secret
+
+# ssh options that take no value / take one. mpirun does not add any today, but Hydra's "ssh"
+# launcher adds -x (no X11 forwarding) and users often configure agents like "ssh -q"; skipping
+# them keeps the agent a drop-in replacement for ssh.
+_SSH_FLAGS = frozenset("1246AaCfGgKkMNnqsTtVvXxYy")  # -x, -q, -tt, -qx ...
+_SSH_VALUED = frozenset("BbcDEeFIiJLlmOopQRSWw")  # -o Key=value, -oKey=value, -p 22 ...
+
+
+def agent_script(python: str, rexec_path: str) -> str:
+    """The executable that mpirun is told to use as its remote shell (it wants one path)."""
+    import shlex
+
+    return f'#!/bin/sh\nexec {shlex.quote(python)} -I -S {shlex.quote(rexec_path)} agent "$@"\n'
+
+
+def remote_command(words: Sequence[str]) -> str:
+    """The shell command for ssh-style words: joined with spaces, as ssh does (no quoting)."""
+    return " ".join(words)
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's view of a child's end: ``-n`` (killed by signal n) becomes 128+n."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# ----------------------------------------------------------------------------------- framing
+
+
+def _pack(channel: int, payload: bytes = b"") -> bytes:
+    return bytes((channel,)) + len(payload).to_bytes(4, "big") + payload
+
+
+def _read_frame(stream: BinaryIO) -> tuple[int, bytes] | None:
+    """The next frame, or None at a clean end of stream; ValueError if the stream is corrupt."""
+    head = stream.read(FRAME_HEADER)
+    if not head:
+        return None
+    if len(head) < FRAME_HEADER:
+        raise ValueError("connection closed inside a frame header")
+    channel = head[0]
+    length = int.from_bytes(head[1:], "big")
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes is over the {MAX_FRAME}-byte limit")
+    payload = stream.read(length) if length else b""
+    if len(payload) < length:
+        raise ValueError("connection closed inside a frame")
+    return channel, payload
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    import signal
+
+    # ProcessLookupError: the group is gone; PermissionError: its id now names someone else's.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.Signals(signum))
+
+
+class _Session:
+    """One connection: authenticate, run the command, relay its streams, report its end."""
+
+    def __init__(self, server: _Server, conn: socket.socket, peer: str) -> None:
+        import threading
+
+        self.server = server
+        self.conn = conn
+        self.peer = peer
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._send_lock = threading.Lock()
+        self._client_gone = threading.Event()
+        self._exited = threading.Event()  # the command's shell has exited
+        self._finished = threading.Event()  # the session has sent its last frame
+        self._killing = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    # Sending is shared by the stdout and stderr pumps and the session thread.
+    def send(self, channel: int, payload: bytes = b"") -> bool:
+        if self._client_gone.is_set():
+            return False
+        try:
+            with self._send_lock:
+                self.conn.sendall(_pack(channel, payload))
+        except OSError:
+            self._lost_client()
+            return False
+        return True
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a session must never take the server down
+            self.server.log(f"session from {self.peer} failed: {exc!r}")
+        finally:
+            self._finished.set()
+            self.server.forget(self)
+            self._close()
+
+    def _run(self) -> None:
+        import subprocess
+        import threading
+
+        rfile = self.conn.makefile("rb")
+        argv = self._read_header(rfile)
+        if argv is None:
+            return
+        command = remote_command(argv)
+        try:
+            # A group of its own: on disconnect or shutdown we signal the command's whole tree
+            # (the daemon and the ranks it forked), and nothing else of the worker's.
+            self.proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                process_group=0,
+            )
+        except OSError as exc:
+            self.send(ERROR, f"cannot start /bin/sh: {exc}".encode())
+            return
+        proc = self.proc
+        if not self.server.adopt(self):
+            self.terminate()  # the server began shutting down while we were starting
+        pumps = [
+            threading.Thread(target=self._pump, args=(proc.stdout, STDOUT), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, STDERR), daemon=True),
+        ]
+        for pump in pumps:
+            pump.start()
+        self._reader = threading.Thread(target=self._read_client, args=(rfile,), daemon=True)
+        self._reader.start()
+
+        returncode = proc.wait()
+        self._exited.set()
+        for pump in pumps:
+            pump.join(OUTPUT_GRACE)
+        # Whatever the command left behind in its group would otherwise outlive the session
+        # (and keep its pipes open, so the pumps would never end).
+        _kill_group(proc.pid, 9)
+        for pump in pumps:
+            pump.join(1.0)
+        self.send(EXIT, exit_status(returncode).to_bytes(4, "big"))
+
+    def _read_header(self, rfile: BinaryIO) -> list[str] | None:
+        import hmac
+        import json
+
+        self.conn.settimeout(HEADER_TIMEOUT)
+        try:
+            line = rfile.readline(MAX_HEADER + 1)
+        except OSError:
+            return None  # timed out or reset before saying anything: nobody to answer
+        self.conn.settimeout(None)
+        if not line.endswith(b"\n"):
+            self._refuse("bad header: expected one JSON line")
+            return None
+        try:
+            header = json.loads(line)
+        except ValueError:
+            self._refuse("bad header: not JSON")
+            return None
+        token = header.get("token") if isinstance(header, dict) else None
+        argv = header.get("argv") if isinstance(header, dict) else None
+        # compare_digest: the time taken must not tell an attacker how much of a guess is right.
+        if not isinstance(token, str) or not hmac.compare_digest(
+            token.encode(), self.server.token.encode()
+        ):
+            self._refuse("authentication failed: bad token")
+            return None
+        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
+            self._refuse("bad header: argv must be a non-empty list of strings")
+            return None
+        return argv
+
+    def _refuse(self, reason: str) -> None:
+        self.server.log(f"refused {self.peer}: {reason}")
+        self.send(ERROR, reason.encode())
+
+    def _pump(self, pipe: BinaryIO | None, channel: int) -> None:
+        if pipe is None:
+            return
+        try:
+            while chunk := pipe.read(CHUNK):
+                # Keep draining after the client is gone, or the command blocks on a full pipe
+                # instead of getting the SIGTERM it is about to receive.
+                self.send(channel, chunk)
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def _read_client(self, rfile: BinaryIO) -> None:
+        import queue
+        import threading
+
+        # Writes to the command's stdin happen on their own thread, so a command that does not
+        # read its stdin cannot stop us from noticing that the client went away.
+        pending: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
+        writer = threading.Thread(target=self._feed_stdin, args=(pending,), daemon=True)
+        writer.start()
+        try:
+            while (frame := _read_frame(rfile)) is not None:
+                channel, payload = frame
+                if channel != STDIN:
+                    raise ValueError(f"unexpected channel {channel} from the client")
+                pending.put(payload or None)
+                if not payload:
+                    break  # EOF on stdin; from now on only the end of the connection matters
+            while rfile.read(CHUNK):
+                pass  # anything after stdin's EOF is ignored; we wait for the connection to end
+        except (OSError, ValueError):
+            pass
+        with contextlib.suppress(queue.Full):
+            pending.put_nowait(None)  # the client is gone: close the command's stdin too
+        self._lost_client()
+
+    def _feed_stdin(self, pending: queue.Queue[bytes | None]) -> None:
+        proc = self.proc
+        if proc is None or proc.stdin is None:
+            return
+        broken = False
+        while (data := pending.get()) is not None:
+            if broken:
+                continue  # keep taking input, so the client reader never blocks on us
+            try:
+                proc.stdin.write(data)
+            except OSError:
+                broken = True  # the command closed its stdin or exited: its input is dropped
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+    def _lost_client(self) -> None:
+        if self._client_gone.is_set():
+            return
+        self._client_gone.set()
+        if not self._exited.is_set():
+            self.server.log(f"client {self.peer} went away; killing its command")
+            self.terminate()
+
+    def terminate(self) -> None:
+        """SIGTERM the command's group, SIGKILL it after KILL_GRACE (returns once it is dead)."""
+        import subprocess
+
+        proc = self.proc
+        if proc is None:
+            return
+        with self._killing:  # disconnect and shutdown may both ask; kill once
+            if proc.poll() is not None:
+                return
+            _kill_group(proc.pid, 15)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(KILL_GRACE)
+            _kill_group(proc.pid, 9)
+
+    def wait_finished(self, timeout: float) -> bool:
+        return self._finished.wait(timeout)
+
+    def _close(self) -> None:
+        """Close so that the client can read our last frame (EXIT or ERROR).
+
+        Closing a socket that still has unread input makes the kernel send a reset, which can
+        destroy the frame we just sent before the client reads it. So we half-close our side
+        and keep reading (and dropping) until the client, having read the frame, closes its
+        side; only then, or after KILL_GRACE, do we close.
+        """
+        import socket
+
+        try:
+            self.conn.shutdown(socket.SHUT_WR)
+            if self._reader is None:  # no reader thread yet (refused, or failed to start)
+                self.conn.settimeout(KILL_GRACE)
+                while self.conn.recv(CHUNK):
+                    pass
+            else:
+                self._reader.join(KILL_GRACE)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)  # wakes a reader still blocked on the socket
+        self.conn.close()
+
+
+class _Server:
+    def __init__(self, token: str) -> None:
+        import threading
+
+        self.token = token
+        self._lock = threading.Lock()
+        self._sessions: set[_Session] = set()
+        self._stopping = False
+
+    def log(self, message: str) -> None:
+        try:
+            sys.stderr.write(f"rexec: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def adopt(self, session: _Session) -> bool:
+        with self._lock:
+            self._sessions.add(session)
+            return not self._stopping
+
+    def forget(self, session: _Session) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+
+    def stop(self) -> None:
+        """Kill every running command (concurrently) and give the sessions time to report."""
+        import threading
+
+        with self._lock:
+            self._stopping = True
+            sessions = list(self._sessions)
+        killers = [threading.Thread(target=s.terminate, daemon=True) for s in sessions]
+        for killer in killers:
+            killer.start()
+        for killer in killers:
+            killer.join(KILL_GRACE + 2.0)
+        for session in sessions:
+            session.wait_finished(OUTPUT_GRACE + 2.0)
+
+
+def serve() -> int:
+    import select
+    import signal
+    import socket
+    import threading
+
+    token = os.environ.get(ENV_TOKEN, "")
+    address = os.environ.get(ENV_ADDRESS, "")
+    port_text = os.environ.get(ENV_PORT, "")
+    if not token:
+        print(f"rexec serve: {ENV_TOKEN} is not set", file=sys.stderr)
+        return EXIT_USAGE
+    if not address or not port_text.isdigit():
+        print(f"rexec serve: set {ENV_ADDRESS} and {ENV_PORT}", file=sys.stderr)
+        return EXIT_USAGE
+
+    # Signals only wake the accept loop (through the wakeup fd); the loop itself decides to
+    # stop, so a signal never lands in the middle of starting a session.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+
+    server = _Server(token)
+    try:
+        listener = socket.create_server((address, int(port_text)), backlog=64)
+    except OSError as exc:
+        print(f"rexec serve: cannot listen on {address}:{port_text}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    host, port = listener.getsockname()[:2]
+    server.log(f"listening on {host}:{port}")
+    with listener:
+        while True:
+            ready, _, _ = select.select([listener.fileno(), wake_r], [], [])
+            if wake_r in ready:
+                break
+            try:
+                conn, peer = listener.accept()
+            except OSError:
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            session = _Session(server, conn, f"{peer[0]}:{peer[1]}")
+            threading.Thread(target=session.run, daemon=True).start()
+    server.log("stopping: killing running commands")
+    server.stop()
+    return 0
+
+
+# ------------------------------------------------------------------------------------- agent
+
+
+class AgentError(Exception):
+    """A failure of the agent itself (not of the remote command); exits 255 like ssh."""
+
+
+def _parse_agent_args(args: Sequence[str]) -> tuple[str, list[str]]:
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        option = args[index]
+        if option == "--":
+            index += 1
+            break
+        letters = option[1:]
+        if letters and letters[0] in _SSH_VALUED:
+            index += 1 if len(letters) > 1 else 2  # value attached ("-p22") or next word
+        elif letters and all(letter in _SSH_FLAGS for letter in letters):
+            index += 1
+        else:
+            raise AgentError(f"unsupported ssh option {option!r}")
+    if index >= len(args):
+        raise AgentError("usage: rexec.py agent [ssh options] HOST COMMAND...")
+    host, words = args[index], list(args[index + 1 :])
+    if not words:
+        raise AgentError(f"no command for {host}: interactive sessions are not supported")
+    return host, words
+
+
+def _load_hosts() -> dict[str, tuple[str, int]]:
+    import json
+
+    path = os.environ.get(ENV_HOSTS)
+    if not path:
+        raise AgentError(f"{ENV_HOSTS} is not set")
+    try:
+        with open(path, "rb") as file:
+            data = json.load(file)
+    except (OSError, ValueError) as exc:
+        raise AgentError(f"cannot read the hosts file {path}: {exc}") from None
+    hosts: dict[str, tuple[str, int]] = {}
+    if isinstance(data, dict):
+        for name, entry in data.items():
+            if isinstance(entry, dict):
+                address, port = entry.get("address"), entry.get("port")
+                if isinstance(address, str) and isinstance(port, int):
+                    hosts[str(name)] = (address, port)
+    if not hosts:
+        raise AgentError(f"the hosts file {path} lists no hosts")
+    return hosts
+
+
+def _resolve(host: str, hosts: dict[str, tuple[str, int]]) -> str:
+    """The worker name for HOST: a name from the file, or (for tools that pass them) an address."""
+    if host in hosts:
+        return host
+    by_address = [name for name, (address, _) in hosts.items() if address == host]
+    if len(by_address) == 1:
+        return by_address[0]
+    known = ", ".join(sorted(hosts))
+    raise AgentError(f"unknown host {host!r} (known: {known})")
+
+
+def _exec_local(command: str) -> None:
+    import signal
+
+    # Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive exec: restore the
+    # defaults a shell expects (subprocess does the same with restore_signals).
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    sys.stderr.flush()
+    os.execv("/bin/sh", ["/bin/sh", "-c", command])  # noqa: S606 - running a shell is the job
+
+
+def _forward_stdin(conn: socket.socket) -> None:
+    try:
+        while True:
+            try:
+                data = os.read(0, CHUNK)
+            except OSError:
+                data = b""  # no usable stdin (closed fd): the command sees EOF
+            conn.sendall(_pack(STDIN, data))
+            if not data:
+                return
+    except OSError:
+        pass  # the connection ended; the main thread reports how
+
+
+def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
+    import json
+    import socket
+    import threading
+
+    token = os.environ.get(ENV_TOKEN, "")
+    if not token:
+        raise AgentError(f"{ENV_TOKEN} is not set")
+    where = f"{name} at {address}:{port}"
+    try:
+        conn = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
+    except ConnectionRefusedError:
+        raise AgentError(f"cannot reach {where}: connection refused (is it serving?)") from None
+    except OSError as exc:
+        raise AgentError(f"cannot reach {where}: {exc.strerror or exc}") from None
+    conn.settimeout(None)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    header = json.dumps({"token": token, "argv": words}).encode() + b"\n"
+    try:
+        conn.sendall(header)
+    except OSError as exc:
+        raise AgentError(f"lost {where}: {exc.strerror or exc}") from None
+    threading.Thread(target=_forward_stdin, args=(conn,), daemon=True).start()
+
+    rfile = conn.makefile("rb")
+    closed: set[int] = set()  # our own stdout/stderr, once their reader has gone away
+    try:
+        while (frame := _read_frame(rfile)) is not None:
+            channel, payload = frame
+            if channel in (STDOUT, STDERR):
+                if channel not in closed:
+                    try:
+                        _write_all(channel, payload)  # channel numbers are the fds
+                    except OSError:
+                        closed.add(channel)  # keep relaying the other stream and the status
+            elif channel == EXIT and len(payload) == 4:
+                return int.from_bytes(payload, "big")
+            elif channel == ERROR:
+                raise AgentError(f"{where}: {payload.decode(errors='replace')}")
+            else:
+                raise AgentError(f"{where}: unexpected frame on channel {channel}")
+    except (OSError, ValueError) as exc:
+        raise AgentError(f"lost {where}: {exc}") from None
+    raise AgentError(f"lost {where}: the connection closed before the command's exit status")
+
+
+def agent(args: Sequence[str]) -> int:
+    import signal
+
+    # Killed or interrupted (mpirun tears its launch agents down this way): end at once. The
+    # kernel closes our connection, and the server kills the remote command's group.
+    def _die(signum: int, _frame: object) -> None:
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _die)
+
+    host, words = _parse_agent_args(args)
+    command = remote_command(words)
+    own = os.environ.get(ENV_SELF, "")
+    if own and host == own:
+        _exec_local(command)
+    hosts = _load_hosts()
+    name = _resolve(host, hosts)
+    if own and name == own:
+        _exec_local(command)
+    address, port = hosts[name]
+    return _run_remote(name, address, port, words)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"] and len(args) == 1:
+        return serve()
+    if args[:1] == ["agent"]:
+        try:
+            return agent(args[1:])
+        except AgentError as exc:
+            print(f"rexec: {exc}", file=sys.stderr)
+            return EXIT_CONNECTION
+    print("usage: rexec.py serve | rexec.py agent [ssh options] HOST COMMAND...", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stderr.flush()
+    # os._exit: daemon threads may still be blocked in reads (stdin, sockets); a normal
+    # interpreter exit would wait on nothing, but flushing and finalizing is pointless here.
+    os._exit(status)
