@@ -24,7 +24,13 @@ from gpuyard.launch.network import NetworkPreset, network_env
 from gpuyard.launch.slurm import slurm_env
 from gpuyard.launch.topology import Role, Seat, seats
 from gpuyard.launch.torchrun import wrap_python
-from gpuyard.launch.workspace import attempt_dir, output_dir, worker_dir, workspace_binds
+from gpuyard.launch.workspace import (
+    attempt_dir,
+    control_dir,
+    output_dir,
+    worker_dir,
+    workspace_binds,
+)
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
 
@@ -36,6 +42,10 @@ PLATFORM_DEFAULTS = {
     # "" in its env to get buffering back.
     "PYTHONUNBUFFERED": "1",
 }
+
+
+PREEMPT_SIGNAL = "SIGUSR1"
+"""The preemption notice's signal (docs/preemption.md): Slurm's and Lightning's choice too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,8 @@ def contract_env(w: _Worker, *, workspace: str, outputs: str) -> dict[str, str]:
         "GPUYARD_WORKSPACE": workspace,
         "GPUYARD_OUTPUT_DIR": outputs,
         "GPUYARD_CHECKPOINT_DIR": ctx.checkpoint_dir,
+        "GPUYARD_CONTROL_DIR": control_dir(ctx.job_dir, ctx.attempt, seat.rank),
+        "GPUYARD_PREEMPT_SIGNAL": PREEMPT_SIGNAL,
         "GPUYARD_GPUS": str(len(slot.gpus)),
         # An empty list hides every GPU from a job that asked for none.
         "CUDA_VISIBLE_DEVICES": ",".join(visible),

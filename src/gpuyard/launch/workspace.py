@@ -21,7 +21,7 @@ import posixpath
 from gpuyard.executors.base import Bind
 from gpuyard.models.job import JobSpec, JobType
 
-__all__ = ["Bind", "attempt_dir", "output_dir", "worker_dir", "workspace_binds"]
+__all__ = ["Bind", "attempt_dir", "control_dir", "output_dir", "worker_dir", "workspace_binds"]
 
 
 def attempt_dir(job_dir: str, attempt: int) -> str:
@@ -31,6 +31,11 @@ def attempt_dir(job_dir: str, attempt: int) -> str:
 def worker_dir(job_dir: str, attempt: int, rank: int) -> str:
     """Where a worker's files live (log, state); the same layout on every executor."""
     return posixpath.join(attempt_dir(job_dir, attempt), f"worker-{rank}")
+
+
+def control_dir(job_dir: str, attempt: int, rank: int) -> str:
+    """Where the platform and the job's runtime exchange notices (docs/preemption.md)."""
+    return posixpath.join(worker_dir(job_dir, attempt, rank), "control")
 
 
 def output_dir(spec: JobSpec, *, job_dir: str, job_name: str, task: int) -> str:

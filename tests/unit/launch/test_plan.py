@@ -65,6 +65,8 @@ def test_contract_variables() -> None:
         "GPUYARD_WORKSPACE": "/pool/jobs/42/attempts/1/worker-1/workspace",
         "GPUYARD_OUTPUT_DIR": "/pool/jobs/42/outputs",
         "GPUYARD_CHECKPOINT_DIR": "/pool/jobs/42/checkpoints",
+        "GPUYARD_CONTROL_DIR": "/pool/jobs/42/attempts/1/worker-1/control",
+        "GPUYARD_PREEMPT_SIGNAL": "SIGUSR1",
         "GPUYARD_GPUS": "0",
         "GPUYARD_URL": "http://127.0.0.1:8470",
         "GPUYARD_JOB_TOKEN": "s3cret",

@@ -110,7 +110,7 @@ class LocalExecutor:
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
         handle: Handle = {"dir": str(wd), "log": str(wd / "log")}
         try:
-            wd.mkdir(parents=True, exist_ok=True)
+            (wd / "control").mkdir(parents=True, exist_ok=True)
             job_dir = Path(self.job_dir(key.job_id))
             (job_dir / "outputs").mkdir(exist_ok=True)
             (job_dir / "checkpoints").mkdir(exist_ok=True)
