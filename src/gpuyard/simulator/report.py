@@ -1,0 +1,149 @@
+"""Writing results: per-job CSV, summary CSV, a Rich table, the queueing-delay CDF plot."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuyard.errors import GpuyardError
+from gpuyard.simulator.metrics import OVERALL, JobResult, Summary
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = [
+    "JOB_COLUMNS",
+    "plot_queue_cdf",
+    "summary_table",
+    "write_jobs",
+    "write_summary",
+]
+
+JOB_COLUMNS = (
+    "policy",
+    "cluster",
+    "job_id",
+    "gpus",
+    "submit",
+    "start",
+    "end",
+    "queue",
+    "jct",
+    "preemptions",
+)
+
+
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def write_jobs(path: Path, results: Sequence[JobResult]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(JOB_COLUMNS)
+        for r in results:
+            writer.writerow([_cell(getattr(r, c)) for c in JOB_COLUMNS])
+
+
+def write_summary(path: Path, summaries: Sequence[Summary]) -> None:
+    names = [f.name for f in fields(Summary)]
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        for s in summaries:
+            row = asdict(s)
+            for key in ("avg_jct", "avg_queue", "p99_queue", "p999_queue", "makespan"):
+                row[key] = round(row[key], 2)
+            if row["alloc_waiting"] is not None:
+                row["alloc_waiting"] = round(row["alloc_waiting"], 4)
+            writer.writerow({k: _cell(v) for k, v in row.items()})
+
+
+def _seconds(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
+    """Overall rows (or per cluster, if given those), ours first, then published."""
+    from rich.table import Table
+
+    table = Table(title=title or None, title_justify="left")
+    for name, justify in (
+        ("policy", "left"),
+        ("cluster", "left"),
+        ("jobs", "right"),
+        ("avg JCT (s)", "right"),
+        ("avg queue (s)", "right"),
+        ("p99 queue (s)", "right"),
+        ("p99.9 queue (s)", "right"),
+        ("alloc. while waiting", "right"),
+        ("makespan (s)", "right"),
+        ("preemptions", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in sorted(summaries, key=lambda s: (s.published, s.cluster != OVERALL, s.cluster)):
+        jobs = f"{s.jobs:,}" + (f" ({s.unfinished:,} unfinished)" if s.unfinished else "")
+        table.add_row(
+            f"[dim]{s.policy}[/]" if s.published else s.policy,
+            s.cluster,
+            jobs,
+            _seconds(s.avg_jct),
+            _seconds(s.avg_queue),
+            _seconds(s.p99_queue),
+            _seconds(s.p999_queue),
+            "-" if s.alloc_waiting is None else f"{s.alloc_waiting:.1%}",
+            _seconds(s.makespan),
+            f"{s.preemptions:,}",
+        )
+    return table
+
+
+class PlotUnavailable(GpuyardError):
+    """matplotlib is missing."""
+
+
+def plot_queue_cdf(
+    path: Path,
+    ours: Mapping[str, Sequence[float]],
+    published: Mapping[str, Sequence[float]] | None = None,
+    *,
+    title: str = "",
+) -> None:
+    """CDF of queueing delay per policy, log x. Published curves are dashed and say so."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotUnavailable(
+            "the plot needs matplotlib: install gpuyard's 'sim' extra "
+            "(pip install 'gpuyard[sim]'), or pass --no-plot"
+        ) from None
+    figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
+    for group, style in ((ours, "-"), (published or {}, "--")):
+        for name, delays in group.items():
+            if not delays:
+                continue
+            xs = sorted(max(d, 1.0) for d in delays)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            axes.step(xs, ys, where="post", linestyle=style, linewidth=1.6, label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel("queueing delay (s, log scale; delays under 1 s drawn at 1 s)")
+    axes.set_ylabel("fraction of jobs")
+    axes.set_ylim(0, 1.0)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    if title:
+        axes.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

@@ -1,0 +1,185 @@
+"""Replay a trace: every (policy, cluster) pair is an independent engine run, in worker
+processes when there are several CPUs, with progress reported as jobs finish."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from gpuyard.errors import InvalidSpec
+from gpuyard.simulator.cluster import Partition
+from gpuyard.simulator.engine import Engine, Overhead, PartitionResult
+from gpuyard.simulator.policy import Policy, PolicyContext
+from gpuyard.simulator.trace import TraceJob
+
+__all__ = ["POLICIES", "PolicyInfo", "default_workers", "make_policy", "replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    name: str
+    description: str
+    oracle: bool = False
+    """Gets the trace's run times (reference SJF only)."""
+
+
+POLICIES: dict[str, PolicyInfo] = {
+    p.name: p
+    for p in (
+        PolicyInfo("fifo", "reference FIFO: the artifact's rules, a check of the simulator"),
+        PolicyInfo("sjf", "reference SJF (oracle run times): the artifact's rules", oracle=True),
+        PolicyInfo("gpuyard", "gpuyard.scheduler.decide(), as the server runs it"),
+    )
+}
+
+
+def make_policy(name: str, context: PolicyContext) -> Policy:
+    if name in ("fifo", "sjf"):
+        from gpuyard.simulator.reference import ReferencePolicy
+
+        return ReferencePolicy(context, name)
+    if name == "gpuyard":
+        from gpuyard.simulator.gpuyard_policy import GpuyardPolicy
+
+        return GpuyardPolicy(context)
+    raise InvalidSpec(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def run_one(
+    policy: str,
+    partition: Partition,
+    jobs: Sequence[TraceJob],
+    overhead: Overhead,
+    on_progress: Callable[[int], None] | None = None,
+) -> PartitionResult:
+    """One policy on one cluster. ``jobs``: that cluster's, in submit order."""
+    info = POLICIES.get(policy)
+    if info is None:
+        raise InvalidSpec(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    durations = [j.duration for j in jobs] if info.oracle else None
+    engine = Engine(
+        partition,
+        jobs,
+        make_policy(policy, PolicyContext(partition, durations)),
+        policy_name=policy,
+        overhead=overhead,
+        on_progress=on_progress,
+    )
+    started = time.perf_counter()
+    result = engine.run()
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
+Progress = Callable[[int], None]
+"""Called with the number of jobs newly finished, summed over all runs."""
+
+
+def replay(
+    partitions: Sequence[Partition],
+    jobs: Sequence[TraceJob],
+    policies: Sequence[str],
+    *,
+    overhead: Overhead | None = None,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> list[PartitionResult]:
+    """Every policy on every cluster; results in (policy, cluster file) order."""
+    overhead = overhead or Overhead()
+    for name in policies:
+        if name not in POLICIES:
+            raise InvalidSpec(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    per_cluster: dict[str, list[TraceJob]] = {p.name: [] for p in partitions}
+    for job in jobs:
+        per_cluster[job.cluster].append(job)
+    tasks = [(policy, p, per_cluster[p.name]) for policy in policies for p in partitions]
+    tasks = [t for t in tasks if t[2]]
+    if workers <= 1 or len(tasks) <= 1:
+        return [_in_process(policy, p, js, overhead, progress) for policy, p, js in tasks]
+    return _in_workers(tasks, overhead, min(workers, len(tasks)), progress)
+
+
+def _in_process(
+    policy: str,
+    partition: Partition,
+    jobs: Sequence[TraceJob],
+    overhead: Overhead,
+    progress: Progress | None,
+) -> PartitionResult:
+    seen = 0
+
+    def report(done: int) -> None:
+        nonlocal seen
+        if progress is not None:
+            progress(done - seen)
+        seen = done
+
+    return run_one(policy, partition, jobs, overhead, report)
+
+
+_updates: Any = None
+"""In a worker: the queue its progress goes to."""
+
+
+def _init_worker(updates: Any) -> None:
+    global _updates  # noqa: PLW0603 - the one way a pool initializer hands state to tasks
+    _updates = updates
+
+
+def _run_task(
+    key: int, policy: str, partition: Partition, jobs: Sequence[TraceJob], overhead: Overhead
+) -> tuple[int, PartitionResult]:
+    seen = 0
+
+    def report(done: int) -> None:
+        nonlocal seen
+        _updates.put(done - seen)
+        seen = done
+
+    return key, run_one(policy, partition, jobs, overhead, report)
+
+
+def _in_workers(
+    tasks: list[tuple[str, Partition, list[TraceJob]]],
+    overhead: Overhead,
+    workers: int,
+    progress: Progress | None,
+) -> list[PartitionResult]:
+    context = multiprocessing.get_context("spawn")
+    updates = context.Queue()
+    results: dict[int, PartitionResult] = {}
+    # Largest first, so that the long runs do not start last.
+    order = sorted(range(len(tasks)), key=lambda k: -len(tasks[k][2]))
+    with ProcessPoolExecutor(workers, context, _init_worker, (updates,)) as pool:
+        pending: set[Future[tuple[int, PartitionResult]]] = {
+            pool.submit(_run_task, k, tasks[k][0], tasks[k][1], tasks[k][2], overhead)
+            for k in order
+        }
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(updates, progress)
+            for future in done:
+                key, result = future.result()
+                results[key] = result
+        _drain(updates, progress)
+    return [results[k] for k in range(len(tasks))]
+
+
+def _drain(updates: Any, progress: Progress | None) -> None:
+    while True:
+        try:
+            delta = updates.get_nowait()
+        except queue.Empty:
+            return
+        if progress is not None:
+            progress(int(delta))
