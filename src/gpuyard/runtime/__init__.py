@@ -129,7 +129,7 @@ def suspend() -> NoReturn:
     current().suspend()
 
 
-def report_progress(step: int, /, **metrics: SupportsFloat | str | None) -> bool:
+def report_progress(step: int, **metrics: SupportsFloat | str | None) -> bool:
     """Publish the current step and metrics (``progress.json``) for the platform's views.
 
     Written at most about once a second (the first call always writes; the others in between

@@ -174,7 +174,8 @@ class Runtime:
             if self._signalled_at is not None or now >= self._next_file_check:
                 if self.env.control_dir is not None:
                     self._next_file_check = now + self._check_interval
-                notice = self._read_notice_file("signal" if self._signalled_at else "file")
+                source: NoticeSource = "file" if self._signalled_at is None else "signal"
+                notice = self._read_notice_file(source)
                 if notice is None and self._signalled_at is not None:
                     notice = PreemptionNotice(source="signal", requested_at=self._signalled_at)
             if notice is None and self._simulate_at is not None and now >= self._simulate_at:
@@ -182,6 +183,9 @@ class Runtime:
             self._notice = notice
             simulate_at = math.inf if self._simulate_at is None else self._simulate_at
             self._wake_at = min(self._next_file_check, simulate_at)
+            if self._signalled_at is not None:
+                # The signal came while this poll ran, after its look: the next call looks.
+                self._wake_at = -math.inf
 
     def _start(self, now: float) -> None:
         self._started = True
@@ -298,7 +302,7 @@ class Runtime:
                 stream.flush()
         raise SystemExit(EXIT_SUSPENDED)
 
-    def report_progress(self, step: int, /, **metrics: SupportsFloat | str | None) -> bool:
+    def report_progress(self, step: int, **metrics: SupportsFloat | str | None) -> bool:
         """Write ``progress.json`` unless the last write was under `progress_interval` ago.
 
         Returns whether it wrote. The first call always writes.

@@ -445,8 +445,12 @@ def test_progress_at_most_once_a_second(
     assert runtime.report_progress(2, loss=2.0) is False
     assert read(control / "progress.json") == first
     clock.advance(0.01)
-    assert runtime.report_progress(3, loss=1.5, lr=0.1) is True
-    assert read(control / "progress.json")["step"] == 3
+    assert runtime.report_progress(step=3, loss=1.5, lr=0.1) is True
+    assert read(control / "progress.json") == {
+        "time": clock.wall,
+        "step": 3,
+        "metrics": {"loss": 1.5, "lr": 0.1},
+    }
 
 
 def test_metrics_become_json(runtime: Runtime, control: Path) -> None:
@@ -549,6 +553,21 @@ def test_save_and_load_checkpoint(
     assert gr.load_checkpoint(name="extra.pt") == {"other": 1}
     with pytest.raises(ValueError, match="plain file name"):
         gr.save_checkpoint({}, name="../escape.pt")
+
+
+def test_agreement_without_a_process_group_is_the_local_flag(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    pytest.importorskip("torch")
+    from gpuyard.runtime.torch import _device, preemption_agreed
+
+    rt = Runtime(make_env(tmp_path, GPUYARD_SIMULATE_PREEMPTION_AFTER="1"), clock=clock)
+    assert preemption_agreed(runtime=rt) is False
+    clock.advance(1)
+    assert preemption_agreed(runtime=rt) is True
+    # The flag rides on the CPU wherever the backend can carry CPU tensors.
+    for backend in ("gloo", "cpu:gloo,cuda:nccl", "mpi"):
+        assert _device(backend).type == "cpu"
 
 
 # -- the local driver -----------------------------------------------------------------------
