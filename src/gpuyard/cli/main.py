@@ -9,6 +9,7 @@ import typer
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import pool as pool_cli
+from gpuyard.cli import simulate as simulate_cli
 
 app = typer.Typer(
     name="gpuyard",
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 jobs_cli.register(app)
 pool_cli.register(app)
+simulate_cli.register(app)
 app.add_typer(config_cli.app, name="config")
 
 

@@ -103,10 +103,13 @@ class Partition:
 
 
 def detect_cluster_preset(header: Sequence[str]) -> ClusterSchema:
+    """A preset whose columns the header has; else gpuyard's schema with the columns there."""
     present = set(header)
-    for schema in CLUSTER_PRESETS.values():
-        if set(schema.columns.values()) <= present:
+    for name, schema in CLUSTER_PRESETS.items():
+        if name != "gpuyard" and set(schema.columns.values()) <= present:
             return schema
+    if "gpus_per_node" in present:
+        return ClusterSchema({c: c for c in CLUSTER_COLUMNS if c in present}, name="gpuyard")
     raise InvalidSpec(
         f"cannot tell the cluster file's schema from its columns {list(header)}; it needs "
         f"gpus_per_node (and optionally cluster, node_class, num_nodes), or a preset "

@@ -5,8 +5,10 @@ there. At each event time ``t``, in this order (the artifact's order within a ti
 
 1. jobs whose remaining work reaches 0 at ``t`` finish and free their GPUs;
 2. jobs submitted at ``t`` enter the queue;
-3. the policy decides (only here: after a submission, a completion, or a wake-up it asked
-   for), and the engine applies its preemptions, then its starts.
+3. the policy decides, and the engine applies its preemptions, then its starts. The policy
+   is asked only when something changed (a submission, a completion, a wake-up it asked for)
+   and a job is pending or it asked for the wake-up: with an empty queue there is nothing
+   to decide. ``View.submitted`` and ``View.finished`` hold everything since its last call.
 
 A job runs its trace duration; each preemption adds the overhead (checkpoint + restart) to
 its remaining work, and it finishes when the remaining work reaches 0. While a job waits, its
@@ -85,14 +87,21 @@ class Engine:
         policy_name: str = "",
         overhead: Overhead | None = None,
         on_progress: Progress | None = None,
+        max_idle_wakes: int = 10_000,
     ) -> None:
-        """``jobs`` in submit order (ties: trace order); their position is their index."""
+        """``jobs`` in submit order (ties: trace order); their position is their index.
+
+        ``max_idle_wakes``: with nothing running and nothing left to arrive, only time
+        passes; after this many wake-ups in a row that change nothing, the replay ends (a
+        policy that waits forever for a job that never fits would otherwise never stop)."""
         self.partition = partition
         self.nodes = partition.nodes
         self.policy = policy
         self.policy_name = policy_name
         self.overhead = overhead or Overhead()
         self.on_progress = on_progress
+        self.max_idle_wakes = max_idle_wakes
+        self._idle_wakes = 0
         self.jobs = [
             SimJob(
                 index=i,
@@ -121,6 +130,9 @@ class Engine:
         self._wakes: list[float] = []
         self._wake_set: set[float] = set()
         self._next_submit = 0
+        self._submitted: list[SimJob] = []
+        self._finished: list[SimJob] = []
+        """Since the policy's previous call."""
         self._done = 0
         self.result = PartitionResult(partition.name, policy_name, partition.gpus, self.jobs)
 
@@ -130,18 +142,27 @@ class Engine:
             if previous is not None:
                 self._account(t - previous)
             previous = self.now = t
-            finished = self._release(t)
-            submitted = self._admit(t)
+            self._finished += self._release(t)
+            self._submitted += self._admit(t)
+            woke = False
             while self._wakes and self._wakes[0] <= t:
                 self._wake_set.discard(heapq.heappop(self._wakes))
-            view = View(t, self.nodes, self.free, self.pending, self.running, submitted, finished)
-            decision = self.policy.decide(view)
-            self.result.decisions += 1
-            self._apply(decision)
-            self._schedule_wake(decision)
+                woke = True
+            if self.pending or woke:
+                self._decide(t)
         if self.on_progress is not None:
             self.on_progress(self._done)
         return self.result
+
+    def _decide(self, t: float) -> None:
+        view = View(
+            t, self.nodes, self.free, self.pending, self.running, self._submitted, self._finished
+        )
+        decision = self.policy.decide(view)
+        self._submitted, self._finished = [], []
+        self.result.decisions += 1
+        self._apply(decision)
+        self._schedule_wake(decision)
 
     def _next_time(self) -> float | None:
         while self._finishes and self._finishes[0][2] != self._run[self._finishes[0][1]]:
@@ -260,7 +281,11 @@ class Engine:
             raise SimulationError(f"wake_at {wake} is not after now ({self.now})")
         idle = not self.running and self._next_submit == len(self.jobs)
         if idle and not decision.starts:
-            return  # nothing runs, nothing arrives, nothing started: time alone changes nothing
+            self._idle_wakes += 1
+            if self._idle_wakes > self.max_idle_wakes:
+                return
+        else:
+            self._idle_wakes = 0
         if wake not in self._wake_set:
             self._wake_set.add(wake)
             heapq.heappush(self._wakes, wake)

@@ -15,12 +15,21 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuyard.simulator.engine import PartitionResult
 
-__all__ = ["OVERALL", "JobResult", "Summary", "job_results", "percentile", "summarize"]
+__all__ = [
+    "OVERALL",
+    "JobResult",
+    "Occupancy",
+    "Summary",
+    "job_results",
+    "percentile",
+    "summarize",
+    "summarize_by_cluster",
+]
 
 OVERALL = "(all)"
 
@@ -127,6 +136,32 @@ def summarize(
         preemptions=sum(j.preemptions for j in jobs),
         published=published,
     )
+
+
+def summarize_by_cluster(
+    policy: str,
+    rows: Sequence[JobResult],
+    occupancy: Mapping[str, Occupancy] | None = None,
+    *,
+    published: bool = False,
+) -> list[Summary]:
+    """One summary per cluster (in order of appearance), then the overall one."""
+    by_cluster: dict[str, list[JobResult]] = {}
+    for row in rows:
+        by_cluster.setdefault(row.cluster, []).append(row)
+    out = [
+        summarize(
+            policy,
+            cluster,
+            part,
+            [occupancy[cluster]] if occupancy is not None else None,
+            published=published,
+        )
+        for cluster, part in by_cluster.items()
+    ]
+    overall = list(occupancy.values()) if occupancy is not None else None
+    out.append(summarize(policy, OVERALL, rows, overall, published=published))
+    return out
 
 
 def _mean(values: Sequence[float]) -> float:

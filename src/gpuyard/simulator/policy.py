@@ -1,7 +1,8 @@
 """The seam between the engine and a scheduling policy.
 
-At each decision point (a submission, a completion, or a wake-up the policy asked for) the
-engine calls ``policy.decide(view)`` with a read-only :class:`View` of one partition and
+At each decision point (a submission, a completion, or a wake-up the policy asked for; not
+while the queue is empty, unless the policy asked for that wake-up) the engine calls
+``policy.decide(view)`` with a read-only :class:`View` of one partition and
 applies the returned :class:`Decision`: first the preemptions, then the starts (so a policy may
 preempt to make room and start into that room in one decision). A bad decision (a start that
 does not fit, a job that is not pending) raises :class:`SimulationError`: it is a policy bug.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuyard.errors import GpuyardError
 from gpuyard.simulator.metrics import OVERALL, JobResult, Summary
+from gpuyard.simulator.published import PUBLISHED_SUFFIX
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -72,29 +73,34 @@ def _seconds(value: float) -> str:
 
 
 def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
-    """Overall rows (or per cluster, if given those), ours first, then published."""
+    """Ours first, then published; overall before per-cluster rows. Seconds throughout."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title or None, title_justify="left")
-    for name, justify in (
-        ("policy", "left"),
-        ("cluster", "left"),
-        ("jobs", "right"),
-        ("avg JCT (s)", "right"),
-        ("avg queue (s)", "right"),
-        ("p99 queue (s)", "right"),
-        ("p99.9 queue (s)", "right"),
-        ("alloc. while waiting", "right"),
-        ("makespan (s)", "right"),
-        ("preemptions", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    clusters = {s.cluster for s in summaries}
+    table = Table(
+        title=title or None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption="seconds; alloc: share of GPUs allocated while jobs wait; *: published figures",
+        caption_justify="left",
+    )
+    headers = ["policy", "cluster", "jobs", "avg JCT", "avg queue", "p99 queue", "p99.9 queue"]
+    headers += ["alloc", "makespan", "preempt"]
+    if clusters == {OVERALL}:
+        headers.remove("cluster")
+    for name in headers:
+        table.add_column(
+            name, justify="left" if name in ("policy", "cluster") else "right", no_wrap=True
+        )
     for s in sorted(summaries, key=lambda s: (s.published, s.cluster != OVERALL, s.cluster)):
-        jobs = f"{s.jobs:,}" + (f" ({s.unfinished:,} unfinished)" if s.unfinished else "")
-        table.add_row(
-            f"[dim]{s.policy}[/]" if s.published else s.policy,
-            s.cluster,
-            jobs,
+        name = s.policy.removesuffix(PUBLISHED_SUFFIX) + "*" if s.published else s.policy
+        cells = [f"[dim]{name}[/]" if s.published else name]
+        if "cluster" in headers:
+            cells.append(s.cluster)
+        cells += [
+            f"{s.jobs:,}" + (f" ({s.unfinished:,} unfinished)" if s.unfinished else ""),
             _seconds(s.avg_jct),
             _seconds(s.avg_queue),
             _seconds(s.p99_queue),
@@ -102,7 +108,8 @@ def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
             "-" if s.alloc_waiting is None else f"{s.alloc_waiting:.1%}",
             _seconds(s.makespan),
             f"{s.preemptions:,}",
-        )
+        ]
+        table.add_row(*cells)
     return table
 
 

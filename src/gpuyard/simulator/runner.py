@@ -171,7 +171,7 @@ def _in_workers(
             for future in done:
                 key, result = future.result()
                 results[key] = result
-        _drain(updates, progress)
+    _drain(updates, progress)  # the workers have exited: what they reported has arrived
     return [results[k] for k in range(len(tasks))]
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 from gpuyard.errors import InvalidSpec
 from gpuyard.simulator.cluster import CLUSTER_PRESETS, ClusterSchema, Partition, load_cluster
 from gpuyard.simulator.engine import Overhead, PartitionResult
-from gpuyard.simulator.metrics import OVERALL, JobResult, Occupancy, Summary, job_results, summarize
+from gpuyard.simulator.metrics import (
+    JobResult,
+    Occupancy,
+    Summary,
+    job_results,
+    summarize_by_cluster,
+)
 from gpuyard.simulator.published import load_published
 from gpuyard.simulator.report import plot_queue_cdf, write_jobs, write_summary
 from gpuyard.simulator.runner import Progress, replay
@@ -97,21 +103,12 @@ def summaries_of(
 ) -> list[Summary]:
     """Per cluster and overall, for every policy; then the published ones alike."""
     out: list[Summary] = []
-    policies = list(dict.fromkeys(r.policy for r in results))
-    for policy in policies:
+    for policy in dict.fromkeys(r.policy for r in results):
         mine = [r for r in results if r.policy == policy]
-        everything: list[JobResult] = []
-        for r in mine:
-            rows = job_results(r)
-            everything += rows
-            out.append(summarize(policy, r.partition, rows, [Occupancy.of(r)]))
-        out.append(summarize(policy, OVERALL, everything, [Occupancy.of(r) for r in mine]))
+        rows = [row for r in mine for row in job_results(r)]
+        out += summarize_by_cluster(policy, rows, {r.partition: Occupancy.of(r) for r in mine})
     for name, rows in (published or {}).items():
-        clusters = list(dict.fromkeys(r.cluster for r in rows))
-        for cluster in clusters:
-            part = [r for r in rows if r.cluster == cluster]
-            out.append(summarize(name, cluster, part, None, published=True))
-        out.append(summarize(name, OVERALL, rows, None, published=True))
+        out += summarize_by_cluster(name, rows, published=True)
     return out
 
 

@@ -141,6 +141,8 @@ class TraceJob:
     nodes: int | None = None
     state: str | None = None
     priority: int = TIER_RANKS[DEFAULT_TIER]
+    requested: float | None = None
+    """The GPUs asked for, when not a whole number (``gpus`` rounds it up)."""
 
 
 @dataclass(slots=True)
@@ -214,12 +216,15 @@ def load_schema_file(path: Path) -> TraceSchema:
 
 
 def detect_preset(header: Sequence[str]) -> TraceSchema:
-    """The preset whose required columns the header has (gpuyard's own schema first)."""
+    """The preset whose required columns the header has; gpuyard's own schema (restricted to
+    the canonical columns present) first."""
     present = set(header)
     for schema in PRESETS.values():
         needed = {schema.columns[c] for c in _REQUIRED}
         duration = {schema.columns.get("duration"), schema.columns.get("end_time")} - {None}
         if needed <= present and duration & present:
+            if schema.name == "gpuyard":
+                return TraceSchema({c: c for c in COLUMNS if c in present}, name="gpuyard")
             return schema
     raise InvalidSpec(
         f"cannot tell the trace's schema from its columns {list(header)}; name a preset "
@@ -305,6 +310,8 @@ def _jobs(
         if known is not None and job.cluster not in known:
             report.skipped["cluster not in the cluster file"] += 1
             continue
+        if job.requested is not None:
+            report.rounded_up += 1
         yield job
 
 
@@ -318,8 +325,6 @@ def _job(
         report.skipped["no GPU requested"] += 1
         return None
     gpus = math.ceil(requested - 1e-9)
-    if gpus != requested:
-        report.rounded_up += 1
     submit = row.number("submit_time")
     duration = _duration(row, submit)
     if duration is None:
@@ -343,6 +348,7 @@ def _job(
         nodes=int(_number(nodes, "nodes")) if nodes else None,
         state=row.get("state") or None,
         priority=_priority(row.get("priority"), schema),
+        requested=requested if gpus != requested else None,
     )
 
 

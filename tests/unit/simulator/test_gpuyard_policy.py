@@ -1,0 +1,79 @@
+"""The production-policy seam: trace jobs as scheduler requests, replayed through decide(),
+with no oracle input."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuyard.scheduler import Member, Request
+from gpuyard.simulator import Decision, Engine, Partition, PolicyContext, TraceJob, View
+from gpuyard.simulator.gpuyard_policy import GpuyardPolicy, request_for
+from gpuyard.simulator.runner import POLICIES
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nodes", "expected"),
+    [
+        (1, None, Request((Member(1, 0.0),))),
+        (8, None, Request((Member(8, 0.0),))),
+        (16, None, Request((Member(8, 0.0, whole_node=True),) * 2)),
+        (14, None, Request((Member(8, 0.0, whole_node=True), Member(6, 0.0)))),
+        (16, 4, Request((Member(4, 0.0, whole_node=True),) * 4)),
+    ],
+)
+def test_requests_of_trace_jobs(gpus: int, nodes: int | None, expected: Request) -> None:
+    assert request_for(gpus, nodes, node_gpus=8) == expected
+
+
+def job(job_id: str, submit: float, gpus: int, duration: float, user: str = "u") -> TraceJob:
+    return TraceJob(job_id, "c", user, "g", submit, gpus, duration)
+
+
+class FirstDecision:
+    """Wraps a policy and keeps its first decision."""
+
+    def __init__(self, inner: GpuyardPolicy) -> None:
+        self.inner = inner
+        self.first: Decision | None = None
+
+    def decide(self, view: View) -> Decision:
+        decision = self.inner.decide(view)
+        if self.first is None:
+            self.first = decision
+        return decision
+
+
+def test_a_replay_through_decide_places_gangs_on_whole_nodes_and_finishes_everything() -> None:
+    partition = Partition.uniform("c", nodes=3)
+    jobs = [
+        job("one", 0, 1, 50),
+        job("gang", 0, 16, 20),
+        job("four", 1, 4, 10),
+        job("eight", 2, 8, 30),
+        job("two", 3, 2, 5),
+    ]
+    policy = GpuyardPolicy(PolicyContext(partition))
+    engine = Engine(partition, jobs, policy, policy_name="gpuyard")
+    result = engine.run()
+    assert all(j.end is not None for j in result.jobs)
+    assert engine.free == [8, 8, 8]
+    # What the pool learns of jobs that ended before its last decision: their run time.
+    learned = {h.index: h.ran for h in policy.history}
+    assert learned
+    assert learned == {i: jobs[i].duration for i in learned}
+
+
+def test_the_policy_is_not_given_the_trace_durations() -> None:
+    assert POLICIES["gpuyard"].oracle is False
+    partition = Partition.uniform("c", nodes=1)
+    shapes = [("a", 4), ("b", 4), ("c", 2), ("d", 8), ("e", 1)]
+
+    def first_decision(durations: list[float]) -> list[tuple[int, int]]:
+        jobs = [job(n, 0, g, d) for (n, g), d in zip(shapes, durations, strict=True)]
+        recorder = FirstDecision(GpuyardPolicy(PolicyContext(partition)))
+        Engine(partition, jobs, recorder).run()
+        assert recorder.first is not None
+        return [(s.job, sum(x.gpus for x in s.placement)) for s in recorder.first.starts]
+
+    # Same submissions, opposite run times: what starts first cannot differ.
+    assert first_decision([10, 20, 30, 40, 50]) == first_decision([50_000, 4, 3, 2, 1])
