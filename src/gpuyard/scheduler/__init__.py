@@ -1,22 +1,34 @@
 """The scheduler: pure decisions over a snapshot of the pool. No I/O, no wall clock."""
 
-from gpuyard.scheduler.decide import Decisions, Start, Wait, WaitCode, decide
+from gpuyard.scheduler.decide import Decisions, Grow, Preempt, Start, Wait, WaitCode, decide
 from gpuyard.scheduler.snapshot import (
+    DEFAULT_POOL,
     Allocation,
+    Constraint,
+    Limit,
     Member,
     NodeCapacity,
     PendingJob,
+    PoolPolicy,
+    Preemption,
     Request,
     RunningJob,
     Snapshot,
 )
 
 __all__ = [
+    "DEFAULT_POOL",
     "Allocation",
+    "Constraint",
     "Decisions",
+    "Grow",
+    "Limit",
     "Member",
     "NodeCapacity",
     "PendingJob",
+    "PoolPolicy",
+    "Preempt",
+    "Preemption",
     "Request",
     "RunningJob",
     "Snapshot",

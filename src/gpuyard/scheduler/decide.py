@@ -1,35 +1,91 @@
 """``decide(snapshot) -> Decisions``: the scheduling policy, pure.
 
-Version 1 rules:
+One cycle considers every pending job once, in :mod:`~gpuyard.scheduler.order` (tier, fair
+share, submission), and for each:
 
-1. Pending jobs go in order of priority tier (highest first), then submission order.
-2. Each job is placed all-or-nothing (see :mod:`gpuyard.scheduler.placement`).
-3. A job that cannot start now blocks every job after it, so a large job is never starved by a
-   stream of small ones, and a higher tier blocks lower tiers (the reference's rule: "the
-   resource supply for unscheduled low-priority tasks will be blocked"). Backfill will relax
-   this for jobs that end before the blocked job's reserved start.
-4. A job that could never fit the pool, even empty, does not block anyone; it waits with a
-   reason that says why.
+1. A job that could never fit its nodes, even empty, waits with the reason; it blocks no one.
+2. A job over its owner's or group's quota at its tier waits (quota); it blocks no one.
+3. Otherwise it starts if one of its choices (its spec, its alternative specs in order, or an
+   elastic job's sizes from largest to smallest) fits now *around the reservations of the jobs
+   before it*: a placement may use resources held for a waiting job only if the job's max
+   runtime ends before that reservation begins (backfill).
+4. A job that cannot start, in a pool whose policy is ``suspend``, may take the place of
+   running jobs of lower tiers: the victims that free the room with the least lost work are
+   told to suspend, and the room is held for it meanwhile.
+5. Any other job that cannot start reserves the soonest room it could have, computed from the
+   max runtimes of what runs (unknown ends count as never). Later jobs go around it. So a
+   higher tier blocks lower unscheduled jobs only where it needs the room (reference 000), and
+   a large job is never starved by a stream of small ones.
+
+After the queue, elastic jobs grow toward their max when idle nodes of their pool are left
+over that nobody holds (a grow is a suspension and a resume at the new size).
 
 No I/O, no clock but ``snapshot.now``, no mutation of the snapshot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import gc
+import math
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpuyard.scheduler.placement import Ledger
-from gpuyard.scheduler.snapshot import Allocation, PendingJob, Snapshot
+from gpuyard.quantities import format_duration
+from gpuyard.scheduler.order import FairShare
+from gpuyard.scheduler.placement import INFINITY, Ledger
+from gpuyard.scheduler.preemption import choose_victims
+from gpuyard.scheduler.quota import QuotaBook
+from gpuyard.scheduler.snapshot import (
+    Allocation,
+    Constraint,
+    Member,
+    PendingJob,
+    PoolPolicy,
+    Preemption,
+    Request,
+    RunningJob,
+    Snapshot,
+)
 
-__all__ = ["Decisions", "Start", "Wait", "WaitCode", "decide", "queue_order"]
+Key = tuple[Constraint, int, bool]
+"""(constraint, shape id, same zone): what decides whether a request fits."""
+
+__all__ = [
+    "MAX_PREEMPTIONS",
+    "MAX_RESERVATIONS",
+    "Decisions",
+    "Grow",
+    "Preempt",
+    "Start",
+    "Wait",
+    "WaitCode",
+    "decide",
+]
+
+MAX_RESERVATIONS = 16
+"""Waiting jobs per cycle that reserve room; later ones wait without (they move up as the
+ones before them start)."""
+MAX_PREEMPTIONS = 16
+"""Waiting jobs per cycle that may look for victims."""
+
+
+_MAYBE = ""
+_FAILED = "\0failed"
 
 
 class WaitCode(StrEnum):
+    QUOTA = "quota"
+    """Its owner or group is at its quota for the job's tier."""
+    PRIORITY = "priority"
+    """The room it could use is held for a job of a higher tier."""
+    RESERVED = "reserved"
+    """The room it could use is held for a job that goes before it (a larger one, usually)."""
     RESOURCES = "resources"
-    """Not enough free resources right now."""
-    BLOCKED = "blocked"
-    """Behind a job that goes first (higher tier or earlier) and is itself waiting."""
+    """No node has room for it now."""
+    PREEMPTING = "preempting"
+    """Lower-tier jobs are being suspended to make room for it."""
+    POOL = "pool"
+    """Its pool, node list or driver version can never hold it."""
     UNSATISFIABLE = "unsatisfiable"
     """Larger than the pool could ever offer."""
 
@@ -39,6 +95,26 @@ class Start:
     job_id: int
     version: int
     allocations: tuple[Allocation, ...]
+    choice: int = 0
+    """Which of the job's choices (``PendingJob.choices()``) it starts with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: int
+    version: int
+    for_job: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    """Suspend an elastic job so that it resumes on ``nodes`` nodes."""
+
+    job_id: int
+    version: int
+    nodes: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,49 +122,344 @@ class Wait:
     job_id: int
     code: WaitCode
     message: str
+    start_at: float | None = None
+    """When it is expected to start, where a reservation says so."""
 
 
 @dataclass(slots=True)
 class Decisions:
     starts: list[Start] = field(default_factory=list)
     waits: dict[int, Wait] = field(default_factory=dict)
+    preempts: list[Preempt] = field(default_factory=list)
+    grows: list[Grow] = field(default_factory=list)
 
 
-def queue_order(job: PendingJob) -> tuple[int, int]:
-    return (-job.priority, job.seq)
+@dataclass(slots=True)
+class _Reservation:
+    job: PendingJob
+    start: float
+    nodes: frozenset[str]
 
 
-def decide(snapshot: Snapshot) -> Decisions:
-    ledger = Ledger(snapshot.nodes, snapshot.running)
-    decisions = Decisions()
-    blocker: PendingJob | None = None
-    for job in sorted(snapshot.pending, key=queue_order):
-        never = ledger.could_ever_fit(job.request)
-        if never is not None:
-            decisions.waits[job.id] = Wait(job.id, WaitCode.UNSATISFIABLE, never)
-            continue
-        if blocker is not None:
-            decisions.waits[job.id] = Wait(
-                job.id,
-                WaitCode.BLOCKED,
-                f"waiting behind job {blocker.id}, which goes first and does not fit yet",
+class _Cycle:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.now = snapshot.now
+        self.ledger = Ledger(snapshot.nodes, snapshot.running, snapshot.now)
+        self.quotas = QuotaBook(snapshot.quotas, snapshot.running)
+        self.fair = FairShare(snapshot.running, snapshot.shares)
+        self.decisions = Decisions()
+        self.running = list(snapshot.running)
+        self.leaving: set[int] = {j.id for j in snapshot.running if j.suspending}
+        self.verdict: dict[Key, str] = {}
+        """Per shape: _MAYBE (an empty pool could hold it), _FAILED (not even ignoring
+        reservations, and resources only shrink within a cycle, so not later in it either), or
+        the reason it never fits."""
+        self.short: dict[int, str] = {}
+        self.resource_waits: dict[tuple[Constraint, int], str] = {}
+        """Waiting messages by request shape ("waiting for a node with …")."""
+        self.reservations: list[_Reservation] = []
+        self.candidate_names: dict[Constraint, frozenset[str]] = {}
+        self.policies: dict[str, PoolPolicy] = {}
+        self.preemption_tries = 0
+        self.lower_tiers_running: dict[str, int] = {}
+        for job in snapshot.running:
+            if job.preemptible and not job.suspending:
+                for a in job.allocations[:1]:
+                    node = self.ledger.by_name.get(a.node)
+                    if node is not None:
+                        pool = node.pool
+                        low = self.lower_tiers_running.get(pool)
+                        self.lower_tiers_running[pool] = (
+                            job.priority if low is None else min(low, job.priority)
+                        )
+
+    def policy(self, pool: str) -> PoolPolicy:
+        found = self.policies.get(pool)
+        if found is None:
+            found = self.policies[pool] = self.snapshot.pool(pool)
+        return found
+
+    # -- the queue ------------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        for job in self.fair.order(self.snapshot.pending):
+            self.consider(job)
+        self.grow_elastic()
+        return self.decisions
+
+    def consider(self, job: PendingJob) -> None:
+        constraint = job.constraint
+        policy = self.policies.get(constraint.pool) or self.policy(constraint.pool)
+        same_zone = policy.same_zone
+        choices = job.choices()
+        keys = [(constraint, r.shape_id, same_zone) for r in choices]
+        states = [
+            self.verdict.get(k) or self.fit_state(k, r) for k, r in zip(keys, choices, strict=True)
+        ]
+        if _MAYBE not in states and _FAILED not in states:
+            self.never_fits(job, states)
+            return
+        if self.quotas.limits:
+            over = self.quotas.check(job.owner, job.group, job.priority, job.smallest())
+            if over is not None:
+                self.decisions.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                return
+        end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
+        held_back = False
+        for i, request in enumerate(choices):
+            if states[i] != _MAYBE or (
+                i and self.quotas.check(job.owner, job.group, job.priority, request)
+            ):
+                continue
+            allocations = self.ledger.place(request, constraint, same_zone=same_zone, end=end)
+            if allocations is None:
+                if self.ledger.holds and self.ledger.place(
+                    request, constraint, same_zone=same_zone, ignore_holds=True
+                ):
+                    held_back = True
+                else:
+                    self.verdict[keys[i]] = _FAILED
+                continue
+            self.start(job, request, allocations, i, end)
+            return
+        if policy.preemption is Preemption.SUSPEND and self.try_preemption(job, choices):
+            return
+        self.reserve(job, choices, held_back)
+
+    def fit_state(self, key: Key, request: Request) -> str:
+        """_MAYBE or why the request can never fit (computed once per cycle and shape)."""
+        if key in self.verdict:
+            return self.verdict[key]  # _MAYBE itself is falsy
+        reason = self.ledger.could_ever_fit(request, key[0], same_zone=key[2])
+        state = self.verdict[key] = _MAYBE if reason is None else reason
+        return state
+
+    def never_fits(self, job: PendingJob, reasons: list[str]) -> None:
+        c = job.constraint
+        narrowed = bool(c.nodes) or c.driver is not None or c.pool != "default"
+        code = WaitCode.POOL if narrowed else WaitCode.UNSATISFIABLE
+        self.wait(job, code, "; ".join(dict.fromkeys(reasons)))
+
+    def start(
+        self,
+        job: PendingJob,
+        request: Request,
+        allocations: tuple[Allocation, ...],
+        choice: int,
+        end: float,
+    ) -> None:
+        self.ledger.commit(allocations, end)
+        self.quotas.charge(job.owner, job.group, job.priority, request)
+        self.fair.charge(job.owner, request.gpus)
+        self.decisions.starts.append(Start(job.id, job.version, allocations, choice))
+
+    def wait(
+        self, job: PendingJob, code: WaitCode, message: str, start_at: float | None = None
+    ) -> None:
+        self.decisions.waits[job.id] = Wait(job.id, code, message, start_at)
+
+    # -- preemption -----------------------------------------------------------------------
+
+    def try_preemption(self, job: PendingJob, choices: tuple[Request, ...]) -> bool:
+        lowest = self.lower_tiers_running.get(job.constraint.pool)
+        if lowest is None or lowest >= job.priority or self.preemption_tries >= MAX_PREEMPTIONS:
+            return False
+        self.preemption_tries += 1
+        policy = self.policy(job.constraint.pool)
+        order = sorted(choices, key=lambda r: (r.nodes, r.gpus)) if job.min_nodes else choices
+        for request in order:
+            plan = choose_victims(
+                self.ledger,
+                request,
+                job.constraint,
+                running=self.running,
+                eligible=lambda r: (
+                    r.preemptible and r.priority < job.priority and r.id not in self.leaving
+                ),
+                same_zone=policy.same_zone,
+                now=self.now,
             )
-            continue
-        allocations = ledger.place(job.request)
-        if allocations is None:
-            blocker = job
-            decisions.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, _not_enough(job))
-            continue
-        ledger.commit(allocations)
-        decisions.starts.append(Start(job.id, job.version, allocations))
-    return decisions
+            if plan is None:
+                continue
+            if not plan.victims and not plan.waits_for:
+                continue  # it fits without anyone leaving: only holds stand in the way
+            for victim in plan.victims:
+                self.leaving.add(victim.id)
+                self.decisions.preempts.append(
+                    Preempt(
+                        victim.id,
+                        victim.version,
+                        job.id,
+                        f"suspended to make room for job {job.id} (a higher priority)",
+                    )
+                )
+            self.running = [
+                _leaving(r) if r.id in self.leaving and not r.suspending else r
+                for r in self.running
+            ]
+            self.ledger.reserve(job.id, self.now, plan.allocations)
+            self.reservations.append(
+                _Reservation(job, self.now, frozenset(a.node for a in plan.allocations))
+            )
+            ids = sorted({v.id for v in plan.victims} | set(plan.waits_for))
+            self.wait(
+                job,
+                WaitCode.PREEMPTING,
+                f"waiting for job{'s' if len(ids) > 1 else ''} {_ids(ids)} (lower priority) "
+                "to suspend and free its room",
+                self.now,
+            )
+            return True
+        return False
+
+    # -- reservations ---------------------------------------------------------------------
+
+    def reserve(self, job: PendingJob, choices: tuple[Request, ...], held_back: bool) -> None:
+        request = choices[-1] if job.min_nodes else choices[0]
+        full = len(self.reservations) >= MAX_RESERVATIONS
+        if full and not held_back:
+            # No more reservations this cycle, so nothing below changes for this shape.
+            key = (job.constraint, request.shape_id)
+            known = self.resource_waits.get(key)
+            if known is None:
+                known = self.resource_waits[key] = self.resources_reason(job, request)
+            self.decisions.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, known)
+            return
+        blocker = self.blocker(job)
+        if held_back and blocker is not None:
+            code = WaitCode.PRIORITY if blocker.priority > job.priority else WaitCode.RESERVED
+            reason = (
+                f"the room it could use is held for job {blocker.id}, which goes first"
+                + (" (a higher priority)" if code is WaitCode.PRIORITY else "")
+                + "; a max runtime that ends before that job starts would let it run now"
+            )
+        else:
+            code, reason = WaitCode.RESOURCES, self.resources_reason(job, request, blocker)
+        start_at = None
+        if not full:
+            policy = self.policy(job.constraint.pool)
+            found = self.ledger.earliest(request, job.constraint, same_zone=policy.same_zone)
+            if found is not None:
+                start, allocations = found
+                self.ledger.reserve(job.id, start, allocations)
+                self.reservations.append(
+                    _Reservation(job, start, frozenset(a.node for a in allocations))
+                )
+                if not math.isinf(start):
+                    start_at = start
+                    reason += f"; expected to start in about {format_duration(start - self.now)}"
+        self.wait(job, code, reason, start_at)
+
+    def resources_reason(
+        self, job: PendingJob, request: Request, blocker: PendingJob | None = None
+    ) -> str:
+        reason = self.short.get(request.shape_id)
+        if reason is None:
+            reason = self.short[request.shape_id] = _not_enough(request)
+        blocker = blocker or self.blocker(job)
+        if blocker is not None:
+            reason += f"; behind job {blocker.id}, which goes first"
+        return reason
+
+    def blocker(self, job: PendingJob) -> PendingJob | None:
+        """The first job before this one that holds room on the nodes it could use."""
+        if not self.reservations:
+            return None
+        names = self.candidate_names.get(job.constraint)
+        if names is None:
+            names = frozenset(n.capacity.name for n in self.ledger.candidates(job.constraint))
+            self.candidate_names[job.constraint] = names
+        for r in self.reservations:
+            if r.nodes & names:
+                return r.job
+        return None
+
+    # -- elastic --------------------------------------------------------------------------
+
+    def grow_elastic(self) -> None:
+        for job in self.snapshot.running:
+            if (
+                job.max_nodes is None
+                or job.nodes >= job.max_nodes
+                or job.suspending
+                or job.id in self.leaving
+                or not job.preemptible
+            ):
+                continue
+            first = self.ledger.by_name.get(job.allocations[0].node) if job.allocations else None
+            if first is None:
+                continue
+            policy = self.policy(first.pool)
+            if self.now < job.started_at + policy.grow_after:
+                continue
+            member = Member(
+                len(job.allocations[0].gpus),
+                job.allocations[0].cpus,
+                job.allocations[0].memory,
+                whole_node=True,
+            )
+            zone = first.capacity.zone
+            spare = [
+                n
+                for n in self.ledger.nodes
+                if n.capacity.schedulable
+                and n.pool == first.pool
+                and n.holders == 0
+                and not n.holds
+                and (not policy.same_zone or n.capacity.zone == zone)
+                and n.fits_now(member)
+            ]
+            if not spare:
+                continue
+            target = min(job.max_nodes, job.nodes + len(spare))
+            # The spare nodes are spoken for: the job takes them when it resumes.
+            self.ledger.reserve(
+                job.id,
+                self.now,
+                [
+                    Allocation(n.capacity.name, (), 0.0, 0, True)
+                    for n in spare[: target - job.nodes]
+                ],
+            )
+            self.decisions.grows.append(
+                Grow(
+                    job.id,
+                    job.version,
+                    target,
+                    f"grown from {job.nodes} to {target} nodes: {len(spare)} idle node(s) in "
+                    f"pool {first.pool!r}",
+                )
+            )
 
 
-def _not_enough(job: PendingJob) -> str:
-    members = job.request.members
+def _leaving(job: RunningJob) -> RunningJob:
+    return replace(job, suspending=True)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def _not_enough(request: Request) -> str:
+    members = request.members
     first = members[0]
     if len(set(members)) == 1 and first.whole_node:
         return f"waiting for {len(members)} whole free nodes with {first.gpus} GPUs each"
     if len(members) == 1:
         return f"waiting for a node with {first.gpus} free GPUs and {first.cpus:g} free CPUs"
-    return f"waiting for room for its {len(members)} workers ({job.request.gpus} GPUs in all)"
+    return f"waiting for room for its {len(members)} workers ({request.gpus} GPUs in all)"
+
+
+def decide(snapshot: Snapshot) -> Decisions:
+    # A cycle allocates a few objects per job on top of a snapshot of a million; the cyclic
+    # garbage collector, triggered by those allocations, would walk the whole snapshot again
+    # and again and more than double the cycle's time. Nothing here makes reference cycles,
+    # so the collector waits until the cycle is over.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Cycle(snapshot).run()
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,181 +1,727 @@
-"""Free resources per node, and gang placement that commits all or nothing.
+"""Free resources per node, gang placement that commits all or nothing, and reservations.
 
 A :class:`Ledger` starts from node capacities minus running allocations. :meth:`Ledger.place`
-finds a placement for every member of a job without changing anything (members are placed on a
-scratch overlay that is then discarded); :meth:`Ledger.commit` takes it. Members that need a
-whole node get distinct free nodes, the smallest that fit; the others go where they fit best
-(the fewest GPUs, then CPUs, then memory left over), which keeps large holes free for large jobs.
+finds a placement for every member of a job without changing anything; :meth:`Ledger.commit`
+takes it. Members that need a whole node get distinct idle nodes, the smallest that fit (all in
+one zone when the pool says so); the others go where they fit best (the fewest GPUs left over),
+which keeps large holes free for large jobs.
+
+The ledger is indexed so that a cycle over 100,000 jobs on 10,000 nodes stays fast: per pool,
+nodes are bucketed by their number of free GPUs, and idle nodes by (zone, size). Explicit node
+lists and driver constraints are small by nature and are scanned.
+
+**Reservations** (backfill). A job that must wait can *hold* resources on chosen nodes from the
+time it is expected to start (:meth:`Ledger.reserve`). Every later job is placed around the
+holds: it may use held resources only if it will have ended (its max runtime) before the hold
+begins. Each node keeps the expected end of what runs on it, so the ledger can answer "when
+could this member start here?" (:meth:`Ledger.earliest`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+import bisect
+import heapq
+import math
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from gpuyard.quantities import format_bytes
-from gpuyard.scheduler.snapshot import Allocation, Member, NodeCapacity, Request, RunningJob
+from gpuyard.scheduler.snapshot import (
+    ANYWHERE,
+    Allocation,
+    Constraint,
+    Member,
+    NodeCapacity,
+    Request,
+    RunningJob,
+)
 
-__all__ = ["Ledger", "NodeFree"]
+__all__ = ["INFINITY", "Hold", "Ledger", "NodeFree"]
+
+INFINITY = math.inf
+_EPS = 1e-9
+
+SizeClass = tuple[int, float, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Resources reserved on one node for a waiting job, from ``start`` on."""
+
+    job_id: int
+    start: float
+    gpus: int
+    cpus: float
+    memory: int
+    whole: bool
 
 
 @dataclass(slots=True)
 class NodeFree:
+    index: int
     capacity: NodeCapacity
     free_gpus: list[int]
     free_cpus: float
     free_memory: int
     holders: int = 0
     """How many allocations sit on the node."""
+    releases: list[tuple[float, int, float, int]] = field(default_factory=list)
+    """(expected end, GPUs, CPUs, memory) of each allocation on the node."""
+    holds: list[Hold] = field(default_factory=list)
+    idle_end: float = -INFINITY
+    """When every allocation on the node will have ended (INFINITY if one has no end)."""
 
-    def fits(self, member: Member) -> bool:
+    @property
+    def pool(self) -> str:
+        return self.capacity.pool
+
+    @property
+    def size(self) -> SizeClass:
+        c = self.capacity
+        return (c.gpus, c.cpus, c.memory)
+
+    def fits_now(self, member: Member) -> bool:
         if member.whole_node:
             return self.holders == 0 and _capacity_fits(self.capacity, member)
         return (
             len(self.free_gpus) >= member.gpus
-            and self.free_cpus + 1e-9 >= member.cpus
+            and self.free_cpus + _EPS >= member.cpus
             and self.free_memory >= member.memory
         )
 
-    def take(self, alloc: Allocation) -> None:
+    def fits_around_holds(self, member: Member, end: float) -> bool:
+        """Whether ``member``, running until ``end``, leaves room for the holds it overlaps."""
+        # A job that never ends (no max runtime) overlaps every hold, even one at an unknown time.
+        applicable = [h for h in self.holds if h.start < end or end == INFINITY]
+        if not applicable:
+            return True
+        if member.whole_node or any(h.whole for h in applicable):
+            return False
+        start = min(h.start for h in applicable)
+        gpus, cpus, memory = self.free_at(start)
+        for h in self.holds:
+            gpus, cpus, memory = gpus - h.gpus, cpus - h.cpus, memory - h.memory
+        return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
+
+    def free_at(self, when: float) -> tuple[int, float, int]:
+        """Free GPUs, CPUs and memory at ``when``, counting expected ends (not holds)."""
+        gpus, cpus, memory = len(self.free_gpus), self.free_cpus, self.free_memory
+        for end, g, c, m in self.releases:
+            if end > when:
+                break
+            gpus, cpus, memory = gpus + g, cpus + c, memory + m
+        return gpus, cpus, memory
+
+    def take(self, alloc: Allocation, end: float) -> tuple[int, float, int]:
+        """Take ``alloc`` until ``end``; returns the GPUs, CPUs and memory it took."""
         self.holders += 1
         if alloc.exclusive:
+            taken: tuple[int, float, int] = (len(self.free_gpus), self.free_cpus, self.free_memory)
             self.free_gpus, self.free_cpus, self.free_memory = [], 0.0, 0
-            return
-        taken = set(alloc.gpus)
-        self.free_gpus = [g for g in self.free_gpus if g not in taken]
-        self.free_cpus -= alloc.cpus
-        self.free_memory -= alloc.memory
+        else:
+            used = set(alloc.gpus)
+            self.free_gpus = [g for g in self.free_gpus if g not in used]
+            self.free_cpus -= alloc.cpus
+            self.free_memory -= alloc.memory
+            taken = (len(alloc.gpus), alloc.cpus, alloc.memory)
+        bisect.insort(self.releases, (end, *taken))
+        self.idle_end = max(self.idle_end, end)
+        return taken
 
 
 def _capacity_fits(node: NodeCapacity, member: Member) -> bool:
     return (
         node.gpus >= member.gpus
-        and node.cpus + 1e-9 >= member.cpus
+        and node.cpus + _EPS >= member.cpus
         and node.memory >= member.memory
     )
 
 
+def _size_fits(size: SizeClass, member: Member) -> bool:
+    gpus, cpus, memory = size
+    return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
+
+
+def _size(member: Member) -> tuple[int, float, int]:
+    return (member.gpus, member.cpus, member.memory)
+
+
+class _PoolIndex:
+    """The schedulable nodes of one pool, by free GPUs and, when idle, by (zone, size)."""
+
+    def __init__(self, max_gpus: int) -> None:
+        self.by_free: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
+        self.idle: dict[tuple[str, SizeClass], dict[int, None]] = {}
+        self.max_gpus = max_gpus
+
+    def add(self, node: NodeFree) -> None:
+        # A node without a free CPU can host no member (every member needs some): leaving it
+        # out of the buckets keeps full nodes from being scanned again and again.
+        if node.free_cpus > _EPS:
+            self.by_free[len(node.free_gpus)][node.index] = None
+        if node.holders == 0:
+            self.idle.setdefault((node.capacity.zone, node.size), {})[node.index] = None
+
+    def remove(self, node: NodeFree) -> None:
+        self.by_free[len(node.free_gpus)].pop(node.index, None)
+        if node.holders == 0:
+            self.idle.get((node.capacity.zone, node.size), {}).pop(node.index, None)
+
+
 class Ledger:
-    def __init__(self, nodes: Iterable[NodeCapacity], running: Iterable[RunningJob]) -> None:
-        self.nodes: dict[str, NodeFree] = {
-            n.name: NodeFree(n, list(range(n.gpus)), n.cpus, n.memory) for n in nodes
-        }
+    def __init__(
+        self, nodes: Iterable[NodeCapacity], running: Iterable[RunningJob] = (), now: float = 0.0
+    ) -> None:
+        self.now = now
+        self.nodes: list[NodeFree] = [
+            NodeFree(i, n, list(range(n.gpus)), n.cpus, n.memory) for i, n in enumerate(nodes)
+        ]
+        self.by_name = {n.capacity.name: n for n in self.nodes}
+        self._pools: dict[str, _PoolIndex] = {}
+        self._candidates: dict[Constraint, list[NodeFree]] = {}
         self._empty: Ledger | None = None
         """The same nodes with nothing running, to tell "not now" from "never"."""
+        self.held: dict[int, NodeFree] = {}
+        self._ends: list[tuple[float, int, int, float, int]] | None = None
+        self._candidate_sets: dict[Constraint, frozenset[int]] = {}
+        self._classes: dict[Constraint, dict[tuple[str, SizeClass], int]] = {}
+        """Nodes that carry holds."""
+        max_gpus: dict[str, int] = {}
+        for n in self.nodes:
+            if n.capacity.schedulable:
+                max_gpus[n.pool] = max(max_gpus.get(n.pool, 0), n.capacity.gpus)
+        self._pools = {pool: _PoolIndex(g) for pool, g in max_gpus.items()}
         for job in running:
-            self.commit(job.allocations)
+            end = INFINITY if job.expected_end is None else job.expected_end
+            if job.suspending:
+                end = now  # on its way out: its resources are the first to come back
+            self._take_all(job.allocations, end)
+        for n in self.nodes:
+            if n.capacity.schedulable:
+                self._pools[n.pool].add(n)
 
-    def commit(self, allocations: Iterable[Allocation]) -> None:
+    # -- changes --------------------------------------------------------------------------
+
+    def _take_all(self, allocations: Iterable[Allocation], end: float) -> None:
         for alloc in allocations:
-            free = self.nodes.get(alloc.node)
-            if free is not None:  # a node that vanished may still host a job: nothing to count
-                free.take(alloc)
+            node = self.by_name.get(alloc.node)
+            if node is not None:  # a node that vanished may still host a job: nothing to count
+                node.take(alloc, end)
 
-    def place(self, request: Request) -> tuple[Allocation, ...] | None:
-        """An allocation for every member (in member order), or None; changes nothing."""
-        overlay: dict[str, NodeFree] = {}
+    def commit(self, allocations: Iterable[Allocation], end: float = INFINITY) -> None:
+        """Take ``allocations`` (from :meth:`place`) for a job that runs until ``end``."""
+        for alloc in allocations:
+            node = self.by_name.get(alloc.node)
+            if node is None:
+                continue
+            index = self._pools.get(node.pool) if node.capacity.schedulable else None
+            if index is not None:
+                index.remove(node)
+            taken = node.take(alloc, end)
+            if index is not None:
+                index.add(node)
+            if self._ends is not None and not math.isinf(end):
+                bisect.insort(self._ends, (end, node.index, *taken))
 
-        def view(name: str) -> NodeFree:
-            if name not in overlay:
-                base = self.nodes[name]
-                overlay[name] = replace(base, free_gpus=list(base.free_gpus))
-            return overlay[name]
+    def reserve(self, job_id: int, start: float, allocations: Iterable[Allocation]) -> None:
+        """Hold what ``allocations`` need from ``start`` on, for a job that waits."""
+        for alloc in allocations:
+            node = self.by_name[alloc.node]
+            node.holds.append(
+                Hold(job_id, start, len(alloc.gpus), alloc.cpus, alloc.memory, alloc.exclusive)
+            )
+            self.held[node.index] = node
 
+    # -- placement now --------------------------------------------------------------------
+
+    def candidates(self, constraint: Constraint) -> list[NodeFree]:
+        """The schedulable nodes a job with this constraint may use."""
+        found = self._candidates.get(constraint)
+        if found is None:
+            found = [
+                n
+                for n in self.nodes
+                if n.capacity.schedulable
+                and n.pool == constraint.pool
+                and (not constraint.nodes or n.capacity.name in constraint.nodes)
+                and (
+                    constraint.driver is None
+                    or n.capacity.labels.get("driver") == constraint.driver
+                )
+            ]
+            self._candidates[constraint] = found
+        return found
+
+    def place(
+        self,
+        request: Request,
+        constraint: Constraint = ANYWHERE,
+        *,
+        same_zone: bool = False,
+        end: float = INFINITY,
+        ignore_holds: bool = False,
+    ) -> tuple[Allocation, ...] | None:
+        """An allocation for every member (in member order), or None; changes nothing.
+
+        ``end`` is when the job will have ended at the latest: it decides which holds the
+        placement must leave room for (none with ``ignore_holds``)."""
+        scan = bool(constraint.nodes) or constraint.driver is not None
+        index = self._pools.get(constraint.pool)
+        if index is None and not scan:
+            return None
+        taken: dict[int, list[Allocation]] = {}
         result: list[Allocation | None] = [None] * len(request.members)
         whole = [i for i, m in enumerate(request.members) if m.whole_node]
-        if whole and not self._place_whole(request, whole, result, view):
-            return None
+        if whole:
+            chosen = self._place_whole(
+                request, whole, constraint, scan, same_zone, end, ignore_holds
+            )
+            if chosen is None:
+                return None
+            for i, whole_node in chosen.items():
+                member = request.members[i]
+                alloc = Allocation(
+                    whole_node.capacity.name,
+                    tuple(range(member.gpus)),
+                    member.cpus,
+                    member.memory,
+                    True,
+                )
+                result[i] = alloc
+                taken[whole_node.index] = [alloc]
         for i, member in enumerate(request.members):
             if member.whole_node:
                 continue
-            free = self._best_fit(member, view, overlay)
-            if free is None:
+            node = self._best_fit(member, constraint, scan, taken, end, ignore_holds)
+            if node is None:
                 return None
+            gpus, _, _ = _left(node, taken)
             alloc = Allocation(
-                node=free.capacity.name,
-                gpus=tuple(free.free_gpus[: member.gpus]),
-                cpus=member.cpus,
-                memory=member.memory,
+                node.capacity.name, tuple(gpus[: member.gpus]), member.cpus, member.memory
             )
-            free.take(alloc)
+            taken.setdefault(node.index, []).append(alloc)
             result[i] = alloc
         return tuple(a for a in result if a is not None)
+
+    def _usable(self, node: NodeFree, member: Member, end: float, ignore_holds: bool) -> bool:
+        return ignore_holds or not node.holds or node.fits_around_holds(member, end)
 
     def _place_whole(
         self,
         request: Request,
         whole: list[int],
-        result: list[Allocation | None],
-        view: Callable[[str], NodeFree],
-    ) -> bool:
-        candidates = sorted(
-            (f for f in self.nodes.values() if f.capacity.schedulable and f.holders == 0),
-            key=lambda f: (f.capacity.gpus, f.capacity.cpus, f.capacity.memory, f.capacity.name),
-        )
-        used: set[str] = set()
-        # Largest members first, each on the smallest free node that holds it.
+        constraint: Constraint,
+        scan: bool,
+        same_zone: bool,
+        end: float,
+        ignore_holds: bool,
+    ) -> dict[int, NodeFree] | None:
+        groups = self._idle_groups(constraint, scan)
+        if same_zone:
+            zones = sorted({zone for zone, _ in groups})
+            best: dict[int, NodeFree] | None = None
+            best_key: tuple[int, str] | None = None
+            for zone in zones:
+                zone_groups = {k: v for k, v in groups.items() if k[0] == zone}
+                chosen = self._whole_in(request, whole, zone_groups, end, ignore_holds)
+                if chosen is None:
+                    continue
+                # The zone with the fewest idle nodes that still holds the gang: best fit.
+                key = (sum(len(v) for v in zone_groups.values()), zone)
+                if best_key is None or key < best_key:
+                    best, best_key = chosen, key
+            return best
+        return self._whole_in(request, whole, groups, end, ignore_holds)
+
+    def _idle_groups(
+        self, constraint: Constraint, scan: bool
+    ) -> dict[tuple[str, SizeClass], Collection[int]]:
+        if not scan:
+            return dict(self._pools[constraint.pool].idle)
+        groups: dict[tuple[str, SizeClass], list[int]] = {}
+        for n in self.candidates(constraint):
+            if n.holders == 0:
+                groups.setdefault((n.capacity.zone, n.size), []).append(n.index)
+        return dict(groups)
+
+    def _whole_in(
+        self,
+        request: Request,
+        whole: list[int],
+        groups: dict[tuple[str, SizeClass], Collection[int]],
+        end: float,
+        ignore_holds: bool,
+    ) -> dict[int, NodeFree] | None:
+        # Size classes smallest first; largest members first, each on the smallest that holds it.
+        classes = sorted(groups, key=lambda k: (k[1], k[0]))
+        used: set[int] = set()
+        chosen: dict[int, NodeFree] = {}
         for i in sorted(whole, key=lambda i: _size(request.members[i]), reverse=True):
             member = request.members[i]
-            node = next(
-                (f for f in candidates if f.capacity.name not in used and f.fits(member)), None
-            )
+            node = None
+            for key in classes:
+                gpus, cpus, memory = key[1]
+                if gpus < member.gpus or cpus + _EPS < member.cpus or memory < member.memory:
+                    continue
+                for idx in groups[key]:
+                    candidate = self.nodes[idx]
+                    if idx not in used and self._usable(candidate, member, end, ignore_holds):
+                        node = candidate
+                        break
+                if node is not None:
+                    break
             if node is None:
-                return False
-            used.add(node.capacity.name)
-            alloc = Allocation(
-                node=node.capacity.name,
-                gpus=tuple(range(member.gpus)),
-                cpus=member.cpus,
-                memory=member.memory,
-                exclusive=True,
-            )
-            view(node.capacity.name).take(alloc)
-            result[i] = alloc
-        return True
+                return None
+            used.add(node.index)
+            chosen[i] = node
+        return chosen
 
     def _best_fit(
-        self, member: Member, view: Callable[[str], NodeFree], overlay: dict[str, NodeFree]
+        self,
+        member: Member,
+        constraint: Constraint,
+        scan: bool,
+        taken: dict[int, list[Allocation]],
+        end: float,
+        ignore_holds: bool,
     ) -> NodeFree | None:
-        best: NodeFree | None = None
-        best_key: tuple[int, float, int, str] | None = None
-        for name, base in self.nodes.items():
-            free = overlay.get(name, base)
-            if not free.capacity.schedulable or not free.fits(member):
-                continue
-            key = (
-                len(free.free_gpus) - member.gpus,
-                free.free_cpus - member.cpus,
-                free.free_memory - member.memory,
-                name,
-            )
-            if best_key is None or key < best_key:
-                best, best_key = free, key
-        return None if best is None else view(best.capacity.name)
-
-    def could_ever_fit(self, request: Request) -> str | None:
-        """None if an empty pool could hold the job; otherwise why it never can."""
-        usable = [f.capacity for f in self.nodes.values() if f.capacity.schedulable]
-        if not usable:
-            return "the pool has no schedulable nodes"
-        if self._empty is None:
-            self._empty = Ledger(usable, ())
-        if self._empty.place(request) is not None:
-            return None
-        for member in request.members:
-            if not any(_capacity_fits(n, member) for n in usable):
-                return (
-                    f"no node has {member.gpus} GPUs, {member.cpus:g} CPUs and "
-                    f"{format_bytes(member.memory)} memory (largest: "
-                    f"{max(n.gpus for n in usable)} GPUs, {max(n.cpus for n in usable):g} CPUs, "
-                    f"{format_bytes(max(n.memory for n in usable))})"
+        if scan or member.cpus <= _EPS:
+            best: NodeFree | None = None
+            best_key: tuple[int, float, int, str] | None = None
+            for node in self.candidates(constraint):
+                if not self._fits_with(node, member, taken, end, ignore_holds):
+                    continue
+                gpus, cpus, memory = _left(node, taken)
+                key = (
+                    len(gpus) - member.gpus,
+                    cpus - member.cpus,
+                    memory - member.memory,
+                    node.capacity.name,
                 )
+                if best_key is None or key < best_key:
+                    best, best_key = node, key
+            return best
+        index = self._pools[constraint.pool]
+        nodes, cpus, memory = self.nodes, member.cpus - _EPS, member.memory
+        for k in range(member.gpus, index.max_gpus + 1):
+            for idx in index.by_free[k]:
+                node = nodes[idx]
+                if taken or node.holds:
+                    if self._fits_with(node, member, taken, end, ignore_holds):
+                        return node
+                elif node.free_cpus >= cpus and node.free_memory >= memory:
+                    return node
+        # Nodes this very placement already used sit in stale buckets: look at them too.
+        for idx in taken:
+            node = self.nodes[idx]
+            if node.pool == constraint.pool and self._fits_with(
+                node, member, taken, end, ignore_holds
+            ):
+                return node
+        return None
+
+    def _fits_with(
+        self,
+        node: NodeFree,
+        member: Member,
+        taken: dict[int, list[Allocation]],
+        end: float,
+        ignore_holds: bool,
+    ) -> bool:
+        if not node.capacity.schedulable:
+            return False
+        mine = taken.get(node.index)
+        if mine and any(a.exclusive for a in mine):
+            return False
+        gpus, cpus, memory = _left(node, taken)
+        if len(gpus) < member.gpus or cpus + _EPS < member.cpus or memory < member.memory:
+            return False
+        if ignore_holds or not node.holds:
+            return True
+        if not mine:
+            return node.fits_around_holds(member, end)
+        extra = Member(
+            member.gpus + sum(len(a.gpus) for a in mine),
+            member.cpus + sum(a.cpus for a in mine),
+            member.memory + sum(a.memory for a in mine),
+        )
+        return node.fits_around_holds(extra, end)
+
+    # -- the future -----------------------------------------------------------------------
+
+    def earliest(
+        self, request: Request, constraint: Constraint, *, same_zone: bool = False
+    ) -> tuple[float, tuple[Allocation, ...]] | None:
+        """When and where the job could start at the soonest, counting the expected ends of
+        what runs and the holds already made (INFINITY: it waits for jobs without a max
+        runtime); None if the holds leave it no room at all."""
+        candidates = self.candidates(constraint)
         whole = [m for m in request.members if m.whole_node]
-        if len(whole) == request.nodes:
-            largest = max(whole, key=_size)
-            fitting = sum(1 for n in usable if _capacity_fits(n, largest))
-            return f"it needs {len(whole)} nodes but only {fitting} nodes can hold its share"
-        return f"its {request.nodes} workers do not fit in the pool together"
+        start = self.now
+        result: list[Allocation] = []
+        used: dict[int, list[Member]] = {}
+        if whole:
+            picked = self._earliest_whole(whole, candidates, same_zone)
+            if picked is None:
+                return None
+            start = max(start, picked[0])
+            for member, node in zip(sorted(whole, key=_size, reverse=True), picked[1], strict=True):
+                used[node.index] = [member]
+                result.append(
+                    Allocation(
+                        node.capacity.name,
+                        tuple(range(member.gpus)),
+                        member.cpus,
+                        member.memory,
+                        True,
+                    )
+                )
+        for member in request.members:
+            if member.whole_node:
+                continue
+            found = self._earliest_partial(member, constraint, used)
+            if found is None:
+                return None
+            when, node = found
+            start = max(start, when)
+            used.setdefault(node.index, []).append(member)
+            result.append(
+                Allocation(
+                    node.capacity.name, tuple(range(member.gpus)), member.cpus, member.memory
+                )
+            )
+        return start, tuple(result)
+
+    def _earliest_partial(
+        self, member: Member, constraint: Constraint, used: dict[int, list[Member]]
+    ) -> tuple[float, NodeFree] | None:
+        """The node where ``member`` fits soonest. Nodes with holds or planned members are
+        looked at one by one; the others through the pool's timeline of expected ends, in
+        time order, so the walk stops at the first node that has room."""
+        allowed = self._candidate_set(constraint)
+        best: tuple[float, int] | None = None
+        best_node: NodeFree | None = None
+        special = {i for i in (*self.held, *used) if i in allowed}
+        for idx in special:
+            node = self.nodes[idx]
+            if any(m.whole_node for m in used.get(idx, ())):
+                continue
+            when = _when_fits(node, member, used.get(idx, []))
+            if when is not None and (best is None or (when, idx) < best):
+                best, best_node = (when, idx), node
+        need_g, need_c, need_m = member.gpus, member.cpus - _EPS, member.memory
+        acc: dict[int, tuple[int, float, int]] = {}
+        for end, idx, g, c, m in self._timeline():
+            if best is not None and end >= best[0]:
+                break
+            if idx not in allowed or idx in special:
+                continue
+            node = self.nodes[idx]
+            gpus, cpus, memory = acc.get(idx) or (
+                len(node.free_gpus),
+                node.free_cpus,
+                node.free_memory,
+            )
+            gpus, cpus, memory = gpus + g, cpus + c, memory + m
+            acc[idx] = (gpus, cpus, memory)
+            if gpus >= need_g and cpus >= need_c and memory >= need_m:
+                best, best_node = (end, idx), node
+                break
+        if best_node is None:
+            # Room only behind jobs without a max runtime: any node that could ever hold it.
+            for node in self.candidates(constraint):
+                if node.index not in special and _when_fits(node, member, []) is not None:
+                    return INFINITY, node
+            return None
+        return (best[0] if best else INFINITY), best_node
+
+    def _candidate_set(self, constraint: Constraint) -> frozenset[int]:
+        found = self._candidate_sets.get(constraint)
+        if found is None:
+            found = frozenset(n.index for n in self.candidates(constraint))
+            self._candidate_sets[constraint] = found
+        return found
+
+    def _timeline(self) -> list[tuple[float, int, int, float, int]]:
+        """Every finite expected end on every node, soonest first (built on first use)."""
+        if self._ends is None:
+            self._ends = sorted(
+                (end, n.index, g, c, m)
+                for n in self.nodes
+                for end, g, c, m in n.releases
+                if not math.isinf(end)
+            )
+        return self._ends
+
+    def _earliest_whole(
+        self, whole: list[Member], candidates: list[NodeFree], same_zone: bool
+    ) -> tuple[float, list[NodeFree]] | None:
+        members = sorted(whole, key=_size, reverse=True)
+        zones: dict[str, list[NodeFree]] = {}
+        for node in candidates:
+            if node.holds:
+                continue  # already promised to a waiting job
+            zones.setdefault(node.capacity.zone if same_zone else "", []).append(node)
+        best: tuple[float, list[NodeFree]] | None = None
+        uniform = all(m == members[0] for m in members)
+        for zone in sorted(zones):
+            picked = self._soonest_idle(members, zones[zone], uniform)
+            if picked is None:
+                continue
+            when = max(self.now, *(n.idle_end for n in picked))
+            if best is None or when < best[0]:
+                best = (when, picked)
+        return best
+
+    def _soonest_idle(
+        self, members: list[Member], nodes: list[NodeFree], uniform: bool
+    ) -> list[NodeFree] | None:
+        """Nodes for ``members`` (largest first) that are whole soonest, the smallest first."""
+
+        def key(n: NodeFree) -> tuple[float, SizeClass, int]:
+            return (max(n.idle_end, self.now), n.size, n.index)
+
+        if uniform:  # the common gang: k alike members, so the k soonest fitting nodes
+            fitting = [n for n in nodes if _capacity_fits(n.capacity, members[0])]
+            if len(fitting) < len(members):
+                return None
+            return heapq.nsmallest(len(members), fitting, key=key)
+        ordered = sorted(nodes, key=key)
+        picked: list[NodeFree] = []
+        for member in members:
+            fit = next(
+                (n for n in ordered if n not in picked and _capacity_fits(n.capacity, member)),
+                None,
+            )
+            if fit is None:
+                return None
+            picked.append(fit)
+        return picked
+
+    # -- never ----------------------------------------------------------------------------
+
+    def could_ever_fit(
+        self, request: Request, constraint: Constraint = ANYWHERE, *, same_zone: bool = False
+    ) -> str | None:
+        """None if the job's nodes, all empty, could hold it; otherwise why they never can."""
+        usable = [n.capacity for n in self.candidates(constraint)]
+        if not usable:
+            return _no_nodes(constraint)
+        quick = self._fits_empty(request, constraint, same_zone)
+        if quick:
+            return None
+        if self._empty is None:
+            self._empty = Ledger([n.capacity for n in self.nodes], ())
+        if self._empty.place(request, constraint, same_zone=same_zone) is not None:
+            return None
+        if same_zone and self._empty.place(request, constraint) is not None:
+            return (
+                f"its {request.nodes} nodes must be in one network zone, and no zone"
+                f"{_where(constraint)} has enough nodes that can hold it"
+            )
+        return _why_never(request, constraint, usable)
+
+    def _fits_empty(self, request: Request, constraint: Constraint, same_zone: bool) -> bool | None:
+        """Whether the empty nodes could hold ``request``, from counts of node sizes alone, for
+        the common shapes (one member, or a gang of alike whole-node members); None when the
+        counts cannot tell."""
+        classes = self._classes.get(constraint)
+        if classes is None:
+            classes = {}
+            for n in self.candidates(constraint):
+                key = (n.capacity.zone, n.size)
+                classes[key] = classes.get(key, 0) + 1
+            self._classes[constraint] = classes
+        first = request.members[0]
+        if len(request.members) == 1:
+            return any(_size_fits(size, first) for _, size in classes)
+        if not all(m == first for m in request.members) or not first.whole_node:
+            return None
+        per_zone: dict[str, int] = {}
+        for (zone, size), count in classes.items():
+            if _size_fits(size, first):
+                zone_key = zone if same_zone else ""
+                per_zone[zone_key] = per_zone.get(zone_key, 0) + count
+        return any(count >= len(request.members) for count in per_zone.values())
+
+    @property
+    def holds(self) -> bool:
+        """Whether any room is held for a waiting job."""
+        return bool(self.held)
+
+    def free_gpus(self, constraint: Constraint) -> int:
+        return sum(len(n.free_gpus) for n in self.candidates(constraint))
+
+    def iter_nodes(self) -> Iterator[NodeFree]:
+        return iter(self.nodes)
 
 
-def _size(member: Member) -> tuple[int, float, int]:
-    return (member.gpus, member.cpus, member.memory)
+def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], float, int]:
+    mine = taken.get(node.index)
+    if not mine:
+        return node.free_gpus, node.free_cpus, node.free_memory
+    used = {g for a in mine for g in a.gpus}
+    return (
+        [g for g in node.free_gpus if g not in used],
+        node.free_cpus - sum(a.cpus for a in mine),
+        node.free_memory - sum(a.memory for a in mine),
+    )
+
+
+def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | None:
+    """The soonest time ``member`` (beside ``also``, already planned there) fits on ``node``
+    around its holds; None if never."""
+    if any(h.whole for h in node.holds):
+        return None
+    need_g = member.gpus + sum(m.gpus for m in also)
+    need_c = member.cpus + sum(m.cpus for m in also)
+    need_m = member.memory + sum(m.memory for m in also)
+    for h in node.holds:
+        need_g, need_c, need_m = need_g + h.gpus, need_c + h.cpus, need_m + h.memory
+    cap = node.capacity
+    if cap.gpus < need_g or cap.cpus + _EPS < need_c or cap.memory < need_m:
+        return None
+    gpus, cpus, memory = len(node.free_gpus), node.free_cpus, node.free_memory
+    when = -INFINITY
+    for end, g, c, m in node.releases:
+        if gpus >= need_g and cpus + _EPS >= need_c and memory >= need_m:
+            break
+        gpus, cpus, memory, when = gpus + g, cpus + c, memory + m, end
+    if gpus >= need_g and cpus + _EPS >= need_c and memory >= need_m:
+        return when
+    return None
+
+
+def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapacity]) -> str:
+    for member in request.members:
+        if not any(_capacity_fits(n, member) for n in usable):
+            return (
+                f"no node{_where(constraint)} has {member.gpus} GPUs, {member.cpus:g} CPUs "
+                f"and {format_bytes(member.memory)} memory (largest: "
+                f"{max(n.gpus for n in usable)} GPUs, {max(n.cpus for n in usable):g} CPUs, "
+                f"{format_bytes(max(n.memory for n in usable))})"
+            )
+    whole = [m for m in request.members if m.whole_node]
+    if len(whole) == request.nodes:
+        largest = max(whole, key=_size)
+        fitting = sum(1 for n in usable if _capacity_fits(n, largest))
+        return (
+            f"it needs {len(whole)} nodes but only {fitting} node(s){_where(constraint)} "
+            "can hold its share"
+        )
+    return f"its {request.nodes} workers do not fit{_where(constraint)} together"
+
+
+def _no_nodes(constraint: Constraint) -> str:
+    return f"the pool has no schedulable nodes{_where(constraint)}"
+
+
+def _where(constraint: Constraint) -> str:
+    parts = []
+    if constraint.pool != "default":
+        parts.append(f"pool {constraint.pool!r}")
+    if constraint.nodes:
+        parts.append("nodes " + ", ".join(sorted(constraint.nodes)))
+    if constraint.driver is not None:
+        parts.append(f"driver {constraint.driver}")
+    return (" in " + " / ".join(parts)) if parts else ""

@@ -2,23 +2,37 @@
 
 Plain frozen dataclasses, no pydantic and no ORM, so that building a snapshot of 10,000 nodes
 and 100,000 jobs stays cheap and the same types serve the server, the trace simulator and queue
-prediction.
+prediction. Everything a policy may look at is here, and nothing else: no durations the
+scheduler could not know (the trace simulator relies on that).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 __all__ = [
+    "ANYWHERE",
+    "DEFAULT_POOL",
     "Allocation",
+    "Constraint",
+    "Limit",
     "Member",
     "NodeCapacity",
     "PendingJob",
+    "PoolPolicy",
+    "Preemption",
+    "QuotaKey",
     "Request",
     "RunningJob",
+    "Shape",
     "Snapshot",
 ]
+
+DEFAULT_POOL = "default"
+"""The pool of nodes without a ``pool`` label, and of jobs that name none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +43,36 @@ class NodeCapacity:
     memory: int
     schedulable: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
+    """``pool``, ``zone``, ``driver``, ``gpu_model``, ``network``, and anything else."""
+
+    @property
+    def pool(self) -> str:
+        return self.labels.get("pool") or DEFAULT_POOL
+
+    @property
+    def zone(self) -> str:
+        return self.labels.get("zone", "")
+
+
+class Preemption(StrEnum):
+    """What a pool lets a higher tier do to lower running jobs."""
+
+    NEVER = "never"
+    """Higher tiers only block lower jobs that have not started (reference 000)."""
+    SUSPEND = "suspend"
+    """Higher tiers suspend lower running jobs to take their place (reference 003)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    name: str = DEFAULT_POOL
+    preemption: Preemption = Preemption.NEVER
+    same_zone: bool = False
+    """Keep each multi-node gang inside one network zone (the ``zone`` label)."""
+    notice: float = 60.0
+    """Seconds a preempted job has to checkpoint and exit before SIGTERM."""
+    grow_after: float = 60.0
+    """Seconds an elastic job runs at one size before it may be grown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +86,44 @@ class Member:
     """Take a whole free node (and hold it exclusively), as multi-node jobs do."""
 
 
+Shape = tuple[tuple[int, float, int, bool], ...]
+"""A request's members as plain tuples."""
+
+_SHAPE_IDS: dict[Shape, int] = {}
+_shape_counter = itertools.count()
+
+
+def _shape_id(shape: Shape) -> int:
+    """A small int per distinct shape: the scheduler keys its per-cycle caches by shape many
+    times per job, and hashing a gang's nested tuple every time would cost more than the
+    lookups. Ids are never reused (the table is emptied if it grows large, which costs only
+    cache misses), so equal ids always mean equal shapes."""
+    found = _SHAPE_IDS.get(shape)
+    if found is None:
+        if len(_SHAPE_IDS) >= 100_000:
+            _SHAPE_IDS.clear()
+        found = _SHAPE_IDS[shape] = next(_shape_counter)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """Everything a job needs at once: one member per worker, placed all or nothing."""
 
     members: tuple[Member, ...]
+    shape: Shape = field(init=False, repr=False, compare=False, hash=False)
+    shape_id: int = field(init=False, repr=False, compare=False, hash=False)
+    """Equal for requests of equal shape (see :func:`_shape_id`)."""
+    """The members as plain tuples: a cheap dictionary key for caches keyed by shape."""
+
+    gpus: int = field(init=False, repr=False, compare=False, hash=False)
+    """GPUs of all members."""
+
+    def __post_init__(self) -> None:
+        shape = tuple((m.gpus, m.cpus, m.memory, m.whole_node) for m in self.members)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape_id", _shape_id(shape))
+        object.__setattr__(self, "gpus", sum(m.gpus for m in self.members))
 
     @classmethod
     def uniform(cls, nodes: int = 1, gpus: int = 0, cpus: float = 1.0, memory: int = 0) -> Request:
@@ -54,12 +131,32 @@ class Request:
         return cls((Member(gpus, cpus, memory, whole_node=nodes > 1),) * nodes)
 
     @property
-    def gpus(self) -> int:
-        return sum(m.gpus for m in self.members)
-
-    @property
     def nodes(self) -> int:
         return len(self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """Where a job may run. ``nodes`` and ``driver`` are mutually exclusive (reference 002);
+    both apply inside the job's pool."""
+
+    pool: str = DEFAULT_POOL
+    nodes: frozenset[str] = frozenset()
+    """Only these nodes (empty: any node of the pool)."""
+    driver: str | None = None
+    """Only nodes whose ``driver`` label is this version."""
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Constraints key the scheduler's caches, once per job per cycle: hash them once.
+        object.__setattr__(self, "_hash", hash((self.pool, self.nodes, self.driver)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+ANYWHERE = Constraint()
+"""Any node of the default pool."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +169,35 @@ class PendingJob:
     """Original submission order; kept across suspensions."""
     owner: str
     request: Request
+    """The first choice; for an elastic job, its largest size."""
+    group: str = ""
+    alternatives: tuple[Request, ...] = ()
+    """Further per-node specs to try, in order, when ``request`` does not fit."""
+    constraint: Constraint = ANYWHERE
+    max_runtime: float | None = None
+    """The user's limit: what backfill and prediction take as its run time."""
+    min_nodes: int | None = None
+    """Elastic: start with as few as this many nodes (``request`` has the most)."""
+
+    def choices(self) -> tuple[Request, ...]:
+        """Every request the job may start with, in the order to try them."""
+        if self.min_nodes is None or self.min_nodes >= self.request.nodes:
+            if not self.alternatives:
+                return (self.request,)
+            return (self.request, *self.alternatives)
+        member = self.request.members[0]
+        sizes = range(self.request.nodes, self.min_nodes - 1, -1)
+        return tuple(Request((_resized(member, n),) * n) for n in sizes)
+
+    def smallest(self) -> Request:
+        """The least it could start with (what quotas are checked against)."""
+        if not self.alternatives and self.min_nodes is None:
+            return self.request
+        return min(self.choices(), key=lambda r: (r.nodes, r.gpus))
+
+
+def _resized(member: Member, nodes: int) -> Member:
+    return Member(member.gpus, member.cpus, member.memory, whole_node=nodes > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +218,49 @@ class RunningJob:
     priority: int
     owner: str
     allocations: tuple[Allocation, ...]
+    group: str = ""
+    version: int = 0
+    started_at: float = 0.0
+    max_runtime: float | None = None
+    last_checkpoint: float | None = None
+    """When it last saved a checkpoint (None: never; it would lose everything since start)."""
+    suspending: bool = False
+    """It is on its way out (told to suspend, stop or end): its resources are about to be free."""
+    preemptible: bool = True
+    """Whether it may be suspended for a higher tier (not while it is being launched)."""
+    min_nodes: int | None = None
+    """Elastic: its range is min_nodes .. max_nodes."""
+    max_nodes: int | None = None
+
+    @property
+    def expected_end(self) -> float | None:
+        """When it will have ended at the latest, if it has a max runtime."""
+        return None if self.max_runtime is None else self.started_at + self.max_runtime
+
+    def lost_work(self, now: float) -> float:
+        """Seconds of work a suspension now would throw away."""
+        return max(0.0, now - max(self.started_at, self.last_checkpoint or self.started_at))
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(a.gpus) for a in self.allocations)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.allocations)
+
+
+QuotaKey = tuple[str, str, int]
+"""(``"user"`` or ``"group"``, its name, tier rank)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """How much one user or group may hold at one tier; None is no limit."""
+
+    nodes: int | None = None
+    """Workers (each sits on one node, wholly or in part)."""
+    gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +269,11 @@ class Snapshot:
     nodes: tuple[NodeCapacity, ...]
     pending: tuple[PendingJob, ...]
     running: tuple[RunningJob, ...] = ()
+    pools: Mapping[str, PoolPolicy] = field(default_factory=dict)
+    """Policies by pool name; a pool not named here gets ``PoolPolicy(name)``."""
+    quotas: Mapping[QuotaKey, Limit] = field(default_factory=dict)
+    shares: Mapping[str, float] = field(default_factory=dict)
+    """Fair-share weight per owner (default 1): usage is compared as usage / share."""
+
+    def pool(self, name: str) -> PoolPolicy:
+        return self.pools.get(name) or PoolPolicy(name)

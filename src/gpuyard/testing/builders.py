@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from gpuyard.models import Priority
-from gpuyard.scheduler import Allocation, NodeCapacity, PendingJob, Request, RunningJob, Snapshot
+from collections.abc import Iterable, Mapping
 
-__all__ = ["job", "node", "running", "snapshot"]
+from gpuyard.models import Priority
+from gpuyard.scheduler import (
+    DEFAULT_POOL,
+    Allocation,
+    Constraint,
+    Limit,
+    NodeCapacity,
+    PendingJob,
+    PoolPolicy,
+    Request,
+    RunningJob,
+    Snapshot,
+)
+from gpuyard.scheduler.snapshot import QuotaKey
+
+__all__ = ["GiB", "alloc", "job", "node", "running", "snapshot", "whole"]
 
 GiB = 1 << 30
 
@@ -31,8 +45,15 @@ def job(
     memory: int = 0,
     priority: Priority = Priority.NORMAL,
     owner: str = "alice",
+    group: str = "",
     seq: int | None = None,
     version: int = 0,
+    max_runtime: float | None = None,
+    pool: str = DEFAULT_POOL,
+    only: Iterable[str] = (),
+    driver: str | None = None,
+    alternatives: Iterable[Request] = (),
+    min_nodes: int | None = None,
 ) -> PendingJob:
     return PendingJob(
         id=job_id,
@@ -41,7 +62,22 @@ def job(
         seq=job_id if seq is None else seq,
         owner=owner,
         request=Request.uniform(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory),
+        group=group,
+        alternatives=tuple(alternatives),
+        constraint=Constraint(pool, frozenset(only), driver),
+        max_runtime=max_runtime,
+        min_nodes=min_nodes,
     )
+
+
+def alloc(node_name: str, gpus: int | Iterable[int] = (), cpus: float = 1) -> Allocation:
+    """A share of a node: ``gpus`` is a count (the first ones) or the indices."""
+    indices = tuple(range(gpus)) if isinstance(gpus, int) else tuple(gpus)
+    return Allocation(node_name, indices, cpus, 0)
+
+
+def whole(node_name: str, gpus: int = 8) -> Allocation:
+    return Allocation(node_name, tuple(range(gpus)), 1, 0, exclusive=True)
 
 
 def running(
@@ -49,16 +85,49 @@ def running(
     *allocations: Allocation,
     priority: Priority = Priority.NORMAL,
     owner: str = "alice",
+    group: str = "",
+    version: int = 0,
+    started_at: float = 0.0,
+    max_runtime: float | None = None,
+    last_checkpoint: float | None = None,
+    suspending: bool = False,
+    preemptible: bool = True,
+    min_nodes: int | None = None,
+    max_nodes: int | None = None,
 ) -> RunningJob:
-    return RunningJob(job_id, priority.rank, owner, tuple(allocations))
+    return RunningJob(
+        job_id,
+        priority.rank,
+        owner,
+        tuple(allocations),
+        group=group,
+        version=version,
+        started_at=started_at,
+        max_runtime=max_runtime,
+        last_checkpoint=last_checkpoint,
+        suspending=suspending,
+        preemptible=preemptible,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+    )
 
 
 def snapshot(
     nodes: list[NodeCapacity],
-    pending: list[PendingJob],
-    running_jobs: tuple[RunningJob, ...] | list[RunningJob] = (),
+    pending: Iterable[PendingJob],
+    running_jobs: Iterable[RunningJob] = (),
     now: float = 0.0,
+    *,
+    pools: Iterable[PoolPolicy] = (),
+    quotas: Mapping[QuotaKey, Limit] | None = None,
+    shares: Mapping[str, float] | None = None,
 ) -> Snapshot:
     return Snapshot(
-        now=now, nodes=tuple(nodes), pending=tuple(pending), running=tuple(running_jobs)
+        now=now,
+        nodes=tuple(nodes),
+        pending=tuple(pending),
+        running=tuple(running_jobs),
+        pools={p.name: p for p in pools},
+        quotas=dict(quotas or {}),
+        shares=dict(shares or {}),
     )

@@ -1,0 +1,216 @@
+"""Which running jobs to suspend so that a waiting job fits, losing the least work.
+
+Node by node: a node can take a whole-node member once every job on it is suspended (or
+already on its way out); a partial member fits once enough of the jobs on the node are. The
+cost of a node is the work its new victims would lose (time since their last checkpoint); each
+member goes to the cheapest node, and a victim chosen once costs nothing again (suspending one
+multi-node job frees all of its nodes). Jobs already suspending count as gone: if the job fits
+once they have left, no new victim is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuyard.scheduler.placement import Ledger, NodeFree
+from gpuyard.scheduler.snapshot import Allocation, Constraint, Member, Request, RunningJob
+
+__all__ = ["VictimPlan", "choose_victims"]
+
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class VictimPlan:
+    victims: list[RunningJob] = field(default_factory=list)
+    """New jobs to suspend (empty: the job fits once the suspending ones have left)."""
+    allocations: tuple[Allocation, ...] = ()
+    """Where the job will go once they have."""
+    waits_for: list[int] = field(default_factory=list)
+    """Jobs already suspending whose room it needs."""
+
+
+@dataclass(slots=True)
+class _Scratch:
+    ledger: Ledger
+    holders: dict[str, list[RunningJob]]
+    eligible: Callable[[RunningJob], bool]
+    now: float
+    gone: dict[int, RunningJob] = field(default_factory=dict)
+    """Victims and suspending jobs: their allocations count as free."""
+    planned: dict[str, list[Member]] = field(default_factory=dict)
+
+    def free(self, node: NodeFree) -> tuple[int, float, int]:
+        gpus, cpus, memory = len(node.free_gpus), node.free_cpus, node.free_memory
+        for job in self.holders.get(node.capacity.name, ()):
+            if job.id in self.gone:
+                for a in job.allocations:
+                    if a.node == node.capacity.name:
+                        gpus, cpus, memory = _add(node, a, gpus, cpus, memory)
+        for m in self.planned.get(node.capacity.name, ()):
+            gpus, cpus, memory = gpus - m.gpus, cpus - m.cpus, memory - m.memory
+        return gpus, cpus, memory
+
+    def whole_cost(self, node: NodeFree) -> tuple[float, list[RunningJob]] | None:
+        if node.capacity.name in self.planned or node.holds:
+            return None
+        new = [j for j in self.holders.get(node.capacity.name, ()) if j.id not in self.gone]
+        if not all(self.eligible(j) for j in new):
+            return None
+        return sum(j.lost_work(self.now) for j in new), new
+
+    def partial_cost(self, node: NodeFree, member: Member) -> tuple[float, list[RunningJob]] | None:
+        if node.holds or any(m.whole_node for m in self.planned.get(node.capacity.name, ())):
+            return None
+        gpus, cpus, memory = self.free(node)
+        chosen: list[RunningJob] = []
+        others = sorted(
+            (
+                j
+                for j in self.holders.get(node.capacity.name, ())
+                if j.id not in self.gone and self.eligible(j)
+            ),
+            key=lambda j: (j.lost_work(self.now), -j.started_at, j.id),
+        )
+        for job in others:
+            if _fits(member, gpus, cpus, memory):
+                break
+            chosen.append(job)
+            for a in job.allocations:
+                if a.node == node.capacity.name:
+                    gpus, cpus, memory = _add(node, a, gpus, cpus, memory)
+        if not _fits(member, gpus, cpus, memory):
+            return None
+        return sum(j.lost_work(self.now) for j in chosen), chosen
+
+
+def _add(
+    node: NodeFree, a: Allocation, gpus: int, cpus: float, memory: int
+) -> tuple[int, float, int]:
+    if a.exclusive:
+        c = node.capacity
+        return c.gpus, c.cpus, c.memory
+    return gpus + len(a.gpus), cpus + a.cpus, memory + a.memory
+
+
+def _fits(member: Member, gpus: int, cpus: float, memory: int) -> bool:
+    return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
+
+
+def choose_victims(
+    ledger: Ledger,
+    request: Request,
+    constraint: Constraint,
+    *,
+    running: Sequence[RunningJob],
+    eligible: Callable[[RunningJob], bool],
+    same_zone: bool,
+    now: float,
+) -> VictimPlan | None:
+    """The cheapest set of running jobs to suspend so that ``request`` fits; None if no set
+    of eligible jobs would do."""
+    candidates = ledger.candidates(constraint)
+    names = {n.capacity.name for n in candidates}
+    holders: dict[str, list[RunningJob]] = {}
+    for job in running:
+        for a in job.allocations:
+            if a.node in names:
+                holders.setdefault(a.node, []).append(job)
+    scratch = _Scratch(ledger, holders, eligible, now)
+    suspending = {j.id: j for j in running if j.suspending}
+    scratch.gone.update(suspending)
+    new: dict[int, RunningJob] = {}
+    allocations: list[Allocation] = []
+    whole = sorted(
+        (m for m in request.members if m.whole_node),
+        key=lambda m: (m.gpus, m.cpus, m.memory),
+        reverse=True,
+    )
+    if whole:
+        picked = _pick_whole(scratch, whole, candidates, same_zone)
+        if picked is None:
+            return None
+        for member, node, victims in picked:
+            for v in victims:
+                new[v.id] = v
+                scratch.gone[v.id] = v
+            scratch.planned.setdefault(node.capacity.name, []).append(member)
+            allocations.append(
+                Allocation(
+                    node.capacity.name, tuple(range(member.gpus)), member.cpus, member.memory, True
+                )
+            )
+    for member in request.members:
+        if member.whole_node:
+            continue
+        pick = _pick_partial(scratch, member, candidates)
+        if pick is None:
+            return None
+        node, victims = pick
+        for v in victims:
+            new[v.id] = v
+            scratch.gone[v.id] = v
+        scratch.planned.setdefault(node.capacity.name, []).append(member)
+        allocations.append(
+            Allocation(node.capacity.name, tuple(range(member.gpus)), member.cpus, member.memory)
+        )
+    used = {a.node for a in allocations}
+    waits_for = sorted(
+        j.id for j in suspending.values() if any(a.node in used for a in j.allocations)
+    )
+    return VictimPlan(list(new.values()), tuple(allocations), waits_for)
+
+
+def _pick_partial(
+    scratch: _Scratch, member: Member, candidates: list[NodeFree]
+) -> tuple[NodeFree, list[RunningJob]] | None:
+    best: tuple[float, int, str] | None = None
+    best_pick: tuple[NodeFree, list[RunningJob]] | None = None
+    for node in candidates:
+        found = scratch.partial_cost(node, member)
+        if found is None:
+            continue
+        key = (found[0], len(found[1]), node.capacity.name)
+        if best is None or key < best:
+            best, best_pick = key, (node, found[1])
+    return best_pick
+
+
+def _pick_whole(
+    scratch: _Scratch, whole: list[Member], candidates: list[NodeFree], same_zone: bool
+) -> list[tuple[Member, NodeFree, list[RunningJob]]] | None:
+    zones: dict[str, list[NodeFree]] = {}
+    for node in candidates:
+        zones.setdefault(node.capacity.zone if same_zone else "", []).append(node)
+    best: tuple[float, list[tuple[Member, NodeFree, list[RunningJob]]]] | None = None
+    for zone in sorted(zones):
+        picked: list[tuple[Member, NodeFree, list[RunningJob]]] = []
+        used: set[int] = set()
+        total = 0.0
+        chosen_ids: set[int] = set()
+        for member in whole:
+            options = []
+            for node in zones[zone]:
+                if node.index in used or not (
+                    node.capacity.gpus >= member.gpus
+                    and node.capacity.cpus + _EPS >= member.cpus
+                    and node.capacity.memory >= member.memory
+                ):
+                    continue
+                found = scratch.whole_cost(node)
+                if found is None:
+                    continue
+                cost = sum(j.lost_work(scratch.now) for j in found[1] if j.id not in chosen_ids)
+                options.append((cost, len(found[1]), node.size, node.capacity.name, node, found[1]))
+            if not options:
+                picked = []
+                break
+            cost, _, _, _, node, victims = min(options, key=lambda o: o[:4])
+            used.add(node.index)
+            chosen_ids.update(v.id for v in victims)
+            total += cost
+            picked.append((member, node, victims))
+        if picked and (best is None or total < best[0]):
+            best = (total, picked)
+    return None if best is None else best[1]
