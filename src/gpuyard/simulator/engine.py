@@ -41,6 +41,7 @@ Progress = Callable[[int], None]
 """Called with the number of jobs finished so far (every few hundred, and at the end)."""
 
 _PROGRESS_EVERY = 250
+_ROUNDS_PER_INSTANT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +156,25 @@ class Engine:
         return self.result
 
     def _decide(self, t: float) -> None:
-        view = View(
-            t, self.nodes, self.free, self.pending, self.running, self._submitted, self._finished
-        )
-        decision = self.policy.decide(view)
-        self._submitted, self._finished = [], []
-        self.result.decisions += 1
-        self._apply(decision)
-        self._schedule_wake(decision)
+        """Ask the policy; after preemptions, ask again at once: the GPUs they freed are for
+        jobs the policy could not start before (a few rounds at most per instant)."""
+        for _ in range(_ROUNDS_PER_INSTANT):
+            view = View(
+                t,
+                self.nodes,
+                self.free,
+                self.pending,
+                self.running,
+                self._submitted,
+                self._finished,
+            )
+            decision = self.policy.decide(view)
+            self._submitted, self._finished = [], []
+            self.result.decisions += 1
+            self._apply(decision)
+            self._schedule_wake(decision)
+            if not decision.preempts or not self.pending:
+                return
 
     def _next_time(self) -> float | None:
         while self._finishes and self._finishes[0][2] != self._run[self._finishes[0][1]]:

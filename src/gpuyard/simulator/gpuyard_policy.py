@@ -2,10 +2,14 @@
 by :func:`gpuyard.scheduler.decide`, the function the server's controller calls.
 
 Only what a real scheduler knows reaches the snapshot: the nodes, each pending job's request,
-owner, priority and submission order, each running job's allocations. The trace's run time
-never does (this policy is registered without the oracle; ``PolicyContext.durations`` is None
-here). Jobs that finished are kept in :attr:`GpuyardPolicy.history` (owner, GPUs, run time)
-for duration estimates once the snapshot carries them.
+owner, group, priority and submission order, each running job's allocations, start and
+attempt. The trace's run time never does (this policy is registered without the oracle:
+``PolicyContext.durations`` is None here). No max runtime either (the traces carry no user
+limits), and no pool policies or quotas: every pool is ``preemption: never`` (Venus has one
+tier anyway). Jobs that finished are kept in :attr:`GpuyardPolicy.history` (owner, GPUs,
+run time) for duration estimates once the snapshot carries them. The scheduler's
+suspensions are applied as preemptions (the engine frees the GPUs at once and adds the
+overhead to the job's remaining work).
 
 Requests: a job of up to a node's GPUs asks for that many GPUs on one node; a larger one
 asks for whole nodes (``gpus // G`` whole nodes of ``G`` GPUs, plus one member for the
@@ -15,6 +19,7 @@ CPUs and memory are not in the traces: requests and nodes carry none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuyard.scheduler import (
@@ -22,6 +27,7 @@ from gpuyard.scheduler import (
     Member,
     NodeCapacity,
     PendingJob,
+    PoolPolicy,
     Request,
     RunningJob,
     Snapshot,
@@ -67,8 +73,12 @@ def request_for(gpus: int, nodes: int | None, node_gpus: int) -> Request:
 
 
 class GpuyardPolicy:
-    def __init__(self, context: PolicyContext) -> None:
+    def __init__(
+        self, context: PolicyContext, *, pools: Mapping[str, PoolPolicy] | None = None
+    ) -> None:
+        """``pools``: the pool policies of the snapshot (default: none, so ``never``)."""
         partition = context.partition
+        self._pools = dict(pools or {})
         nodes = partition.nodes
         self._nodes = tuple(
             NodeCapacity(
@@ -96,17 +106,27 @@ class GpuyardPolicy:
             )
         pending = tuple(self._pending_job(job) for job in view.pending.values())
         running = tuple(self._running_job(job) for job in view.running.values())
-        snapshot = Snapshot(now=view.now, nodes=self._nodes, pending=pending, running=running)
+        snapshot = Snapshot(
+            now=view.now, nodes=self._nodes, pending=pending, running=running, pools=self._pools
+        )
         decisions = decide(snapshot)
         starts: list[StartJob] = []
         for start in decisions.starts:
             job = view.pending[start.job_id]
             self._pending.pop(start.job_id, None)
             self._running[start.job_id] = RunningJob(
-                id=job.index, priority=job.priority, owner=job.user, allocations=start.allocations
+                id=job.index,
+                priority=job.priority,
+                owner=job.user,
+                allocations=start.allocations,
+                group=job.group,
+                version=job.preemptions,
+                started_at=view.now,
             )
             starts.append(StartJob(job.index, self._slots(start.allocations)))
-        return Decision(starts=starts)
+        # A suspension frees the victim's GPUs at once; the engine asks again right away.
+        preempts = [p.job_id for p in decisions.preempts if p.job_id in view.running]
+        return Decision(starts=starts, preempts=preempts)
 
     def _pending_job(self, job: SimJob) -> PendingJob:
         cached = self._pending.get(job.index)
@@ -118,6 +138,7 @@ class GpuyardPolicy:
                 seq=job.index,
                 owner=job.user,
                 request=request_for(job.gpus, job.nodes, self._largest),
+                group=job.group,
             )
             self._pending[job.index] = cached
         return cached

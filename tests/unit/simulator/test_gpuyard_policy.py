@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.scheduler import Member, Request
+from gpuyard.scheduler import Member, PoolPolicy, Request
+from gpuyard.scheduler.snapshot import Preemption
 from gpuyard.simulator import Decision, Engine, Partition, PolicyContext, TraceJob, View
 from gpuyard.simulator.gpuyard_policy import GpuyardPolicy, request_for
 from gpuyard.simulator.runner import POLICIES
@@ -77,3 +78,16 @@ def test_the_policy_is_not_given_the_trace_durations() -> None:
 
     # Same submissions, opposite run times: what starts first cannot differ.
     assert first_decision([10, 20, 30, 40, 50]) == first_decision([50_000, 4, 3, 2, 1])
+
+
+def test_suspensions_decided_by_the_scheduler_are_applied_with_their_overhead() -> None:
+    partition = Partition.uniform("c", nodes=1)
+    low = TraceJob("low", "c", "u1", "g", 0, 8, 100, priority=0)
+    high = TraceJob("high", "c", "u2", "g", 10, 8, 20, priority=2)
+    policy = GpuyardPolicy(
+        PolicyContext(partition), pools={"default": PoolPolicy(preemption=Preemption.SUSPEND)}
+    )
+    low_run, high_run = Engine(partition, [low, high], policy).run().jobs
+    assert (high_run.first_start, high_run.end) == (10, 30)
+    # low resumes when high ends: 90 s of work left plus the 40 s overhead.
+    assert (low_run.preemptions, low_run.queued, low_run.end) == (1, 20, 30 + 90 + 40)

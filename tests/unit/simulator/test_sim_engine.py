@@ -89,7 +89,7 @@ def test_preemption_requeues_and_adds_the_overhead_to_the_remaining_work() -> No
     def plan(view: View) -> Decision:
         if view.now == 0:
             return Decision(starts=[StartJob(0, (Slot(0, 8),))])
-        if view.now == 10:  # the high job arrives: suspend the low one and take its node
+        if view.now == 10 and 0 in view.running:  # high arrives: suspend low, take its node
             return Decision(starts=[StartJob(1, (Slot(0, 8),))], preempts=[0])
         if view.now == 30 and 0 in view.pending:
             return Decision(starts=[StartJob(0, (Slot(0, 8),))])
@@ -109,7 +109,7 @@ def test_the_overhead_depends_on_the_job_size() -> None:
     def plan(view: View) -> Decision:
         if view.now == 0:  # with an empty queue the engine would not ask at 5: ask to be woken
             return Decision(starts=[StartJob(0, both)], wake_at=5)
-        if view.now == 5:
+        if view.now == 5 and 0 in view.running:
             return Decision(preempts=[0], wake_at=6)
         if view.now == 6:
             return Decision(starts=[StartJob(0, both)])
@@ -119,6 +119,25 @@ def test_the_overhead_depends_on_the_job_size() -> None:
     (gang,) = engine.run().jobs
     assert Overhead(3, 7).of(8) == 3
     assert (gang.end, gang.queued, gang.preemptions) == (6 + 45 + 7, 1, 1)
+
+
+def test_after_a_preemption_the_policy_is_asked_again_at_once() -> None:
+    partition = Partition.uniform("c", nodes=1, gpus_per_node=8)
+
+    def plan(view: View) -> Decision:
+        if view.now == 0:
+            return Decision(starts=[StartJob(0, (Slot(0, 8),))])
+        if 0 in view.running:  # first call at 3: make room only
+            return Decision(preempts=[0])
+        if 1 in view.pending:  # the same instant, asked again: use the room
+            return Decision(starts=[StartJob(1, (Slot(0, 8),))])
+        return Decision(starts=[StartJob(0, (Slot(0, 8),))]) if 0 in view.pending else Decision()
+
+    policy = Scripted(plan)
+    low, high = Engine(partition, [job("low", 0, 8, 10), job("high", 3, 8, 4)], policy).run().jobs
+    assert [c[0] for c in policy.calls] == [0, 3, 3, 7]
+    assert (high.first_start, high.end) == (3, 7)
+    assert (low.end, low.queued, low.preemptions) == (7 + 7 + 40, 4, 1)
 
 
 def test_a_wake_up_calls_the_policy_without_an_event() -> None:

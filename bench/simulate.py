@@ -1,0 +1,223 @@
+"""Benchmark: replay the Helios Venus trace (and optionally Alibaba openb) under each policy,
+beside the published results of the Helios/Lucid artifact.
+
+What it prints
+--------------
+1. **Reference check** (when fifo / sjf run): per Venus VC, our average JCT and queueing
+   delay beside the artifact's published ones, the relative difference, and how many jobs
+   differ at all (0 means a job-by-job reproduction).
+2. **Summary**: average JCT, average / p99 / p99.9 queueing delay, GPU allocation while jobs
+   wait, makespan and preemptions of each policy over the whole trace, and the five published
+   policies (FIFO, SJF, SRTF, Tiresias, QSSF; marked ``*``) as the baseline. For gpuyard's
+   policy, its ratio to Tiresias' published averages (the figures to beat).
+3. **Wall time** of each policy's replay, the number of policy decisions and decisions per
+   second, with ``--workers`` processes (the VCs are independent partitions).
+
+Files (jobs.csv, summary.csv, queue_cdf.png) go to ``--out`` (default
+``bench/results/simulate``; ignored by git). Traces are read from ``--traces`` (default
+``../shared/traces`` beside the repository); nothing is copied into the repository.
+No timing is asserted. Run it as ``.venv/bin/python bench/simulate.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuyard.simulator.engine import PartitionResult
+from gpuyard.simulator.metrics import OVERALL, JobResult, Summary, job_results
+from gpuyard.simulator.published import label, load_published
+from gpuyard.simulator.report import summary_table
+from gpuyard.simulator.runner import POLICIES, default_workers, replay
+from gpuyard.simulator.study import Loaded, Outcome, load, summaries_of, write_outputs
+
+REPO = Path(__file__).resolve().parents[1]
+VENUS = "helios-venus-sept2020"
+OPENB = "alibaba-openb-2023"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "simulate")
+    parser.add_argument("--openb", action="store_true", help="Also replay Alibaba openb.")
+    parser.add_argument("--json", type=Path, help="Write the figures as JSON here.")
+    args = parser.parse_args(argv)
+    policies = [p for p in args.policies.split(",") if p]
+    console = Console(width=max(Console().width, 120))
+    console.print(
+        f"python {platform.python_version()}, {args.workers} worker process(es), "
+        f"policies: {', '.join(policies)}"
+    )
+    figures: dict[str, Any] = {"venus": run_venus(args, policies, console)}
+    if args.openb:
+        figures["openb"] = run_openb(args, policies, console)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def timed_replay(
+    loaded: Loaded, policies: list[str], workers: int, console: Console
+) -> tuple[list[PartitionResult], dict[str, dict[str, float]]]:
+    results: list[PartitionResult] = []
+    timing: dict[str, dict[str, float]] = {}
+    for policy in policies:
+        started = time.perf_counter()
+        runs = replay(loaded.partitions, loaded.jobs, [policy], workers=workers)
+        wall = time.perf_counter() - started
+        decisions = sum(r.decisions for r in runs)
+        slowest = max(runs, key=lambda r: r.wall_seconds)
+        timing[policy] = {
+            "wall_s": wall,
+            "decisions": decisions,
+            "decisions_per_s": decisions / max(sum(r.wall_seconds for r in runs), 1e-9),
+            "slowest_cluster_s": slowest.wall_seconds,
+        }
+        console.print(
+            f"  {policy}: {wall:.1f} s wall, {decisions:,} decisions "
+            f"(slowest cluster {slowest.partition}: {slowest.wall_seconds:.1f} s)"
+        )
+        results += runs
+    return results, timing
+
+
+def run_venus(args: argparse.Namespace, policies: list[str], console: Console) -> dict[str, Any]:
+    root = args.traces / VENUS
+    trace = root / "venus_sept2020_jobs.csv.gz"
+    if not trace.is_file():
+        sys.exit(f"no Venus trace at {trace}; pass --traces DIR")
+    loaded = load(trace, root / "venus_vc_config.csv")
+    published = load_published(root / "venus_sept2020_reference_results.csv.gz", loaded.jobs)
+    console.print(
+        f"\n[bold]Helios Venus[/]: {len(loaded.jobs):,} jobs, "
+        f"{len(loaded.partitions)} VCs, {sum(p.gpus for p in loaded.partitions):,} GPUs"
+    )
+    results, timing = timed_replay(loaded, policies, args.workers, console)
+    summaries = summaries_of(results, published)
+    checks = reference_check(results, published, console)
+    console.print(summary_table([s for s in summaries if s.cluster == OVERALL], title="Venus"))
+    versus_tiresias(summaries, console)
+    jobs = [row for r in results for row in job_results(r)]
+    written = write_outputs(
+        Outcome(results, jobs, summaries, published), args.out / "venus", title="Helios Venus"
+    )
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    return {"timing": timing, "reference_check": checks, "summary": as_dicts(summaries)}
+
+
+def reference_check(
+    results: list[PartitionResult],
+    published: dict[str, list[JobResult]],
+    console: Console,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for policy in ("fifo", "sjf"):
+        runs = [r for r in results if r.policy == policy]
+        if not runs:
+            continue
+        theirs: dict[str, list[JobResult]] = {}
+        for row in published[label(policy)]:
+            theirs.setdefault(row.cluster, []).append(row)
+        table = Table(title=f"reference check: {policy} vs published, per VC", title_justify="left")
+        for name in (
+            "VC",
+            "jobs",
+            "JCT ours",
+            "JCT published",
+            "diff",
+            "queue ours",
+            "queue published",
+            "diff",
+            "jobs differing",
+        ):
+            table.add_column(name, justify="left" if name == "VC" else "right")
+        out[policy] = {}
+        for run in runs:
+            mine = job_results(run)
+            ref = {r.job_id: r for r in theirs[run.partition]}
+            jct, ref_jct = _mean(r.jct for r in mine), _mean(r.jct for r in ref.values())
+            queue, ref_queue = _mean(r.queue for r in mine), _mean(r.queue for r in ref.values())
+            differing = sum(
+                1 for r in mine if (r.queue, r.jct) != (ref[r.job_id].queue, ref[r.job_id].jct)
+            )
+            table.add_row(
+                run.partition,
+                f"{len(mine):,}",
+                f"{jct:,.1f}",
+                f"{ref_jct:,.1f}",
+                _diff(jct, ref_jct),
+                f"{queue:,.1f}",
+                f"{ref_queue:,.1f}",
+                _diff(queue, ref_queue),
+                f"{differing:,}",
+            )
+            out[policy][run.partition] = {
+                "jct": jct,
+                "published_jct": ref_jct,
+                "queue": queue,
+                "published_queue": ref_queue,
+                "jobs_differing": differing,
+            }
+        console.print(table)
+    return out
+
+
+def versus_tiresias(summaries: list[Summary], console: Console) -> None:
+    overall = {s.policy: s for s in summaries if s.cluster == OVERALL}
+    target = overall.get(label("tiresias"))
+    ours = overall.get("gpuyard")
+    if target is None or ours is None:
+        return
+    console.print(
+        f"gpuyard vs Tiresias (published): avg JCT {ours.avg_jct:,.0f} / {target.avg_jct:,.0f} "
+        f"= {ours.avg_jct / target.avg_jct:.2f}x, avg queue {ours.avg_queue:,.0f} / "
+        f"{target.avg_queue:,.0f} = {ours.avg_queue / target.avg_queue:.2f}x "
+        "(below 1.00x on both is the goal of issue 5)"
+    )
+
+
+def run_openb(args: argparse.Namespace, policies: list[str], console: Console) -> dict[str, Any]:
+    root = args.traces / OPENB
+    loaded = load(root / "openb_pod_list_default.csv.gz", root / "openb_node_list_gpu_node.csv")
+    console.print(
+        f"\n[bold]Alibaba openb[/]: {len(loaded.jobs):,} jobs, "
+        f"{sum(p.gpus for p in loaded.partitions):,} GPUs"
+    )
+    for line in loaded.report.lines():
+        console.print("  " + line, highlight=False)
+    results, timing = timed_replay(loaded, policies, args.workers, console)
+    summaries = summaries_of(results)
+    console.print(summary_table([s for s in summaries if s.cluster == OVERALL], title="openb"))
+    jobs = [row for r in results for row in job_results(r)]
+    write_outputs(Outcome(results, jobs, summaries), args.out / "openb", title="Alibaba openb")
+    return {"timing": timing, "summary": as_dicts(summaries)}
+
+
+def _mean(values: Any) -> float:
+    numbers = [v for v in values if v is not None]
+    return sum(numbers) / len(numbers)
+
+
+def _diff(ours: float, theirs: float) -> str:
+    return "0" if ours == theirs else f"{(ours - theirs) / theirs:+.3%}"
+
+
+def as_dicts(summaries: list[Summary]) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    return [asdict(s) for s in summaries if s.cluster == OVERALL]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
