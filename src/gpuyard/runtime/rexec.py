@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     import queue
     import socket
     import subprocess
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
 STDIN, STDOUT, STDERR, EXIT, ERROR = 0, 1, 2, 3, 4
@@ -77,16 +77,18 @@ MAX_FRAME = 1 << 20
 MAX_HEADER = 1 << 20  # prted's command line is ~2 KB; leave room for long environments
 CHUNK = 64 * 1024
 HEADER_TIMEOUT = 10.0  # a client that connects and says nothing must not hold a thread forever
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 30.0  # how long a target may take to start serving
 KILL_GRACE = 3.0  # between SIGTERM and SIGKILL of a command's group
 OUTPUT_GRACE = 2.0  # after the command exits, how long a background child may keep its pipes
 EXIT_CONNECTION = 255  # what ssh returns for its own failures; mpirun reports it as such
 EXIT_USAGE = 2
+MAX_LOGGED = 4096  # characters of a command that serve writes to its log
 
 ENV_ADDRESS = "GPUYARD_REXEC_ADDRESS"
 ENV_PORT = "GPUYARD_REXEC_PORT"
 ENV_HOSTS = "GPUYARD_REXEC_HOSTS"
 ENV_SELF = "GPUYARD_REXEC_SELF"
+ENV_HOSTNAME = "GPUYARD_REXEC_HOSTNAME"
 ENV_TOKEN = "GPUYARD_JOB_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 # ssh options that take no value / take one. mpirun does not add any today, but Hydra's "ssh"
@@ -94,13 +96,6 @@ ENV_TOKEN = "GPUYARD_JOB_TOKEN"  # noqa: S105 - the variable's name, not a secre
 # them keeps the agent a drop-in replacement for ssh.
 _SSH_FLAGS = frozenset("1246AaCfGgKkMNnqsTtVvXxYy")  # -x, -q, -tt, -qx ...
 _SSH_VALUED = frozenset("BbcDEeFIiJLlmOopQRSWw")  # -o Key=value, -oKey=value, -p 22 ...
-
-
-def agent_script(python: str, rexec_path: str) -> str:
-    """The executable that mpirun is told to use as its remote shell (it wants one path)."""
-    import shlex
-
-    return f'#!/bin/sh\nexec {shlex.quote(python)} -I -S {shlex.quote(rexec_path)} agent "$@"\n'
 
 
 def remote_command(words: Sequence[str]) -> str:
@@ -142,6 +137,56 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+# ---------------------------------------------------------------------------------- hostname
+
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWUSER = 0x10000000
+
+
+def _take_hostname(log: Callable[[str], None]) -> None:
+    """Give this process, and every daemon it starts, the host name in ``ENV_HOSTNAME``.
+
+    Virtual nodes share one host, and so one host name, but MPI runtimes identify a node by
+    its host name: Open MPI merges two daemons that report the same name into one node, and
+    its ranks then disagree about who is local (``MPI_Comm_split_type`` gives different
+    groups on different ranks, hierarchical collectives hang, shared-memory segments named
+    after the host collide). A UTS namespace per node gives each daemon its node's name, as a
+    pod has its own. It needs CAP_SYS_ADMIN, or else an unprivileged user namespace; without
+    either, we go on with the host's name and say so.
+
+    Call it while the process has one thread: unshare() applies to the calling thread only.
+    """
+    import ctypes
+    import socket
+
+    name = os.environ.get(ENV_HOSTNAME, "")
+    if not name or socket.gethostname() == name:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUTS) != 0:
+        # Not privileged: a user namespace of our own grants the capability over a UTS
+        # namespace it owns. Map our ids to themselves, so that files and processes keep them.
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWUTS) != 0:
+            error = os.strerror(ctypes.get_errno())
+            log(
+                f"cannot take the host name {name!r} ({error}); MPI daemons of several nodes "
+                "on this host will share its name"
+            )
+            return
+        for path, text in (
+            ("/proc/self/setgroups", "deny"),
+            ("/proc/self/uid_map", f"{uid} {uid} 1"),
+            ("/proc/self/gid_map", f"{gid} {gid} 1"),
+        ):
+            with contextlib.suppress(OSError), open(path, "w") as file:
+                file.write(text)
+    try:
+        socket.sethostname(name)
+    except OSError as exc:
+        log(f"cannot take the host name {name!r} ({exc.strerror})")
 
 
 # ------------------------------------------------------------------------------------- serve
@@ -203,6 +248,9 @@ class _Session:
         if argv is None:
             return
         command = remote_command(argv)
+        # The whole line (a daemon's is ~1.5 KB, once per job): what a failed launch ran.
+        shown = command if len(command) <= MAX_LOGGED else command[: MAX_LOGGED - 3] + "..."
+        self.server.log(f"{self.peer} runs: {shown}")
         try:
             # A group of its own: on disconnect or shutdown we signal the command's whole tree
             # (the daemon and the ranks it forked), and nothing else of the worker's.
@@ -292,41 +340,38 @@ class _Session:
         import queue
         import threading
 
-        # Writes to the command's stdin happen on their own thread, so a command that does not
-        # read its stdin cannot stop us from noticing that the client went away.
-        pending: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
-        writer = threading.Thread(target=self._feed_stdin, args=(pending,), daemon=True)
-        writer.start()
+        # Writes to the command's stdin happen on their own thread, through an unbounded queue,
+        # so a command that does not read its stdin can never stop us from noticing that the
+        # client went away. (What a client sends is mpirun's stdin: empty in practice.)
+        pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        threading.Thread(target=self._feed_stdin, args=(pending,), daemon=True).start()
         try:
             while (frame := _read_frame(rfile)) is not None:
                 channel, payload = frame
                 if channel != STDIN:
                     raise ValueError(f"unexpected channel {channel} from the client")
-                pending.put(payload or None)
+                pending.put(payload or None)  # an empty payload is stdin's EOF
                 if not payload:
-                    break  # EOF on stdin; from now on only the end of the connection matters
+                    break  # from now on only the end of the connection matters
             while rfile.read(CHUNK):
                 pass  # anything after stdin's EOF is ignored; we wait for the connection to end
         except (OSError, ValueError):
             pass
-        with contextlib.suppress(queue.Full):
-            pending.put_nowait(None)  # the client is gone: close the command's stdin too
+        pending.put(None)  # the client is gone: close the command's stdin if it is still open
         self._lost_client()
 
-    def _feed_stdin(self, pending: queue.Queue[bytes | None]) -> None:
+    def _feed_stdin(self, pending: queue.SimpleQueue[bytes | None]) -> None:
         proc = self.proc
         if proc is None or proc.stdin is None:
             return
-        broken = False
-        while (data := pending.get()) is not None:
-            if broken:
-                continue  # keep taking input, so the client reader never blocks on us
-            try:
+        try:
+            while (data := pending.get()) is not None:
                 proc.stdin.write(data)
-            except OSError:
-                broken = True  # the command closed its stdin or exited: its input is dropped
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
+        except OSError:
+            pass  # the command closed its stdin or exited: the rest of its input is dropped
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
 
     def _lost_client(self) -> None:
         if self._client_gone.is_set():
@@ -445,6 +490,7 @@ def serve() -> int:
         signal.signal(signum, lambda *_: None)
 
     server = _Server(token)
+    _take_hostname(server.log)
     try:
         listener = socket.create_server((address, int(port_text)), backlog=64)
     except OSError as exc:
@@ -535,6 +581,8 @@ def _resolve(host: str, hosts: dict[str, tuple[str, int]]) -> str:
 def _exec_local(command: str) -> None:
     import signal
 
+    _take_hostname(lambda message: print(f"rexec: {message}", file=sys.stderr))
+
     # Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive exec: restore the
     # defaults a shell expects (subprocess does the same with restore_signals).
     for signum in (signal.SIGPIPE, signal.SIGXFSZ):
@@ -557,6 +605,36 @@ def _forward_stdin(conn: socket.socket) -> None:
         pass  # the connection ended; the main thread reports how
 
 
+def _connect(address: str, port: int, where: str) -> socket.socket:
+    """Connect, waiting while the target is not listening yet.
+
+    The executor starts a job's workers side by side, so the launcher's mpirun may ask for a
+    target before that target's ``serve`` has bound its port: a refusal is retried until
+    CONNECT_TIMEOUT, like ssh's ConnectionAttempts; any other error is final.
+    """
+    import socket
+    import time
+
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    delay = 0.05
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
+        except ConnectionRefusedError:
+            if time.monotonic() + delay > deadline:
+                raise AgentError(
+                    f"cannot reach {where}: connection refused for {CONNECT_TIMEOUT:.0f}s "
+                    "(is the worker serving?)"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        except OSError as exc:
+            raise AgentError(f"cannot reach {where}: {exc.strerror or exc}") from None
+        else:
+            conn.settimeout(None)
+            return conn
+
+
 def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
     import json
     import socket
@@ -566,13 +644,7 @@ def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
     if not token:
         raise AgentError(f"{ENV_TOKEN} is not set")
     where = f"{name} at {address}:{port}"
-    try:
-        conn = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
-    except ConnectionRefusedError:
-        raise AgentError(f"cannot reach {where}: connection refused (is it serving?)") from None
-    except OSError as exc:
-        raise AgentError(f"cannot reach {where}: {exc.strerror or exc}") from None
-    conn.settimeout(None)
+    conn = _connect(address, port, where)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     header = json.dumps({"token": token, "argv": words}).encode() + b"\n"
