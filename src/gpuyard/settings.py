@@ -7,11 +7,14 @@ import time. ``gpuyard config show`` prints it with each field's description.
 from __future__ import annotations
 
 import getpass
+import sys
 from pathlib import Path
 
 from platformdirs import user_data_dir
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpuyard.launch.network import Network
 
 __all__ = ["Settings"]
 
@@ -25,6 +28,19 @@ def _default_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry, e.g. in a bare container
         return "unknown"
+
+
+def _default_openmpi() -> Path | None:
+    """The Open MPI of this Python environment (the ``openmpi`` package of the train extra)."""
+    prefix = Path(sys.prefix)
+    return prefix if (prefix / "bin" / "ompi_info").exists() else None
+
+
+def _default_mpich() -> Path | None:
+    """The MPICH that ``make setup`` installs in a prefix of its own beside Open MPI (both ship
+    ``mpirun`` and ``libmpi``, so they cannot share one)."""
+    prefix = Path(sys.prefix) / "mpich"
+    return prefix if (prefix / "bin" / "mpichversion").exists() else None
 
 
 class Settings(BaseSettings):
@@ -67,6 +83,45 @@ class Settings(BaseSettings):
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
     )
     executor: str = Field("local", description="Executor that runs workers: 'local'.")
+    mpi_openmpi: Path | None = Field(
+        default_factory=_default_openmpi,
+        description="Prefix of the Open MPI that `mpi: openmpi` jobs use (bin/mpirun, lib/); "
+        "its bin and lib lead their PATH and LD_LIBRARY_PATH. Default: the one installed in "
+        "gpuyard's Python environment, if any (else mpirun is whatever PATH finds).",
+    )
+    mpi_mpich: Path | None = Field(
+        default_factory=_default_mpich,
+        description="Prefix of the MPICH that `mpi: mpich` jobs use. Default: <python "
+        "environment>/mpich, where `make setup` installs it, if present.",
+    )
+    network: Network = Field(
+        Network.NONE,
+        description="The pool's network preset: 'roce' or 'ib' give jobs the NCCL variables "
+        "of reference 000 for that fabric; 'none' gives none.",
+    )
+    network_iface: str = Field(
+        "eth0", description="NCCL_SOCKET_IFNAME of the network preset: the nodes' interface."
+    )
+    large_scale_gpus: int = Field(
+        1000,
+        ge=1,
+        description="From this many GPUs in one job, the network preset adds NCCL_ALGO "
+        "(reference 000's advice for thousands of GPUs).",
+    )
+    user_tiers: list[str] = Field(
+        default_factory=lambda: ["low", "normal", "high"],
+        description="Priority tiers a plain user may choose; admins may choose any (reference "
+        "002: users pick normal or urgent, admins also very urgent).",
+    )
+    urgent_tier: str = Field(
+        "high",
+        description="The tier whose running + queued jobs a group's urgent_limit counts "
+        "(reference 002's 紧急).",
+    )
+    admins: list[str] = Field(
+        default_factory=list,
+        description="Users made admins when the pool starts, beside the user who starts it.",
+    )
 
     @property
     def resolved_database_url(self) -> str:

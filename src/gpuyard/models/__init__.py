@@ -18,6 +18,7 @@ from gpuyard.models.job import (
     WorkerView,
 )
 from gpuyard.models.node import NodeState, NodeView
+from gpuyard.models.scheduling import Prediction
 from gpuyard.models.states import JobState, JobStatus
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "NodeState",
     "NodeView",
     "Page",
+    "Prediction",
     "Priority",
     "Slot",
     "SubTask",

@@ -252,6 +252,31 @@ class JobSpec(BaseModel):
     )
     mounts: Mounts = Field(default_factory=Mounts, description="The job's workspace.")
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
+    pool: str | None = Field(
+        None,
+        description="A dedicated pool to run in (nodes labelled pool=<name>); default: the "
+        "default pool. Excludes node_names and driver_version.",
+    )
+    node_names: list[str] = Field(
+        default_factory=list,
+        description="Run only on these nodes. Excludes pool and driver_version.",
+    )
+    driver_version: str | None = Field(
+        None,
+        description="Run only on nodes with this GPU driver version (label driver). Excludes "
+        "pool and node_names.",
+    )
+    alternatives: list[NodeResources] = Field(
+        default_factory=list,
+        description="Further per-node specs, tried in order when `resources` does not fit; "
+        "the first that fits starts and the others are dropped (reference 002's 多规格).",
+    )
+    min_nodes: int | None = Field(
+        None,
+        ge=1,
+        description="Elastic: start with as few as this many nodes (at most `nodes`); the job "
+        "grows toward `nodes` when nodes free up, by suspending and resuming at the new size.",
+    )
     max_runtime: Seconds | None = Field(
         None, gt=0, description="Seconds (or '2h') after which a running job expires."
     )
@@ -282,7 +307,40 @@ class JobSpec(BaseModel):
                 f"parameter_servers: only the tensorflow mode has parameter servers (mode is "
                 f"{self.mode.value}); remove it or set mode: tensorflow"
             )
+        chosen = [
+            name
+            for name, value in (
+                ("pool", self.pool),
+                ("node_names", self.node_names),
+                ("driver_version", self.driver_version),
+            )
+            if value
+        ]
+        if len(chosen) > 1:
+            raise ValueError(
+                f"{' and '.join(chosen)}: a job names a dedicated pool, node names or a driver "
+                "version, not several; keep one"
+            )
+        self._check_elastic()
         return self
+
+    def _check_elastic(self) -> None:
+        if self.min_nodes is None:
+            return
+        if self.min_nodes > self.nodes:
+            raise ValueError(
+                f"min_nodes: an elastic job runs on min_nodes..nodes nodes; min_nodes "
+                f"({self.min_nodes}) is more than nodes ({self.nodes})"
+            )
+        if self.type is JobType.BATCH or self.parameter_servers or self.alternatives:
+            raise ValueError(
+                "min_nodes: an elastic job is a regular job without parameter servers or "
+                "alternative specs; remove min_nodes or those"
+            )
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None and self.min_nodes < self.nodes
 
     def commands(self) -> list[str]:
         """The command of each (sub-)task, in order."""
@@ -309,6 +367,13 @@ class JobSpec(BaseModel):
                     f"{key!r} is not an environment variable name; use letters, digits and '_', "
                     "not starting with a digit"
                 )
+        return value
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_name(cls, value: str | None) -> str | None:
+        if value is not None and not _MOUNT_NAME.match(value):
+            raise ValueError(f"a pool name is letters, digits, '_', '.' or '-' (got {value!r})")
         return value
 
     @field_validator("workdir")
@@ -374,6 +439,16 @@ class JobView(BaseModel):
     finished_at: datetime | None = None
     exit_code: int | None = None
     reason: str | None = Field(None, description="Why it waits, or why it ended the way it did.")
+    wait_code: str | None = Field(
+        None,
+        description="Why a queued job waits, as a code: quota, priority, reserved, resources, "
+        "preempting, pool, unsatisfiable.",
+    )
+    start_at: datetime | None = Field(
+        None, description="When a queued job is expected to start, where a reservation says."
+    )
+    group: str = ""
+    suspensions: int = Field(0, description="How many times it was suspended and requeued.")
     placement: list[Slot] = Field(default_factory=list)
     workers: list[WorkerView] = Field(default_factory=list)
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from gpuyard.errors import IllegalTransition
 
-__all__ = ["TRANSITIONS", "JobState", "JobStatus", "check_transition"]
+__all__ = ["PENDING", "TRANSITIONS", "JobState", "JobStatus", "check_transition"]
 
 
 class JobStatus(StrEnum):
@@ -78,6 +78,11 @@ class JobState(StrEnum):
     COMPLETING = "completing"
     """The workers whose exit decides the job succeeded; its helpers (MPI targets, parameter
     servers) are being told to exit."""
+    SUSPENDING = "suspending"
+    """Told to checkpoint and exit (a higher tier needs its room, a person asked, or an
+    elastic job grows); it goes back to the queue once its workers have exited."""
+    SUSPENDED = "suspended"
+    """Back in the queue at its original position; it resumes as the next attempt."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -107,6 +112,8 @@ _STATUS_OF: dict[JobState, JobStatus] = {
     JobState.EXPIRING: JobStatus.RUNNING,
     JobState.FAILING: JobStatus.RUNNING,
     JobState.COMPLETING: JobStatus.RUNNING,
+    JobState.SUSPENDING: JobStatus.RUNNING,
+    JobState.SUSPENDED: JobStatus.QUEUED,
     JobState.SUCCEEDED: JobStatus.SUCCEEDED,
     JobState.FAILED: JobStatus.FAILED,
     JobState.STOPPED: JobStatus.STOPPED,
@@ -121,8 +128,12 @@ _HOLDING = frozenset(
         JobState.EXPIRING,
         JobState.FAILING,
         JobState.COMPLETING,
+        JobState.SUSPENDING,
     }
 )
+
+PENDING = frozenset({JobState.QUEUED, JobState.SUSPENDED})
+"""The states the scheduler places."""
 
 # The draining states and where each one ends once every worker has exited.
 DRAIN_TARGET: dict[JobState, JobState] = {
@@ -134,6 +145,7 @@ DRAIN_TARGET: dict[JobState, JobState] = {
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED}),
+    JobState.SUSPENDED: frozenset({JobState.STARTING, JobState.STOPPED}),
     JobState.STARTING: frozenset(
         {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED}
     ),
@@ -144,6 +156,17 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.STOPPING,
             JobState.EXPIRING,
             JobState.FAILING,
+            JobState.COMPLETING,
+            JobState.SUSPENDING,
+        }
+    ),
+    JobState.SUSPENDING: frozenset(
+        {
+            JobState.SUSPENDED,
+            JobState.STOPPING,
+            JobState.EXPIRING,
+            JobState.FAILING,
+            JobState.SUCCEEDED,
             JobState.COMPLETING,
         }
     ),

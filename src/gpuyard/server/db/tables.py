@@ -7,7 +7,17 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "EventRow", "JobRow", "NodeRow", "WorkerRow"]
+__all__ = [
+    "Base",
+    "EventRow",
+    "GroupRow",
+    "JobRow",
+    "NodeRow",
+    "PoolRow",
+    "QuotaRow",
+    "UserRow",
+    "WorkerRow",
+]
 
 
 class Base(DeclarativeBase):
@@ -33,6 +43,21 @@ class JobRow(Base):
     placement: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     token: Mapped[str | None] = mapped_column(String(64), nullable=True)
     """A secret of the current attempt, shared by its workers (e.g. MPI's remote launch)."""
+    group_name: Mapped[str] = mapped_column(String(64), default="")
+    """The owner's group when the job was submitted (quotas and the urgent limit count it)."""
+    seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Queue position (the id at submission); kept across suspensions."""
+    wait_code: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    """Why a queued job waits, as a code (quota, priority, reserved, resources, …)."""
+    start_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When a queued job is expected to start, where its reservation says so."""
+    suspend_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """While suspending: when its workers get SIGTERM unless they have exited."""
+    resume_nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """An elastic job suspended to grow: the size it should resume at."""
+    last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When a worker last reported a saved checkpoint (gpuyard.runtime)."""
+    suspensions: Mapped[int] = mapped_column(Integer, default=0)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
@@ -77,6 +102,9 @@ class WorkerRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     terminate_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    notice_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the preemption notice reached it (docs/preemption.md)."""
+    acknowledged_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ux_workers_job_attempt_rank", "job_id", "attempt", "rank", unique=True),
@@ -97,4 +125,60 @@ class NodeRow(Base):
     cpus: Mapped[float] = mapped_column(Float)
     memory: Mapped[int] = mapped_column(BigInteger)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """What the executor reports (gpu model, zone of a virtual node, …)."""
+    extra_labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """What an admin set (pool, zone, network, driver, …); wins over ``labels``."""
     updated_at: Mapped[float] = mapped_column(Float)
+
+    def effective_labels(self) -> dict[str, str]:
+        return {
+            str(k): str(v) for k, v in {**(self.labels or {}), **(self.extra_labels or {})}.items()
+        }
+
+
+class GroupRow(Base):
+    __tablename__ = "groups"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    urgent_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Most running + queued jobs of the group at the urgent tier (None: no limit)."""
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group_name: Mapped[str | None] = mapped_column(
+        ForeignKey("groups.name", ondelete="SET NULL"), nullable=True
+    )
+    role: Mapped[str] = mapped_column(String(16), default="user")
+    """``user`` or ``admin``."""
+    share: Mapped[float] = mapped_column(Float, default=1.0)
+    """Fair-share weight inside a tier."""
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class QuotaRow(Base):
+    __tablename__ = "quotas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(8))
+    """``user`` or ``group``."""
+    subject: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index("ux_quotas_subject_tier", "kind", "subject", "tier", unique=True),)
+
+
+class PoolRow(Base):
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    preemption: Mapped[str] = mapped_column(String(16), default="never")
+    same_zone: Mapped[bool] = mapped_column(Boolean, default=False)
+    notice: Mapped[float] = mapped_column(Float, default=60.0)
+    grow_after: Mapped[float] = mapped_column(Float, default=60.0)
+    description: Mapped[str] = mapped_column(Text, default="")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuyard.models import JobEvent, JobSpec, JobState, JobView, Slot, WorkerView
+from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
 from gpuyard.server.db.tables import EventRow, JobRow, WorkerRow
 
 __all__ = ["event_view", "job_view", "to_datetime"]
@@ -29,6 +29,10 @@ def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
         finished_at=to_datetime(row.finished_at),
         exit_code=row.exit_code,
         reason=row.reason,
+        wait_code=row.wait_code if state.status is JobStatus.QUEUED else None,
+        start_at=to_datetime(row.start_at) if state.status is JobStatus.QUEUED else None,
+        group=row.group_name or "",
+        suspensions=row.suspensions or 0,
         placement=[Slot.model_validate(s) for s in row.placement or []],
         workers=[
             WorkerView(

@@ -1,0 +1,27 @@
+"""What the API says about scheduling: queue predictions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+__all__ = ["Prediction"]
+
+
+class Prediction(BaseModel):
+    """When a queued (or hypothetical) job should start, from the scheduler run forward over
+    the queue with every job's max runtime as its run time (reference 002's 排队预测)."""
+
+    now: bool = Field(description="It would start right away.")
+    start_at: datetime | None = Field(
+        None,
+        description="When it should start; none when that depends on jobs without a max runtime.",
+    )
+    ahead: list[int] = Field(
+        default_factory=list, description="Queued jobs that should start before it."
+    )
+    waits_for: list[int] = Field(
+        default_factory=list, description="Running jobs whose end it waits for."
+    )
+    reason: str = Field(description="The prediction in words.")
