@@ -9,12 +9,22 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test lint unit bench clean
 
+# MPICH and Open MPI both ship mpirun and libmpi, so MPICH (for `mpi: mpich` jobs) lives in a
+# prefix of its own, where gpuyard's settings look for it (GPUYARD_MPI_MPICH); Open MPI comes
+# with the train extra, in the environment itself.
+MPICH_PREFIX := $(VENV)/mpich
+MPICH_SPEC ?= mpich>=4.2,<6
+
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP)
+$(MPICH_PREFIX)/bin/mpichversion: | $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+	    --prefix $(MPICH_PREFIX) '$(MPICH_SPEC)'
+
+setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion
 
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
 # stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -43,6 +44,9 @@ PLATFORM_DEFAULTS = {
     "PYTHONUNBUFFERED": "1",
 }
 
+
+LOOPBACK = "lo"
+"""The interface of nodes that share one host (virtual nodes); see ``_one_host_env``."""
 
 PREEMPT_SIGNAL = "SIGUSR1"
 """The preemption notice's signal (docs/preemption.md): Slurm's and Lightning's choice too."""
@@ -183,7 +187,12 @@ def _hosts(w: _Worker) -> list[tuple[str, int]]:
 
 
 def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]:
-    """MPI launcher/target: (argv override for targets, env, files)."""
+    """MPI launcher/target: (argv override for targets, env, files).
+
+    The launcher's mpirun finds the hosts in the hostfile and starts its daemon on each through
+    ``rsh-agent`` (``runtime/rexec.py agent``), which has the target worker's ``rexec.py serve``
+    run it: no ssh anywhere (docs/distributed.md, "MPI without ssh").
+    """
     ctx, impl = w.ctx, w.spec.mpi
     files_dir = w.files_dir
     agent = posixpath.join(files_dir, "rsh-agent")
@@ -194,19 +203,28 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
         w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
         for s in w.compute
     }
+    python, rexec = shlex.quote(ctx.tools.python), shlex.quote(ctx.tools.rexec)
     files = {
         hostfile: File(openmpi_hostfile(_hosts(w))),
         mpich_file: File(mpich_hostfile(_hosts(w))),
         hosts_json: File(json.dumps(rexec_hosts, sort_keys=True) + "\n"),
-        agent: File(
-            f'#!/bin/sh\nexec {ctx.tools.python} -I -S {ctx.tools.rexec} agent "$@"\n', 0o755
-        ),
+        agent: File(f'#!/bin/sh\nexec {python} -I -S {rexec} agent "$@"\n', 0o755),
     }
     env = {
+        # Open MPI as the reference names it (up to 4, whose runtime is ORTE)...
         "OMPI_MCA_orte_default_hostfile": hostfile,
         "OMPI_MCA_plm_rsh_agent": agent,
+        # ...and as Open MPI 5's runtime (PRRTE) reads it: its launcher is called "ssh" now.
         "PRTE_MCA_prte_default_hostfile": hostfile,
-        "PRTE_MCA_plm_rsh_agent": agent,
+        "PRTE_MCA_plm_ssh_agent": agent,
+        # Every worker has SLURM_* variables (for Lightning and submitit); Open MPI would take
+        # them for a Slurm allocation, size the job from it and start its daemons with srun.
+        # The hostfile is the allocation.
+        "PRTE_MCA_ras": "^slurm",
+        "PRTE_MCA_plm": "^slurm",
+        "OMPI_MCA_ras": "^slurm",
+        "OMPI_MCA_plm": "^slurm",
+        # MPICH's Hydra: the hostfile, the interface, and our agent as its "ssh".
         "HYDRA_HOST_FILE": mpich_file,
         "HYDRA_IFACE": ctx.mpi_interface,
         "HYDRA_LAUNCHER": "ssh",
@@ -215,6 +233,8 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
         "GPUYARD_REXEC_SELF": w.slot.node,
         "GPUYARD_HOSTFILE": mpich_file if impl is MpiImplementation.MPICH else hostfile,
     }
+    if ctx.mpi_interface == LOOPBACK:
+        env.update(_one_host_env(w))
     install = ctx.mpi.get(impl)
     if install is not None:
         env.update(install.env)
@@ -223,6 +243,16 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
         env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
     return None, env, files
+
+
+def _one_host_env(w: _Worker) -> dict[str, str]:
+    """What MPI needs when the job's nodes are virtual nodes of one host (on loopback).
+
+    MPI runtimes tell nodes apart by host name, so each worker's remote-launch agent gives the
+    daemons it starts their node's name (a UTS namespace, ``runtime/rexec.py``); and Open
+    MPI's TCP transport skips loopback unless told to use it.
+    """
+    return {"GPUYARD_REXEC_HOSTNAME": w.slot.node, "OMPI_MCA_btl_tcp_if_include": LOOPBACK}
 
 
 def _deepspeed(

@@ -22,14 +22,17 @@ from typing import Any
 import uvicorn
 
 from gpuyard.clock import SystemClock
-from gpuyard.controller.loop import Controller
+from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict
 from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.launch.network import NetworkPreset
+from gpuyard.launch.plan import MpiInstall
+from gpuyard.models.job import MpiImplementation
 from gpuyard.server.app import create_app
 from gpuyard.server.db.store import Store
 from gpuyard.settings import Settings
 
-__all__ = ["pool_lock", "read_server_file", "run_pool"]
+__all__ = ["launch_config", "pool_lock", "read_server_file", "run_pool"]
 
 log = logging.getLogger("gpuyard.pool")
 
@@ -80,6 +83,32 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def launch_config(settings: Settings) -> LaunchConfig:
+    """The pool-wide launch inputs: the MPI installations and the network preset."""
+    prefixes = {
+        MpiImplementation.OPENMPI: settings.mpi_openmpi,
+        MpiImplementation.MPICH: settings.mpi_mpich,
+    }
+    mpi = {
+        impl: MpiInstall(
+            bin_dir=str(prefix / "bin"),
+            lib_dir=str(prefix / "lib"),
+            # mpi4py's wheels carry a build for each MPI and load the libmpi found here, so one
+            # mpi4py serves jobs of either implementation (mpi4py/_mpiabi.py; a directory is
+            # searched for libmpi.so, .so.12 (MPICH) and .so.40 (Open MPI)).
+            env={"MPI4PY_LIBMPI": str(prefix / "lib")},
+        )
+        for impl, prefix in prefixes.items()
+        if prefix is not None
+    }
+    network = NetworkPreset(
+        network=settings.network,
+        interface=settings.network_iface,
+        large_scale_gpus=settings.large_scale_gpus,
+    )
+    return LaunchConfig(mpi=mpi, network=network)
+
+
 def run_pool(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
     """Serve until SIGINT/SIGTERM. Running jobs are left running for the next pool to adopt."""
     home = settings.home
@@ -98,7 +127,12 @@ def run_pool(settings: Settings, *, on_ready: Callable[[str], None] = lambda _ur
         )
         clock = SystemClock()
         controller = Controller(
-            store, executor, clock=clock, interval=settings.controller_interval, control_url=url
+            store,
+            executor,
+            clock=clock,
+            interval=settings.controller_interval,
+            control_url=url,
+            launch_config=launch_config(settings),
         )
         app = create_app(
             settings,

@@ -213,7 +213,7 @@ def test_deepspeed_hostfile_and_launcher() -> None:
 def test_openmpi_launcher_and_targets(mode: str) -> None:
     spec = JobSpec(command="python mpi_test.py", mode=mode, nodes=2, resources={"gpus": 2})
     install = MpiInstall(
-        bin_dir="/opt/ompi/bin", lib_dir="/opt/ompi/lib", env={"OMPI_MCA_btl_tcp_if_include": "lo"}
+        bin_dir="/opt/ompi/bin", lib_dir="/opt/ompi/lib", env={"MPI4PY_LIBMPI": "/opt/ompi/lib"}
     )
     launcher = plan(spec, 0, mpi={MpiImplementation.OPENMPI: install})
     target = plan(spec, 1, mpi={MpiImplementation.OPENMPI: install})
@@ -237,9 +237,15 @@ def test_openmpi_launcher_and_targets(mode: str) -> None:
         "node1": {"address": "127.0.0.3", "port": 20001},
     }
     env = launcher.env
+    # The reference's variables (Open MPI <= 4), and Open MPI 5's (PRRTE) beside them.
     assert env["OMPI_MCA_orte_default_hostfile"] == f"{files}/hostfile"
     assert env["OMPI_MCA_plm_rsh_agent"] == f"{files}/rsh-agent"
-    assert env["OMPI_MCA_btl_tcp_if_include"] == "lo"
+    assert env["PRTE_MCA_prte_default_hostfile"] == f"{files}/hostfile"
+    assert env["PRTE_MCA_plm_ssh_agent"] == f"{files}/rsh-agent"
+    # The job's SLURM_* variables must not make Open MPI launch with srun.
+    assert "SLURM_JOB_ID" in env
+    assert env["PRTE_MCA_plm"] == env["PRTE_MCA_ras"] == "^slurm"
+    assert env["MPI4PY_LIBMPI"] == "/opt/ompi/lib"
     assert env["PATH"] == "/opt/ompi/bin:/bin"
     assert env["LD_LIBRARY_PATH"] == "/opt/ompi/lib"
     assert (env["GPUYARD_REXEC_SELF"], target.env["GPUYARD_REXEC_SELF"]) == ("node0", "node1")
@@ -247,21 +253,51 @@ def test_openmpi_launcher_and_targets(mode: str) -> None:
         "127.0.0.3",
         "20001",
     )
+    assert target.env["GPUYARD_JOB_TOKEN"] == env["GPUYARD_JOB_TOKEN"] == "s3cret"
     assert "MASTER_ADDR" not in env and "RANK" not in env  # mpirun's ranks are not node ranks
+    # On real nodes, nothing about host names or loopback.
+    assert "GPUYARD_REXEC_HOSTNAME" not in env and "OMPI_MCA_btl_tcp_if_include" not in env
+
+
+def test_mpi_on_virtual_nodes_of_one_host() -> None:
+    # Nodes on loopback share a host: each worker's daemons take their node's host name, and
+    # Open MPI's TCP transport is told to use loopback.
+    spec = JobSpec(command="python mpi_test.py", mode="mpi", nodes=2)
+    launcher, target = (plan(spec, rank, mpi_interface="lo") for rank in (0, 1))
+    assert (launcher.env["GPUYARD_REXEC_HOSTNAME"], target.env["GPUYARD_REXEC_HOSTNAME"]) == (
+        "node0",
+        "node1",
+    )
+    assert launcher.env["OMPI_MCA_btl_tcp_if_include"] == "lo"
+    assert launcher.env["HYDRA_IFACE"] == "lo"
+
+
+def test_the_agent_script_quotes_its_paths() -> None:
+    spec = JobSpec(command="python t.py", mode="mpi", nodes=2)
+    tools = Tools(python="/opt/my python/bin/python", rexec="/pool/rexec.py")
+    launch = plan(spec, 0, tools=tools)
+    agent = launch.files["/pool/jobs/42/attempts/1/task-0/rsh-agent"].content
+    assert "exec '/opt/my python/bin/python' -I -S /pool/rexec.py agent" in agent
 
 
 def test_mpich_launcher() -> None:
     spec = JobSpec(
         command="python mpi_test.py", mode="mpi", mpi="mpich", nodes=2, resources={"gpus": 2}
     )
-    launch = plan(spec, 0, mpi_interface="lo")
+    install = MpiInstall(bin_dir="/opt/mpich/bin", lib_dir="/opt/mpich/lib")
+    launch = plan(spec, 0, mpi_interface="lo", mpi={MpiImplementation.MPICH: install})
     assert launch.argv == ["mpirun", "-np", "4", "python", "mpi_test.py"]
     files = "/pool/jobs/42/attempts/1/task-0"
     assert (launch.env["HYDRA_HOST_FILE"], launch.env["HYDRA_IFACE"]) == (
         f"{files}/mpich_hostfile",
         "lo",
     )
-    assert launch.env["HYDRA_LAUNCHER_EXEC"] == f"{files}/rsh-agent"
+    assert (launch.env["HYDRA_LAUNCHER"], launch.env["HYDRA_LAUNCHER_EXEC"]) == (
+        "ssh",
+        f"{files}/rsh-agent",
+    )
+    assert launch.env["GPUYARD_HOSTFILE"] == f"{files}/mpich_hostfile"
+    assert launch.env["PATH"] == "/opt/mpich/bin:/bin"  # its mpirun, not Open MPI's
 
 
 def test_a_user_mpirun_is_left_alone() -> None:
