@@ -136,13 +136,24 @@ def plot_queue_cdf(
             "(pip install 'gpuyard[sim]'), or pass --no-plot"
         ) from None
     figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
-    for group, style in ((ours, "-"), (published or {}, "--")):
+    palette = [f"C{i}" for i in range(10)]  # the default color cycle, by name
+    colors: dict[str, object] = {}  # one color per policy, ours and published alike
+    for name in [*ours, *(published or {})]:
+        base = name.removesuffix(PUBLISHED_SUFFIX).lower()
+        colors.setdefault(base, palette[len(colors) % len(palette)])
+    # Published curves first, wide, dashed and pale; ours on top, thin and solid, so that a
+    # curve that reproduces a published one shows inside it.
+    for group, style in (
+        (published or {}, {"linestyle": "--", "linewidth": 3.0, "alpha": 0.45}),
+        (ours, {"linestyle": "-", "linewidth": 1.4, "alpha": 1.0}),
+    ):
         for name, delays in group.items():
             if not delays:
                 continue
             xs = sorted(max(d, 1.0) for d in delays)
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            axes.step(xs, ys, where="post", linestyle=style, linewidth=1.6, label=name)
+            color = colors[name.removesuffix(PUBLISHED_SUFFIX).lower()]
+            axes.step(xs, ys, where="post", color=color, label=name, **style)  # type: ignore[arg-type]
     axes.set_xscale("log")
     axes.set_xlabel("queueing delay (s, log scale; delays under 1 s drawn at 1 s)")
     axes.set_ylabel("fraction of jobs")
