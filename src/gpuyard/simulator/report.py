@@ -73,7 +73,7 @@ def _seconds(value: float) -> str:
 
 
 def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
-    """Ours first, then published; overall before per-cluster rows. Seconds throughout."""
+    """One row per summary, grouped by cluster (overall first). Seconds throughout."""
     from rich import box
     from rich.table import Table
 
@@ -94,7 +94,9 @@ def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
         table.add_column(
             name, justify="left" if name in ("policy", "cluster") else "right", no_wrap=True
         )
-    for s in sorted(summaries, key=lambda s: (s.published, s.cluster != OVERALL, s.cluster)):
+    # Overall first, then cluster by cluster; inside each, ours before published, in the order
+    # given (a stable sort).
+    for s in sorted(summaries, key=lambda s: (s.cluster != OVERALL, s.cluster, s.published)):
         name = s.policy.removesuffix(PUBLISHED_SUFFIX) + "*" if s.published else s.policy
         cells = [f"[dim]{name}[/]" if s.published else name]
         if "cluster" in headers:
