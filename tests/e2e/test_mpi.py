@@ -77,6 +77,11 @@ def submit(pool: MpiPool, *args: str, command: str = MPI_TEST) -> dict[str, obje
         "2",
         "--workdir",
         str(ROOT),
+        # A hung MPI job expires and the pool stops its workers, rather than outliving the test.
+        "--max-runtime",
+        "90s",
+        "--graceful-shutdown",
+        "5",
         *args,
         "--",
         command,
