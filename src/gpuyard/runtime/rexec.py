@@ -24,7 +24,15 @@ Environment
 
 ``agent``: ``GPUYARD_REXEC_HOSTS`` (a JSON file ``{"w1": {"address": "127.0.0.3", "port":
 23001}, …}``), ``GPUYARD_REXEC_SELF`` (this worker's name: a command for it runs here, with no
-network), ``GPUYARD_JOB_TOKEN``.
+network), ``GPUYARD_JOB_TOKEN``. A refused connection (the target is still starting) is retried
+for ``CONNECT_TIMEOUT`` seconds.
+
+Both: ``GPUYARD_REXEC_HOSTNAME``, set when the job's nodes are virtual nodes of one host: what
+this worker runs for mpirun gets that host name, in a UTS namespace (see ``_take_hostname``).
+
+A SIGKILL of ``serve`` itself (not its SIGTERM) leaves the commands it started in their own
+process groups: the MPI daemons then end when their mpirun does (Open MPI's and Hydra's daemons
+exit when they lose their connection to it).
 
 Protocol
 --------
