@@ -34,6 +34,7 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.snapshot import load_snapshot
+from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError, WorkerPhase
@@ -42,12 +43,13 @@ from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, JobType, NodeState, Slot
 from gpuyard.models.job import MpiImplementation
-from gpuyard.models.states import DRAIN_TARGET
+from gpuyard.models.states import DRAIN_TARGET, PENDING
 from gpuyard.quantities import format_duration
-from gpuyard.scheduler import decide
+from gpuyard.scheduler import Decisions, decide
 from gpuyard.scheduler.decide import Start
 from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
+from gpuyard.server.services.suspension import begin_suspension
 from gpuyard.server.services.transitions import record_event, transition
 
 __all__ = ["Controller", "LaunchConfig"]
@@ -66,8 +68,11 @@ PORT_RANGE = (20000, 30000)
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
+CONTROL_EVERY = 5.0
+"""Seconds between reads of running workers' checkpoint reports (for choosing victims)."""
 
 _ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
+_PENDING_STATES = [s.value for s in PENDING]
 
 
 class WorkerState:
@@ -122,8 +127,11 @@ class Controller:
         self._next_schedule = 0.0
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
-        self._reasons: dict[int, str | None] = {}
-        """The waiting reason last written for each queued job, to write only changes."""
+        self._reasons: dict[int, tuple[str | None, str | None, float | None]] = {}
+        """The waiting reason, code and expected start last written for each queued job, to
+        write only changes."""
+        self._last_control_sync = 0.0
+        self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
         self._thread: threading.Thread | None = None
         self._health = _Health()
         self._last_error_log = 0.0
@@ -186,6 +194,9 @@ class Controller:
         to the queue, so passes are spaced at least twice their own duration apart."""
         self._sync_workers()
         self._advance_jobs()
+        if time.monotonic() - self._last_control_sync >= CONTROL_EVERY:
+            self._last_control_sync = time.monotonic()
+            self._sync_checkpoints()
         if schedule:
             self._dirty = False
             began = time.monotonic()
@@ -272,6 +283,37 @@ class Controller:
                     )
         self._dirty = True
 
+    def _sync_checkpoints(self) -> None:
+        """Record when running jobs last saved a checkpoint: preemption picks the victims that
+        lose the least work."""
+        with self.store.read() as session:
+            rows = session.execute(
+                select(WorkerRow.job_id, WorkerRow.handle, JobRow.last_checkpoint_at)
+                .join(JobRow, JobRow.id == WorkerRow.job_id)
+                .where(
+                    JobRow.state == JobState.RUNNING.value,
+                    WorkerRow.state == WorkerState.RUNNING,
+                    WorkerRow.attempt == JobRow.attempt,
+                    WorkerRow.handle.is_not(None),
+                )
+            ).all()
+        if not rows:
+            return
+        newest: dict[int, float] = {}
+        known = {job_id: last for job_id, _, last in rows}
+        for (job_id, _, _), state in zip(
+            rows, self.executor.control([h for _, h, _ in rows]), strict=True
+        ):
+            at = state.checkpoint_at
+            if at is not None and at > max(newest.get(job_id, 0.0), known[job_id] or 0.0):
+                newest[job_id] = at
+        if newest:
+            with self.store.write() as session:
+                for job_id, at in newest.items():
+                    session.execute(
+                        update(JobRow).where(JobRow.id == job_id).values(last_checkpoint_at=at)
+                    )
+
     # -- 2. advance jobs ------------------------------------------------------------------
 
     def _advance_jobs(self) -> None:
@@ -301,12 +343,14 @@ class Controller:
             self._launch(job, workers)
         elif state is JobState.RUNNING:
             self._settle_running(job, workers)
+        elif state is JobState.SUSPENDING:
+            self.suspender.advance(job, workers)
         else:
             self._drain(job, state, workers)
 
     def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
-        spec = JobSpec.model_validate(job.spec)
         placement = [Slot.model_validate(s) for s in job.placement or []]
+        spec = _launch_spec(JobSpec.model_validate(job.spec), len(placement))
         ctx = JobContext(
             job_id=job.id,
             name=job.name,
@@ -380,6 +424,8 @@ class Controller:
 
     def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
         now = self.clock.now()
+        if self._suspended_itself(job, workers, now):
+            return
         verdict = settle(
             [_facts(w) for w in workers], batch=job.spec.get("type") == JobType.BATCH.value
         )
@@ -441,6 +487,27 @@ class Controller:
                     session, row, JobState.EXPIRING, actor=ACTOR, why=why, time=now, reason=why
                 )
             self._drain(row, JobState.EXPIRING, workers)
+
+    def _suspended_itself(self, job: JobRow, workers: list[WorkerRow], now: float) -> bool:
+        """A worker that exits asking to be suspended (``gpuyard.runtime.suspend()``) suspends
+        the whole job: the others get the notice, and the job is requeued."""
+        exited = [w for w in workers if w.state == WorkerState.EXITED and w.exit_code != 0]
+        if not exited:
+            return False
+        asker = asked_to_suspend(exited, self.executor.control([w.handle or {} for w in exited]))
+        if asker is None:
+            return False
+        with self.store.write() as session:
+            row = self._fresh_or_stale(session, job)
+            begin_suspension(
+                session,
+                row,
+                actor=f"worker:{asker.rank}",
+                why=f"worker {asker.rank} asked to be suspended",
+                now=now,
+            )
+        self.suspender.advance(row, workers)
+        return True
 
     def _terminate(
         self, job: JobRow, workers: list[WorkerRow], *, notes: tuple[str, ...] = ()
@@ -522,9 +589,9 @@ class Controller:
             ended = {w.id for w in cancelled} | {
                 w.id for w in workers if w.state in WorkerState.ENDED
             }
-            row = self._fresh(session, job)
-            if row is not None and len(ended) == len(workers):
-                target = DRAIN_TARGET[state]
+            target = DRAIN_TARGET.get(state)  # a suspension ends in the suspender
+            row = self._fresh(session, job) if target is not None else None
+            if row is not None and target is not None and len(ended) == len(workers):
                 escalated = [w for w in workers if w.detail and ESCALATED in w.detail]
                 why = f"every worker has exited; {state.value} -> {target.value}"
                 if escalated:
@@ -549,13 +616,34 @@ class Controller:
                 )
             }
             ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
-        if not snapshot.pending:
+        if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
             self._reasons.clear()
             return
         decisions = decide(snapshot)
+        self._preempt(decisions, now)
         for start in decisions.starts:
             self._start(start, nodes, ports, now)
-        self._record_waits({w.job_id: w.message for w in decisions.waits.values()})
+        self._record_waits(
+            {w.job_id: (w.message, w.code.value, w.start_at) for w in decisions.waits.values()}
+        )
+
+    def _preempt(self, decisions: Decisions, now: float) -> None:
+        """Begin the suspensions the scheduler asked for (to make room, or to grow)."""
+        asks = [(p.job_id, p.version, p.reason, None) for p in decisions.preempts] + [
+            (g.job_id, g.version, g.reason, g.nodes) for g in decisions.grows
+        ]
+        for job_id, version, why, nodes in asks:
+            try:
+                with self.store.write() as session:
+                    row = session.get(JobRow, job_id)
+                    if row is None or row.version != version or row.state != JobState.RUNNING:
+                        continue  # it moved on since the snapshot: the next pass decides again
+                    begin_suspension(
+                        session, row, actor=SCHEDULER, why=why, now=now, resume_nodes=nodes
+                    )
+            except StaleWrite:
+                continue
+            self._dirty = True
 
     def _ports_in_use(self, session: Any, nodes: dict[str, tuple[str, str]]) -> dict[str, set[int]]:
         """Per host, the ports the placements of running jobs hold."""
@@ -606,18 +694,26 @@ class Controller:
                 row = session.get(JobRow, start.job_id)
                 if row is None or row.version != start.version:
                     return  # changed since the snapshot (stopped, deleted): drop the decision
+                spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
+                extra: dict[str, Any] = {}
+                if chosen:
+                    extra["spec"] = spec.model_dump(mode="json")
+                resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
                 transition(
                     session,
                     row,
                     JobState.STARTING,
                     actor=SCHEDULER,
-                    why=f"placed on {placed_on}",
+                    why=f"placed on {placed_on}{chosen}{resumed}",
                     time=now,
                     placement=[s.model_dump(mode="json") for s in slots],
                     reason=None,
+                    wait_code=None,
+                    start_at=None,
                     token=secrets.token_hex(16),
+                    **extra,
                 )
-                job_seats = seats(JobSpec.model_validate(row.spec))
+                job_seats = seats(_launch_spec(spec, len(slots)))
                 workers = [
                     WorkerRow(
                         job_id=row.id,
@@ -636,28 +732,29 @@ class Controller:
             return
         self._launch(row, workers)
 
-    def _record_waits(self, reasons: dict[int, str]) -> None:
-        unknown = [job_id for job_id in reasons if job_id not in self._reasons]
+    def _record_waits(self, waits: dict[int, tuple[str, str, float | None]]) -> None:
+        unknown = [job_id for job_id in waits if job_id not in self._reasons]
         if unknown:
             with self.store.read() as session:
                 for chunk in range(0, len(unknown), 900):  # stay under bind-parameter limits
                     rows = session.execute(
-                        select(JobRow.id, JobRow.reason).where(
+                        select(JobRow.id, JobRow.reason, JobRow.wait_code, JobRow.start_at).where(
                             JobRow.id.in_(unknown[chunk : chunk + 900])
                         )
                     )
-                    self._reasons.update(dict(rows.all()))
-        changed = {j: msg for j, msg in reasons.items() if self._reasons.get(j, msg) != msg}
-        self._reasons = {j: self._reasons.get(j) for j in reasons}  # forget jobs that left
+                    for job_id, reason, code, start_at in rows:
+                        self._reasons[job_id] = (reason, code, start_at)
+        changed = {j: w for j, w in waits.items() if self._reasons.get(j) != w}
+        self._reasons = {j: self._reasons.get(j, (None, None, None)) for j in waits}
         if not changed:
             return
         with self.store.write() as session:
-            for job_id, message in changed.items():
-                # Not a state change, so no version bump; only while still queued.
+            for job_id, (message, code, start_at) in changed.items():
+                # Not a state change, so no version bump; only while still waiting.
                 session.execute(
                     update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.state == JobState.QUEUED.value)
-                    .values(reason=message)
+                    .where(JobRow.id == job_id, JobRow.state.in_(_PENDING_STATES))
+                    .values(reason=message, wait_code=code, start_at=start_at)
                 )
         self._reasons.update(changed)
 
@@ -683,6 +780,28 @@ class Controller:
                 name: tuple(str(d) for d in devices)
                 for name, devices in session.execute(select(NodeRow.name, NodeRow.gpu_devices))
             }
+
+
+def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
+    """The spec a job starts with: the first of its specs that fits, the others dropped
+    (reference 002's 多规格). An elastic job's choice is its size, which the placement carries."""
+    if not spec.alternatives:
+        return spec, ""
+    if choice == 0:
+        return spec.model_copy(update={"alternatives": []}), "; its alternative specs are dropped"
+    resources = spec.alternatives[choice - 1]
+    chosen = spec.model_copy(update={"resources": resources, "alternatives": []})
+    return chosen, (
+        f" with alternative spec {choice} ({resources.gpus} GPUs, {resources.cpus:g} CPUs per "
+        "node); the others are dropped"
+    )
+
+
+def _launch_spec(spec: JobSpec, slots: int) -> JobSpec:
+    """An elastic job runs on as many nodes as it was placed on, this attempt."""
+    if spec.min_nodes is None or slots == spec.nodes:
+        return spec
+    return spec.model_copy(update={"nodes": slots, "min_nodes": None})
 
 
 def _facts(w: WorkerRow) -> WorkerFacts:

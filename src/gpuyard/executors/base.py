@@ -15,11 +15,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 __all__ = [
+    "PREEMPT_SIGNAL",
     "Bind",
+    "ControlState",
     "Executor",
     "File",
     "LaunchError",
     "NodeInfo",
+    "Notice",
     "Tools",
     "WorkerKey",
     "WorkerLaunch",
@@ -28,6 +31,9 @@ __all__ = [
 ]
 
 Handle = dict[str, Any]
+
+PREEMPT_SIGNAL = "SIGUSR1"
+"""The preemption notice's signal (docs/preemption.md); Slurm's and Lightning's choice too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,29 @@ class WorkerStatus:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A preemption notice: checkpoint and exit by ``deadline`` (docs/preemption.md)."""
+
+    requested_at: float
+    deadline: float
+    reason: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControlState:
+    """What a worker's in-job runtime has told the platform through its control directory."""
+
+    acknowledged_at: float | None = None
+    checkpoint_at: float | None = None
+    checkpoint_step: int | None = None
+    progress_at: float | None = None
+    step: int | None = None
+    suspended_at: float | None = None
+    """A process of the worker called ``suspend()`` (it exits to be requeued)."""
+
+
 class LaunchError(Exception):
     """A worker could not be launched; the message says why."""
 
@@ -155,6 +184,15 @@ class Executor(Protocol):
 
     def kill(self, handle: Handle) -> None:
         """SIGKILL the worker's whole process group now."""
+        ...
+
+    def notify(self, handle: Handle, notice: Notice) -> None:
+        """Raise the preemption notice: the flag file in the worker's control directory and
+        the notice signal to the worker's processes that registered for it."""
+        ...
+
+    def control(self, handles: Sequence[Handle]) -> list[ControlState]:
+        """What each worker's runtime wrote to its control directory (ack, checkpoint, …)."""
         ...
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuyard.executors.base import (
+    ControlState,
     Handle,
     LaunchError,
     NodeInfo,
+    Notice,
     Tools,
     WorkerKey,
     WorkerLaunch,
@@ -32,6 +34,8 @@ class FakeWorker:
     terminated_with_grace: float | None = None
     killed: bool = False
     log: bytes = b""
+    notices: list[Notice] = field(default_factory=list)
+    control: ControlState = field(default_factory=ControlState)
 
 
 class FakeExecutor:
@@ -103,6 +107,14 @@ class FakeExecutor:
             if worker.status.phase is WorkerPhase.RUNNING:
                 worker.status = WorkerStatus(WorkerPhase.EXITED, exit_code=137, signal="SIGKILL")
 
+    def notify(self, handle: Handle, notice: Notice) -> None:
+        with self._lock:
+            self._worker(handle).notices.append(notice)
+
+    def control(self, handles: Sequence[Handle]) -> list[ControlState]:
+        with self._lock:
+            return [self._worker(h).control for h in handles]
+
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
         with self._lock:
             log = self._worker(handle).log
@@ -143,6 +155,12 @@ class FakeExecutor:
             self.workers[WorkerKey(job_id, attempt, rank)].status = WorkerStatus(
                 WorkerPhase.LOST, message="node unreachable"
             )
+
+    def report(self, job_id: int, rank: int = 0, *, attempt: int = 0, **state: float | int) -> None:
+        """Make a worker's runtime report (acknowledged_at=…, checkpoint_at=…, …)."""
+        with self._lock:
+            worker = self.workers[WorkerKey(job_id, attempt, rank)]
+            worker.control = replace(worker.control, **state)  # type: ignore[arg-type]
 
     def write_log(self, job_id: int, data: bytes, rank: int = 0, *, attempt: int = 0) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuyard.executors.base import File, Tools, WorkerKey, WorkerLaunch
+from gpuyard.executors.base import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import NetworkPreset, network_env
@@ -47,9 +47,6 @@ PLATFORM_DEFAULTS = {
 
 LOOPBACK = "lo"
 """The interface of nodes that share one host (virtual nodes); see ``_one_host_env``."""
-
-PREEMPT_SIGNAL = "SIGUSR1"
-"""The preemption notice's signal (docs/preemption.md): Slurm's and Lightning's choice too."""
 
 
 @dataclass(frozen=True, slots=True)

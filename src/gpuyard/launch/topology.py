@@ -16,15 +16,13 @@ Worker order, which is also placement order: for each (sub-)task of the job, its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from gpuyard.models.job import JobMode, JobSpec, JobType
 from gpuyard.scheduler.snapshot import Member, Request
 
-__all__ = ["PS_MEMBER", "Role", "Seat", "members", "request_of", "seats", "stored_request"]
+__all__ = ["PS_MEMBER", "Role", "Seat", "members", "request_of", "seats"]
 
 PS_MEMBER = Member(gpus=0, cpus=1.0, memory=1 << 30)
 """A parameter server's fixed share, as in the reference (1核1G)."""
@@ -92,22 +90,3 @@ def seats(spec: JobSpec) -> tuple[Seat, ...]:
 
 def request_of(spec: JobSpec) -> Request:
     return Request(tuple(s.member for s in seats(spec)))
-
-
-def stored_request(spec: Mapping[str, Any]) -> Request:
-    """The request of a spec as stored (``model_dump`` of a validated JobSpec). The controller
-    reads these fields directly instead of validating every queued job on every pass; fields
-    added after a job was stored take their defaults."""
-    resources = spec["resources"]
-    batch = spec.get("type") == JobType.BATCH.value
-    tensorflow = spec.get("mode") == JobMode.TENSORFLOW.value
-    return Request(
-        members(
-            tasks=len(spec.get("tasks") or ()) if batch else 1,
-            nodes=int(spec["nodes"]),
-            gpus=int(resources["gpus"]),
-            cpus=float(resources["cpus"]),
-            memory=int(resources["memory"]),
-            parameter_servers=int(spec.get("parameter_servers", 0)) if tensorflow else 0,
-        )
-    )

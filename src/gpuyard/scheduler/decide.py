@@ -164,7 +164,8 @@ class _Cycle:
         self.preemption_tries = 0
         self.lower_tiers_running: dict[str, int] = {}
         for job in snapshot.running:
-            if job.preemptible and not job.suspending:
+            # Suspending jobs count too: a job may be waiting for them to leave.
+            if job.preemptible or job.suspending:
                 for a in job.allocations[:1]:
                     node = self.ledger.by_name.get(a.node)
                     if node is not None:
@@ -445,9 +446,11 @@ def _not_enough(request: Request) -> str:
     members = request.members
     first = members[0]
     if len(set(members)) == 1 and first.whole_node:
-        return f"waiting for {len(members)} whole free nodes with {first.gpus} GPUs each"
+        each = f" with {first.gpus} GPUs each" if first.gpus else ""
+        return f"waiting for {len(members)} whole free nodes{each}"
     if len(members) == 1:
-        return f"waiting for a node with {first.gpus} free GPUs and {first.cpus:g} free CPUs"
+        gpus = f"{first.gpus} free GPUs and " if first.gpus else ""
+        return f"waiting for a node with {gpus}{first.cpus:g} free CPUs"
     return f"waiting for room for its {len(members)} workers ({request.gpus} GPUs in all)"
 
 

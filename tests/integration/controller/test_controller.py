@@ -202,16 +202,19 @@ def test_waiting_jobs_show_why(pool: Pool) -> None:
     pool.controller.tick()
     assert pool.state(big) is JobState.RUNNING
     assert pool.state(small) is JobState.QUEUED
-    assert pool.jobs.get(small).reason == "waiting for a node with 1 free GPUs and 1 free CPUs"
-    assert (
-        pool.jobs.get(waiting).reason == f"waiting behind job {small}, which goes first and "
-        "does not fit yet"
+    shown = pool.jobs.get(small)
+    assert shown.reason == "waiting for a node with 1 free GPUs and 1 free CPUs"
+    assert shown.wait_code == "resources"
+    # The small job reserved the first node to free; the gang waits behind it.
+    assert pool.jobs.get(waiting).reason == (
+        f"waiting for 2 whole free nodes; behind job {small}, which goes first"
     )
     pool.executor.exit(big, 0, 0)
     pool.executor.exit(big, 1, 0)
     pool.controller.tick()
     assert pool.state(small) is JobState.RUNNING
     assert pool.jobs.get(small).reason is None
+    assert pool.jobs.get(small).wait_code is None
 
 
 def test_nodes_that_vanish_are_marked_gone(store: Store, clock: ManualClock) -> None:

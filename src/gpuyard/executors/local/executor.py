@@ -22,6 +22,7 @@ import json
 import marshal
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -34,9 +35,12 @@ from typing import Any
 import psutil
 
 from gpuyard.executors.base import (
+    PREEMPT_SIGNAL,
+    ControlState,
     Handle,
     LaunchError,
     NodeInfo,
+    Notice,
     Tools,
     WorkerLaunch,
     WorkerPhase,
@@ -197,6 +201,40 @@ class LocalExecutor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(state["pgid"]), 9)
 
+    def notify(self, handle: Handle, notice: Notice) -> None:
+        control = Path(handle["dir"]) / "control"
+        control.mkdir(parents=True, exist_ok=True)
+        _write_json(
+            control / "preempt.json",
+            {
+                "requested_at": notice.requested_at,
+                "deadline": notice.deadline,
+                "reason": notice.reason,
+                "by": notice.by,
+            },
+        )
+        state = _read_json(Path(handle["dir"]) / "state.json") or {}
+        pgid = state.get("pgid")
+        try:
+            listeners = list((control / "listeners").iterdir())
+        except FileNotFoundError:
+            return
+        for entry in listeners:
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            # A listener file can outlive its process (os._exit), and pids are reused: signal
+            # only a live process that is still in the worker's process group.
+            try:
+                if pgid is None or os.getpgid(pid) != int(pgid):
+                    continue
+                os.kill(pid, getattr(signal, PREEMPT_SIGNAL))
+            except (ProcessLookupError, PermissionError):
+                continue
+
+    def control(self, handles: Sequence[Handle]) -> list[ControlState]:
+        return [_control_state(Path(h["dir"]) / "control") for h in handles]
+
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
         try:
             with open(handle["log"], "rb") as fh:
@@ -298,6 +336,29 @@ def _layout(
             )
         )
     return nodes
+
+
+def _control_state(control: Path) -> ControlState:
+    ack = _read_json(control / "ack.json") or {}
+    checkpoint = _read_json(control / "checkpoint.json") or {}
+    progress = _read_json(control / "progress.json") or {}
+    suspended = _read_json(control / "suspended.json") or {}
+    return ControlState(
+        acknowledged_at=_number(ack.get("time")),
+        checkpoint_at=_number(checkpoint.get("time")),
+        checkpoint_step=_integer(checkpoint.get("step")),
+        progress_at=_number(progress.get("time")),
+        step=_integer(progress.get("step")),
+        suspended_at=_number(suspended.get("time")),
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _exists(wd: Path, name: str) -> bool:

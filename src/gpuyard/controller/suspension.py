@@ -1,0 +1,177 @@
+"""Carry a suspending job through the protocol of docs/preemption.md, one pass at a time.
+
+Each pass over a job in ``suspending``:
+
+1. sends the notice (flag file + signal) to every live worker that has not had it;
+2. reads what the workers' runtimes wrote back (acknowledgement, checkpoints) and records it;
+3. once the deadline has passed, tells the workers still running to exit (SIGTERM, SIGKILL
+   after the graceful period, as a stop does);
+4. once every worker has exited, requeues the job at its original position, or, if its
+   primaries had in fact all finished with status 0, lets it succeed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
+
+from gpuyard.clock import Clock
+from gpuyard.controller.verdict import ENDED
+from gpuyard.executors.base import ControlState, Executor, Notice
+from gpuyard.models.states import JobState
+from gpuyard.quantities import format_duration
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, WorkerRow
+from gpuyard.server.services.suspension import finish_suspension
+from gpuyard.server.services.transitions import record_event, transition
+
+__all__ = ["EXIT_SUSPENDED", "Suspender"]
+
+EXIT_SUSPENDED = 75
+"""The exit code of ``gpuyard.runtime.suspend()`` (sysexits' EX_TEMPFAIL)."""
+ACTOR = "controller"
+
+
+@dataclass
+class Suspender:
+    store: Store
+    executor: Executor
+    clock: Clock
+    fresh: Callable[[Any, JobRow], JobRow | None]
+    """The job's row if nobody changed it since it was read (the controller's guard)."""
+    drain: Callable[[JobRow, JobState, list[WorkerRow]], None]
+    """Tell live workers to exit, SIGKILL stragglers (the controller's drain)."""
+
+    def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        now = self.clock.now()
+        deadline = job.suspend_deadline if job.suspend_deadline is not None else now
+        live = [w for w in workers if w.state == "running" and w.handle is not None]
+        unnotified = [w for w in live if w.notice_sent_at is None]
+        notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
+        for w in unnotified:
+            self.executor.notify(w.handle or {}, notice)
+        handled = [w for w in workers if w.handle is not None]
+        states = self.executor.control([w.handle or {} for w in handled])
+        with self.store.write() as session:
+            if unnotified:
+                self._record_notices(session, job, unnotified, deadline, now)
+            self._record_control(session, job, list(zip(handled, states, strict=True)), now)
+        if now >= deadline and live:
+            self.drain(job, JobState.SUSPENDING, workers)
+        if all(w.state in ENDED for w in workers):
+            self._requeue(job, workers, now)
+
+    def _record_notices(
+        self, session: Any, job: JobRow, workers: list[WorkerRow], deadline: float, now: float
+    ) -> None:
+        for w in workers:
+            session.execute(
+                update(WorkerRow).where(WorkerRow.id == w.id).values(notice_sent_at=now)
+            )
+        ranks = ", ".join(str(w.rank) for w in workers)
+        record_event(
+            session,
+            job,
+            kind="notice",
+            actor=ACTOR,
+            time=now,
+            reason=f"preemption notice sent to worker {ranks}: checkpoint and exit within "
+            f"{format_duration(max(0.0, deadline - now))}",
+        )
+
+    def _record_control(
+        self,
+        session: Any,
+        job: JobRow,
+        pairs: list[tuple[WorkerRow, ControlState]],
+        now: float,
+    ) -> None:
+        newest = job.last_checkpoint_at
+        for w, state in pairs:
+            if state.acknowledged_at is not None and w.acknowledged_at is None:
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == w.id)
+                    .values(acknowledged_at=state.acknowledged_at)
+                )
+                record_event(
+                    session,
+                    job,
+                    kind="acknowledged",
+                    actor=f"worker:{w.rank}",
+                    node=w.node,
+                    time=now,
+                    reason=f"worker {w.rank} acknowledged the notice",
+                )
+            if state.checkpoint_at is not None and (newest is None or state.checkpoint_at > newest):
+                newest = state.checkpoint_at
+                step = (
+                    f" at step {state.checkpoint_step}" if state.checkpoint_step is not None else ""
+                )
+                record_event(
+                    session,
+                    job,
+                    kind="checkpoint",
+                    actor=f"worker:{w.rank}",
+                    node=w.node,
+                    time=now,
+                    reason=f"worker {w.rank} saved a checkpoint{step}",
+                )
+        if newest != job.last_checkpoint_at:
+            # Not a state change: no version bump, and the job may move on meanwhile.
+            session.execute(
+                update(JobRow).where(JobRow.id == job.id).values(last_checkpoint_at=newest)
+            )
+
+    def _requeue(self, job: JobRow, workers: list[WorkerRow], now: float) -> None:
+        primaries = [w for w in workers if w.primary]
+        finished = primaries and all(w.state == "exited" and w.exit_code == 0 for w in primaries)
+        with self.store.write() as session:
+            row = self.fresh(session, job)
+            if row is None:
+                return
+            if finished:
+                transition(
+                    session,
+                    row,
+                    JobState.SUCCEEDED,
+                    actor=ACTOR,
+                    why="every worker exited with status 0 before the suspension took effect",
+                    time=now,
+                    exit_code=0,
+                    reason=None,
+                )
+                return
+            killed = [w.rank for w in workers if w.detail and "SIGKILL" in w.detail]
+            acked = [w.rank for w in workers if w.acknowledged_at is not None]
+            why = "every worker has exited; back in the queue at its original position"
+            why += f", to resume as attempt {row.attempt + 1}"
+            if killed:
+                lost = (
+                    f"since its last checkpoint ({format_duration(now - row.last_checkpoint_at)} "
+                    "ago)"
+                    if row.last_checkpoint_at is not None
+                    else "since it started (it saved no checkpoint)"
+                )
+                why += (
+                    f". Worker {', '.join(map(str, killed))} did not exit by the deadline and "
+                    f"was SIGKILLed: the work {lost} is lost"
+                )
+            elif not acked:
+                why += ". No worker acknowledged the notice"
+            finish_suspension(session, row, actor=ACTOR, why=why, now=now)
+
+
+def asked_to_suspend(workers: list[WorkerRow], states: list[ControlState]) -> WorkerRow | None:
+    """The worker that suspended itself, if one did: it exited with the suspended code, or
+    exited after its runtime wrote ``suspended.json`` (a launcher in between may have turned
+    75 into its own failure code)."""
+    for w, state in zip(workers, states, strict=True):
+        if w.state != "exited":
+            continue
+        if w.exit_code == EXIT_SUSPENDED or state.suspended_at is not None:
+            return w
+    return None

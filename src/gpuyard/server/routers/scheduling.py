@@ -1,0 +1,28 @@
+"""/api/v1/jobs: suspending a job by hand, and queue predictions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gpuyard.models import JobSpec, JobView, Prediction
+from gpuyard.server.deps import ServicesDep, UserDep
+
+router = APIRouter(prefix="/jobs", tags=["scheduling"])
+
+
+@router.post("/predict")
+def predict(spec: JobSpec, services: ServicesDep, user: UserDep) -> Prediction:
+    """When a job with this spec would start if it were submitted now; nothing is stored."""
+    return services.scheduling.predict(spec, owner=user)
+
+
+@router.post("/{job_id}/suspend")
+def suspend(job_id: int, services: ServicesDep, user: UserDep) -> JobView:
+    """Checkpoint, exit and requeue at the original position (docs/preemption.md)."""
+    return services.scheduling.suspend(job_id, actor=user)
+
+
+@router.get("/{job_id}/prediction")
+def prediction(job_id: int, services: ServicesDep) -> Prediction:
+    """When a queued job should start, and behind which jobs."""
+    return services.scheduling.prediction(job_id)

@@ -1,0 +1,115 @@
+"""Scheduling requests a person makes about one job: suspend it, or ask when it will start.
+
+Suspending by hand follows the same protocol as a preemption (docs/preemption.md): the job is
+told, checkpoints, exits and goes back to the queue at its original position. Predictions run
+the real scheduler forward over the queue (:mod:`gpuyard.scheduler.predict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+
+from gpuyard.clock import Clock
+from gpuyard.controller.snapshot import hypothetical, load_snapshot
+from gpuyard.errors import Conflict, NotFound, PermissionDenied
+from gpuyard.models import JobSpec, JobState, JobView, Prediction
+from gpuyard.models.states import PENDING
+from gpuyard.scheduler.predict import Forecast, in_words, predict
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, UserRow
+from gpuyard.server.services.suspension import begin_suspension
+from gpuyard.server.services.views import job_view
+
+__all__ = ["SchedulingService"]
+
+
+class SchedulingService:
+    def __init__(
+        self, store: Store, *, clock: Clock, notify: Callable[[], None] = lambda: None
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.notify = notify
+
+    def suspend(self, job_id: int, *, actor: str) -> JobView:
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = session.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"job {job_id} does not exist")
+            self._check_may_change(session, row, actor)
+            state = JobState(row.state)
+            if state is JobState.SUSPENDING:
+                return job_view(row)  # suspending twice is not an error
+            if state is not JobState.RUNNING:
+                hint = (
+                    "; it is still being launched, try again in a moment"
+                    if state is JobState.STARTING
+                    else ""
+                )
+                raise Conflict(
+                    f"job {job_id} is {state.value}: only a running job can be suspended{hint}"
+                )
+            begin_suspension(
+                session, row, actor=f"user:{actor}", why=f"suspended by {actor}", now=now
+            )
+            view = job_view(row)
+        self.notify()
+        return view
+
+    def prediction(self, job_id: int) -> Prediction:
+        now = self.clock.now()
+        with self.store.read() as session:
+            row = session.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"job {job_id} does not exist")
+            if JobState(row.state) not in PENDING:
+                raise Conflict(
+                    f"job {job_id} is {JobState(row.state).status.label}, not queued: there is "
+                    "no start to predict"
+                )
+            snapshot = load_snapshot(session, now)
+        return _prediction(predict(snapshot, job_id), now)
+
+    def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
+        """When ``spec`` would start if it were submitted now (nothing is stored)."""
+        now = self.clock.now()
+        with self.store.read() as session:
+            snapshot = load_snapshot(session, now)
+            user = session.get(UserRow, owner)
+            seq = (session.scalar(select(func.max(JobRow.id))) or 0) + 1
+        job = hypothetical(
+            snapshot,
+            spec.model_dump(mode="json"),
+            owner=owner,
+            group=(user.group_name or "") if user else "",
+            seq=seq,
+        )
+        snapshot = replace(snapshot, pending=(*snapshot.pending, job))
+        return _prediction(predict(snapshot, job.id), now)
+
+    @staticmethod
+    def _check_may_change(session: object, row: JobRow, actor: str) -> None:
+        if row.owner == actor:
+            return
+        user = session.get(UserRow, actor)  # type: ignore[attr-defined]
+        if user is None or user.role != "admin":
+            raise PermissionDenied(
+                f"job {row.id} belongs to {row.owner}: only its owner or an admin may suspend it"
+            )
+
+
+def _prediction(forecast: Forecast, now: float) -> Prediction:
+    return Prediction(
+        now=forecast.now,
+        start_at=None
+        if forecast.start_at is None
+        else datetime.fromtimestamp(forecast.start_at, UTC),
+        ahead=list(forecast.ahead),
+        waits_for=list(forecast.waits_for),
+        reason=in_words(forecast, now),
+    )

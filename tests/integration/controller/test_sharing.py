@@ -1,0 +1,289 @@
+"""Time-sharing through the real controller: notices, acknowledgements, deadlines, requeueing at
+the original position, resuming as the next attempt; elastic growth, alternative specs, and
+queue predictions that come true. Fake executor, manual clock, both databases."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuyard.clock import ManualClock
+from gpuyard.controller.loop import Controller
+from gpuyard.executors.base import NodeInfo, WorkerKey
+from gpuyard.executors.fake import FakeExecutor
+from gpuyard.models import JobSpec, JobState
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import PoolRow
+from gpuyard.server.services.jobs import JobService
+from gpuyard.server.services.scheduling import SchedulingService
+
+TWO = [
+    NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35, gpu_devices=("0", "1", "2", "3")),
+    NodeInfo("n1", "10.0.0.2", gpus=4, cpus=8, memory=1 << 35, gpu_devices=("4", "5", "6", "7")),
+]
+
+
+class Pool:
+    def __init__(
+        self, store: Store, clock: ManualClock, *, preemption: str = "suspend", **fake: object
+    ) -> None:
+        self.store, self.clock = store, clock
+        with store.write() as session:
+            session.add(PoolRow(name="default", preemption=preemption, notice=60.0, grow_after=30))
+        self.executor = FakeExecutor(TWO, **fake)  # type: ignore[arg-type]
+        self.controller = Controller(store, self.executor, clock=clock)
+        self.controller.register_nodes()
+        self.jobs = JobService(store, clock=clock, notify=self.controller.wake)
+        self.scheduling = SchedulingService(store, clock=clock)
+
+    def submit(self, owner: str = "alice", **spec: object) -> int:
+        spec.setdefault("command", "python train.py")
+        return self.jobs.submit(JobSpec.model_validate(spec), owner=owner).id
+
+    def state(self, job_id: int) -> JobState:
+        return self.jobs.get(job_id).state
+
+    def events(self, job_id: int, kind: str) -> list[str]:
+        return [e.reason for e in self.jobs.events(job_id) if e.kind == kind]
+
+    def worker(self, job_id: int, rank: int = 0, attempt: int = 0):  # type: ignore[no-untyped-def]
+        return self.executor.workers[WorkerKey(job_id, attempt, rank)]
+
+
+@pytest.fixture
+def pool(store: Store, clock: ManualClock) -> Pool:
+    return Pool(store, clock)
+
+
+def test_a_higher_tier_suspends_a_lower_job_which_resumes_later(pool: Pool) -> None:
+    low = pool.submit(priority="low", nodes=2, resources={"gpus": 4})
+    pool.controller.tick()
+    assert pool.state(low) is JobState.RUNNING
+    pool.clock.advance(100)
+    high = pool.submit(priority="high", resources={"gpus": 4}, max_runtime=600)
+    pool.controller.tick()
+    assert pool.state(low) is JobState.SUSPENDING
+    waiting = pool.jobs.get(high)
+    assert (waiting.state, waiting.wait_code) == (JobState.QUEUED, "preempting")
+    assert f"job {low}" in (waiting.reason or "")
+    pool.controller.tick()  # the notice goes out
+    [notice] = pool.worker(low).notices
+    assert notice.deadline == pool.clock.now() + 60
+    assert "make room for job" in notice.reason
+    assert len(pool.worker(low, 1).notices) == 1
+    # The script acknowledges, checkpoints and exits with the suspended code.
+    now = pool.clock.now()
+    for rank in (0, 1):
+        pool.executor.report(low, rank, acknowledged_at=now, checkpoint_at=now, checkpoint_step=7)
+    pool.controller.tick()
+    assert len(pool.events(low, "acknowledged")) == 2
+    assert pool.events(low, "checkpoint") == ["worker 0 saved a checkpoint at step 7"]
+    for rank in (0, 1):
+        pool.executor.exit(low, rank, code=75)
+    pool.controller.tick()
+    suspended = pool.jobs.get(low)
+    assert (suspended.state, suspended.status.value, suspended.attempt) == (
+        JobState.SUSPENDED,
+        "queued",
+        1,
+    )
+    assert suspended.suspensions == 1
+    pool.controller.tick()
+    assert pool.state(high) is JobState.RUNNING
+    # The high job ends; the low one resumes as attempt 1 with the same checkpoint dir.
+    pool.executor.exit(high, code=0)
+    pool.controller.tick()
+    pool.controller.tick()
+    resumed = pool.jobs.get(low)
+    assert (resumed.state, resumed.attempt) == (JobState.RUNNING, 1)
+    launch = pool.worker(low, attempt=1).launch
+    assert launch.env["GPUYARD_ATTEMPT"] == "1"
+    assert launch.env["GPUYARD_CHECKPOINT_DIR"] == "/fake/jobs/1/checkpoints"
+    transitions = [(e.from_state, e.to_state) for e in pool.jobs.events(low) if e.to_state]
+    assert ("running", "suspending") in transitions
+    assert ("suspending", "suspended") in transitions
+    assert ("suspended", "starting") in transitions
+
+
+def test_a_job_that_ignores_the_notice_is_killed_and_still_requeued_in_place(
+    store: Store, clock: ManualClock
+) -> None:
+    pool = Pool(store, clock, exit_on_terminate=False)
+    low = pool.submit(priority="low", resources={"gpus": 4}, graceful_shutdown=10)
+    other = pool.submit(priority="low", resources={"gpus": 4}, graceful_shutdown=10)
+    pool.controller.tick()
+    later = pool.submit(priority="low", resources={"gpus": 4})  # queued after low
+    high = pool.submit(priority="high", nodes=2, resources={"gpus": 4})
+    pool.controller.tick()
+    assert pool.state(low) is JobState.SUSPENDING and pool.state(other) is JobState.SUSPENDING
+    pool.controller.tick()
+    assert pool.jobs.get(high).wait_code == "preempting"
+    pool.clock.advance(59)
+    pool.controller.tick()
+    assert pool.worker(low).terminated_with_grace is None  # still within the notice
+    pool.clock.advance(2)
+    pool.controller.tick()
+    assert pool.worker(low).terminated_with_grace == 10  # SIGTERM at the deadline
+    pool.clock.advance(10 + 11)  # the graceful period and the controller's backstop
+    pool.controller.tick()
+    assert pool.worker(low).killed
+    pool.controller.tick()
+    job = pool.jobs.get(low)
+    assert job.state is JobState.SUSPENDED
+    [why] = [e.reason for e in pool.jobs.events(low) if e.to_state == "suspended"]
+    assert "was SIGKILLed" in why and "is lost" in why
+    assert any("SIGTERM" in r for r in pool.events(low, "signal"))
+    # Once the high job is done, low goes before `later`: it kept its original position.
+    pool.controller.tick()
+    pool.executor.exit(high, 0, 0)
+    pool.executor.exit(high, 1, 0)
+    pool.controller.tick()
+    pool.controller.tick()
+    assert pool.state(low) is JobState.RUNNING and pool.state(other) is JobState.RUNNING
+    assert pool.state(later) is JobState.QUEUED
+
+
+def test_a_person_can_suspend_a_job_by_hand(pool: Pool) -> None:
+    job = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    view = pool.scheduling.suspend(job, actor="alice")
+    assert view.state is JobState.SUSPENDING
+    with pytest.raises(Exception, match="only its owner or an admin"):
+        pool.scheduling.suspend(job, actor="mallory")
+    pool.controller.tick()
+    pool.executor.exit(job, code=75)
+    pool.controller.tick()
+    # Requeued at its place, and with nobody else waiting it resumes at once, as attempt 1.
+    view = pool.jobs.get(job)
+    assert (view.state, view.attempt, view.suspensions) == (JobState.RUNNING, 1, 1)
+    [why] = [e.reason for e in pool.jobs.events(job) if e.to_state == "suspending"]
+    assert why.startswith("suspended by alice")
+
+
+def test_a_worker_that_suspends_itself_requeues_the_job(pool: Pool) -> None:
+    job = pool.submit(nodes=2, resources={"gpus": 1})
+    pool.controller.tick()
+    pool.executor.report(job, 0, suspended_at=pool.clock.now())
+    pool.executor.exit(job, 0, code=1)  # torchrun turned the rank's 75 into its own 1
+    pool.controller.tick()
+    assert pool.state(job) is JobState.SUSPENDING
+    assert len(pool.worker(job, 1).notices) == 1  # the other worker is told too
+    pool.executor.exit(job, 1, code=75)
+    pool.controller.tick()
+    assert pool.jobs.get(job).attempt == 1 and pool.state(job) is JobState.RUNNING
+
+
+def test_stopping_a_suspended_job_ends_it(pool: Pool) -> None:
+    job = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    blocker = pool.submit(owner="bob", priority="high", nodes=2, resources={"gpus": 1})
+    pool.scheduling.suspend(job, actor="alice")
+    pool.controller.tick()
+    pool.executor.exit(job, code=75)
+    pool.controller.tick()  # suspended, and the waiting high job takes the nodes
+    assert pool.state(job) is JobState.SUSPENDED and pool.state(blocker) is JobState.RUNNING
+    pool.jobs.stop(job, actor="alice")
+    assert pool.state(job) is JobState.STOPPED
+
+
+def test_an_elastic_job_grows_into_freed_nodes(pool: Pool) -> None:
+    blocker = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    elastic = pool.submit(nodes=2, min_nodes=1, resources={"gpus": 4})
+    pool.controller.tick()
+    assert len(pool.jobs.get(elastic).placement) == 1
+    launch = pool.worker(elastic).launch
+    assert launch.env["WORLD_SIZE"] == "1"
+    pool.executor.exit(blocker, code=0)
+    pool.clock.advance(31)  # past the pool's grow_after
+    pool.controller.tick()
+    assert pool.state(elastic) is JobState.SUSPENDING
+    assert "grown from 1 to 2 nodes" in (pool.jobs.get(elastic).reason or "")
+    pool.controller.tick()
+    pool.executor.exit(elastic, code=75)
+    pool.controller.tick()
+    pool.controller.tick()
+    grown = pool.jobs.get(elastic)
+    assert (grown.state, len(grown.placement), grown.attempt) == (JobState.RUNNING, 2, 1)
+    assert pool.worker(elastic, 1, attempt=1).launch.env["WORLD_SIZE"] == "2"
+
+
+def test_the_first_alternative_spec_that_fits_starts_and_the_others_are_dropped(
+    pool: Pool,
+) -> None:
+    blocker = pool.submit(resources={"gpus": 2})
+    pool.controller.tick()
+    job = pool.submit(resources={"gpus": 4}, alternatives=[{"gpus": 8}, {"gpus": 2, "cpus": 2}])
+    pool.controller.tick()
+    view = pool.jobs.get(job)
+    assert view.state is JobState.RUNNING
+    assert (view.spec.resources.gpus, view.spec.alternatives) == (4, [])
+    assert view.placement[0].node != pool.jobs.get(blocker).placement[0].node
+    job2 = pool.submit(resources={"gpus": 4}, alternatives=[{"gpus": 2, "cpus": 2}])
+    pool.controller.tick()
+    view2 = pool.jobs.get(job2)
+    assert (view2.state, view2.spec.resources.gpus) == (JobState.RUNNING, 2)
+    [placed] = [e.reason for e in pool.jobs.events(job2) if e.to_state == "starting"]
+    assert "alternative spec 1" in placed
+    assert pool.worker(job2).launch.env["CUDA_VISIBLE_DEVICES"].count(",") == 1
+
+
+def test_queue_predictions_come_true(store: Store, clock: ManualClock) -> None:
+    """A scripted day: every job runs exactly its max runtime. What the prediction said when
+    each job was queued is when it then started."""
+    pool = Pool(store, clock, preemption="never")
+    script = [  # (submit at, nodes, gpus, max runtime)
+        (0, 2, 4, 300),
+        (10, 1, 4, 120),
+        (20, 1, 2, 600),
+        (30, 2, 4, 60),
+        (40, 1, 1, 900),
+        (50, 1, 2, 30),
+    ]
+    predicted: dict[int, float] = {}
+    started: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    t0 = clock.now()
+    ids: list[int] = []
+    for _ in range(2000):
+        now = clock.now() - t0
+        while len(ids) < len(script) and script[len(ids)][0] <= now:
+            _, nodes, gpus, runtime = script[len(ids)]
+            job_id = pool.submit(nodes=nodes, resources={"gpus": gpus}, max_runtime=runtime)
+            ids.append(job_id)
+            forecast = pool.scheduling.prediction(job_id)
+            assert forecast.start_at is not None, forecast
+            predicted[job_id] = forecast.start_at.timestamp()
+        for job_id, end in list(ends.items()):
+            if clock.now() >= end:
+                for w in pool.jobs.get(job_id).workers:
+                    pool.executor.exit(job_id, w.rank, 0)
+                del ends[job_id]
+        pool.controller.tick()
+        for job_id in ids:
+            view = pool.jobs.get(job_id)
+            if job_id not in started and view.state is JobState.RUNNING:
+                started[job_id] = clock.now()
+                ends[job_id] = clock.now() + float(view.spec.max_runtime or 0)
+        if len(started) == len(script) and not ends:
+            break
+        clock.advance(1)
+    assert set(started) == set(ids)
+    for job_id in ids:
+        # One-second ticks: a start is seen within the tick after it is due.
+        assert abs(started[job_id] - predicted[job_id]) <= 2, (job_id, predicted, started)
+    # Not a trivial script: jobs wait behind running ones, queued ones and reservations.
+    assert len({round(predicted[j] - t0) for j in ids}) >= 4
+
+
+def test_a_controller_restart_keeps_a_suspension_going(pool: Pool) -> None:
+    job = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    pool.scheduling.suspend(job, actor="alice")
+    pool.controller.tick()
+    successor = Controller(pool.store, pool.executor, clock=pool.clock)
+    successor.register_nodes()
+    successor.tick()
+    assert len(pool.worker(job).notices) == 1  # not sent twice
+    pool.executor.exit(job, code=75)
+    successor.tick()
+    assert pool.jobs.get(job).suspensions == 1
