@@ -13,10 +13,12 @@ from gpuyard.executors.base import Executor
 from gpuyard.server.db.store import Store
 from gpuyard.server.deps import Services
 from gpuyard.server.errors import install_error_handlers
-from gpuyard.server.routers import jobs, nodes
+from gpuyard.server.routers import accounts, jobs, nodes, pools, scheduling
+from gpuyard.server.services.accounts import AccountService, parse_tiers
 from gpuyard.server.services.jobs import JobService
 from gpuyard.server.services.logs import LogService
 from gpuyard.server.services.nodes import NodeService
+from gpuyard.server.services.scheduling import SchedulingService
 from gpuyard.settings import Settings
 
 __all__ = ["create_app"]
@@ -44,13 +46,30 @@ def create_app(
         docs_url="/api/docs",
         openapi_url="/api/v1/openapi.json",
     )
+    account_service = AccountService(
+        store,
+        clock=clock,
+        user_tiers=parse_tiers(settings.user_tiers, "GPUYARD_USER_TIERS"),
+        urgent_tier=parse_tiers([settings.urgent_tier], "GPUYARD_URGENT_TIER")[0],
+        notify=notify,
+    )
+    # The pool's own user and GPUYARD_ADMINS are admins from the start; everyone else is
+    # registered as a plain user on their first submission.
+    account_service.ensure_admins([settings.user, *settings.admins])
     app.state.services = Services(
-        jobs=JobService(store, clock=clock, notify=notify, on_delete=on_delete),
+        jobs=JobService(
+            store, clock=clock, notify=notify, on_delete=on_delete, accounts=account_service
+        ),
         nodes=NodeService(store),
         logs=LogService(store, executor),
+        accounts=account_service,
+        scheduling=SchedulingService(store, clock=clock, notify=notify),
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)
     app.include_router(jobs.router, prefix="/api/v1")
     app.include_router(nodes.router, prefix="/api/v1")
+    app.include_router(accounts.router, prefix="/api/v1")
+    app.include_router(pools.router, prefix="/api/v1")
+    app.include_router(scheduling.router, prefix="/api/v1")
     return app

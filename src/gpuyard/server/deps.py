@@ -7,9 +7,11 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from gpuyard.server.services.accounts import AccountService
 from gpuyard.server.services.jobs import JobService
 from gpuyard.server.services.logs import LogService
 from gpuyard.server.services.nodes import NodeService
+from gpuyard.server.services.scheduling import SchedulingService
 
 __all__ = ["Services", "ServicesDep", "UserDep"]
 
@@ -21,6 +23,8 @@ class Services:
     jobs: JobService
     nodes: NodeService
     logs: LogService
+    accounts: AccountService
+    scheduling: SchedulingService
 
 
 def _services(request: Request) -> Services:

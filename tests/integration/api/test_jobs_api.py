@@ -151,7 +151,7 @@ INVALID = [
             "nodes": 2,
             "resources": {"cpus": 64},
         },
-        "do not fit in the pool together",
+        "its 3 workers do not fit together",
     ),
 ]
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import StreamingResponse
 
 from gpuyard.errors import InvalidSpec
-from gpuyard.models import JobEvent, JobSpec, JobStatus, JobView, LogChunk, Page
+from gpuyard.models import JobEvent, JobSpec, JobStatus, JobView, LogChunk, Page, PriorityChange
 from gpuyard.server.deps import ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -40,6 +40,12 @@ def list_jobs(
 @router.get("/{job_id}")
 def get_job(job_id: int, services: ServicesDep) -> JobView:
     return services.jobs.get(job_id)
+
+
+@router.patch("/{job_id}")
+def change(job_id: int, change: PriorityChange, services: ServicesDep, user: UserDep) -> JobView:
+    """Change a queued or suspended job's priority (its owner or an admin)."""
+    return services.jobs.change_priority(job_id, change.priority, actor=user)
 
 
 @router.post("/{job_id}/stop")

@@ -11,16 +11,32 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, InvalidSpec, NotFound
-from gpuyard.launch.topology import request_of
-from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, NodeState, Page
+from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StaleWrite
+from gpuyard.launch.topology import members, request_of
+from gpuyard.models import (
+    JobEvent,
+    JobMode,
+    JobSpec,
+    JobState,
+    JobStatus,
+    JobType,
+    JobView,
+    NodeState,
+    Page,
+    Priority,
+    Role,
+)
+from gpuyard.models.states import PENDING
 from gpuyard.scheduler.placement import Ledger
-from gpuyard.scheduler.snapshot import NodeCapacity
+from gpuyard.scheduler.snapshot import DEFAULT_POOL, Constraint, NodeCapacity, PendingJob, Request
 from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, WorkerRow
+from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
+from gpuyard.server.services.accounts import AccountService
 from gpuyard.server.services.transitions import record_event, transition
 from gpuyard.server.services.views import event_view, job_view
 
@@ -37,18 +53,28 @@ class JobService:
         clock: Clock,
         notify: Callable[[], None] = lambda: None,
         on_delete: Callable[[int], None] = lambda _job_id: None,
+        accounts: AccountService | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.notify = notify
         self.on_delete = on_delete
+        self.accounts = accounts or AccountService(store, clock=clock, notify=notify)
 
     # -- create ---------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, *, owner: str) -> JobView:
-        self._check_fits_pool(spec)
+        """Queue a job for ``owner``. Refused, with nothing stored: a tier the owner may not
+        use (403), node names or a pool that do not exist or a job that can never fit (422),
+        the owner's group at its urgent limit (409)."""
+        with self.store.read() as session:
+            self.accounts.check_tier(session, owner, spec.priority)
+            self._check_placement(session, spec)
         now = self.clock.now()
         with self.store.write() as session:
+            user = self.accounts.register(session, owner)
+            group = user.group_name or ""
+            self.accounts.check_urgent_limit(session, group, spec.priority)
             row = JobRow(
                 name=spec.effective_name(),
                 owner=owner,
@@ -58,9 +84,11 @@ class JobService:
                 spec=spec.model_dump(mode="json"),
                 attempt=0,
                 created_at=now,
+                group_name=group,
             )
             session.add(row)
             session.flush()
+            row.seq = row.id  # its place in the queue, kept across suspensions
             record_event(
                 session,
                 row,
@@ -70,6 +98,7 @@ class JobService:
                 time=now,
                 to_state=JobState.QUEUED.value,
             )
+            session.flush()
             view = job_view(row)
         self.notify()
         return view
@@ -87,20 +116,64 @@ class JobService:
             raise InvalidSpec(f"the cloned spec is invalid: {exc}") from None
         return self.submit(spec, owner=actor)
 
-    def _check_fits_pool(self, spec: JobSpec) -> None:
-        with self.store.read() as session:
-            rows = session.scalars(
-                select(NodeRow).where(NodeRow.state == NodeState.READY.value)
-            ).all()
-        if not rows:
+    def _check_placement(self, session: Session, spec: JobSpec) -> None:
+        """InvalidSpec unless the job's node names, pool and shape could ever be placed."""
+        nodes = {n.name: n for n in session.scalars(select(NodeRow).order_by(NodeRow.name))}
+        constraint = self._constraint(session, spec, nodes)
+        ready = [n for n in nodes.values() if n.state == NodeState.READY.value]
+        if not ready:
             return  # no nodes registered yet (the pool is starting); the job waits with a reason
-        ledger = Ledger([NodeCapacity(r.name, r.gpus, r.cpus, r.memory) for r in rows], running=())
-        never = ledger.could_ever_fit(request_of(spec))
-        if never is not None:
-            raise InvalidSpec(
-                f"this job can never run in this pool: {never}. "
-                "Ask for fewer GPUs, CPUs, memory or nodes (see `gpuyard nodes`)."
-            )
+        capacities = [
+            NodeCapacity(r.name, r.gpus, r.cpus, r.memory, labels=r.effective_labels())
+            for r in ready
+        ]
+        policy = session.get(PoolRow, constraint.pool)
+        same_zone = bool(policy is not None and policy.same_zone)
+        ledger = Ledger(capacities, running=())
+        reasons = []
+        for choice in _choices(spec):
+            never = ledger.could_ever_fit(choice, constraint, same_zone=same_zone)
+            if never is None:
+                return
+            reasons.append(never)
+        raise InvalidSpec(
+            f"this job can never run in this pool: {'; '.join(dict.fromkeys(reasons))}. "
+            "Ask for fewer GPUs, CPUs, memory or nodes (see `gpuyard nodes`)."
+        )
+
+    def _constraint(self, session: Session, spec: JobSpec, nodes: dict[str, NodeRow]) -> Constraint:
+        """Where the job may run, as the scheduler reads it; InvalidSpec for names that do not
+        exist, and for node names in several pools."""
+        if spec.node_names:
+            missing = [n for n in dict.fromkeys(spec.node_names) if n not in nodes]
+            if missing:
+                known = list(nodes)
+                shown = ", ".join(known[:20]) + (", …" if len(known) > 20 else "")
+                raise InvalidSpec(
+                    f"node_names: there is no node {', '.join(missing)} (nodes: "
+                    f"{shown or 'none yet'}; see `gpuyard nodes`)"
+                )
+            pools: dict[str, list[str]] = {}
+            for name in dict.fromkeys(spec.node_names):
+                pool = nodes[name].effective_labels().get("pool") or DEFAULT_POOL
+                pools.setdefault(pool, []).append(name)
+            if len(pools) > 1:
+                where = "; ".join(f"{', '.join(ns)} in pool {p}" for p, ns in sorted(pools.items()))
+                raise InvalidSpec(
+                    f"node_names: a job's nodes must all be in one pool, and these are not "
+                    f"({where}); name nodes of one pool"
+                )
+            return Constraint(next(iter(pools)), frozenset(spec.node_names))
+        if spec.pool:
+            pools_known = self.accounts.pool_names(session)
+            if spec.pool not in pools_known:
+                raise InvalidSpec(
+                    f"pool: there is no pool {spec.pool} (pools: "
+                    f"{', '.join(sorted(pools_known))}; "
+                    "see `gpuyard pools`)"
+                )
+            return Constraint(spec.pool)
+        return Constraint(DEFAULT_POOL, driver=spec.driver_version)
 
     # -- read -----------------------------------------------------------------------------
 
@@ -165,7 +238,7 @@ class JobService:
                 )
             if state is JobState.STOPPING:
                 return job_view(row)  # already stopping: stopping twice is not an error
-            target = JobState.STOPPED if state is JobState.QUEUED else JobState.STOPPING
+            target = JobState.STOPPED if state in PENDING else JobState.STOPPING
             transition(
                 session,
                 row,
@@ -178,6 +251,64 @@ class JobService:
             view = job_view(row)
         self.notify()
         return view
+
+    def change_priority(self, job_id: int, priority: Priority, *, actor: str) -> JobView:
+        """Move a queued or suspended job to another tier (reference 002's 调整优先级): its
+        owner or an admin, within the tiers the actor may use and the group's urgent limit.
+        The state stays; the version goes up, so a scheduling decision made on the old tier
+        is dropped."""
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = self._job(session, job_id)
+            if row.owner != actor and self.accounts.role_of(session, actor) is not Role.ADMIN:
+                raise PermissionDenied(
+                    f"only job {job_id}'s owner ({row.owner}) or an admin may change its "
+                    f"priority; you are {actor}"
+                )
+            state = JobState(row.state)
+            if state not in PENDING:
+                raise Conflict(
+                    f"job {job_id} is {state.value}; only a queued or suspended job's priority "
+                    f"can change (clone it with another priority: `gpuyard clone {job_id}`)",
+                    extra={"state": state.value},
+                )
+            old = Priority(row.priority)
+            if old is priority:
+                return job_view(row)
+            self.accounts.check_tier(session, actor, priority)
+            group = row.group_name or self._group_of(session, row.owner)
+            self.accounts.check_urgent_limit(session, group, priority)
+            values = {
+                "priority": priority.value,
+                "spec": {**row.spec, "priority": priority.value},
+                "version": row.version + 1,
+            }
+            result = session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.version == row.version)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                raise StaleWrite(f"job {job_id} changed since it was read; try again")
+            for key, value in values.items():
+                set_committed_value(row, key, value)
+            record_event(
+                session,
+                row,
+                kind="priority",
+                actor=f"user:{actor}",
+                reason=f"priority {old.value} -> {priority.value}",
+                time=now,
+            )
+            view = job_view(row)
+        self.notify()
+        return view
+
+    @staticmethod
+    def _group_of(session: Session, user: str) -> str:
+        row = session.get(UserRow, user)
+        return (row.group_name or "") if row is not None else ""
 
     def delete(self, job_id: int, *, actor: str) -> None:
         with self.store.write() as session:
@@ -197,3 +328,34 @@ class JobService:
         if row is None:
             raise NotFound(f"job {job_id} does not exist")
         return row
+
+
+def _choices(spec: JobSpec) -> tuple[Request, ...]:
+    """Every shape the job may start with: its resources, its alternative specs, or an
+    elastic job's sizes (what the scheduler tries, ``PendingJob.choices``)."""
+    tasks = len(spec.tasks) if spec.type is JobType.BATCH else 1
+    ps = spec.parameter_servers if spec.mode is JobMode.TENSORFLOW else 0
+    alternatives = tuple(
+        Request(
+            members(
+                tasks=tasks,
+                nodes=spec.nodes,
+                gpus=alt.gpus,
+                cpus=alt.cpus,
+                memory=alt.memory,
+                parameter_servers=ps,
+            )
+        )
+        for alt in spec.alternatives
+    )
+    job = PendingJob(
+        id=0,
+        version=0,
+        priority=0,
+        seq=0,
+        owner="",
+        request=request_of(spec),
+        alternatives=alternatives,
+        min_nodes=spec.min_nodes,
+    )
+    return job.choices()

@@ -1,0 +1,341 @@
+"""Who may do what: users, groups, quotas, pool policies and node labels, as the API shows them.
+
+Requests (``*Spec``, ``*Update``) check their own shape and say what to fix; the rules that need
+the store (does the group exist, is the caller an admin) live in the server's account service.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuyard.models.job import Priority, Seconds
+
+__all__ = [
+    "GroupSpec",
+    "GroupUpdate",
+    "GroupView",
+    "LabelsUpdate",
+    "NodeLabels",
+    "PoolPreemption",
+    "PoolSpec",
+    "PoolUpdate",
+    "PoolView",
+    "PriorityChange",
+    "QuotaKind",
+    "QuotaSpec",
+    "QuotaView",
+    "Role",
+    "UserSpec",
+    "UserUpdate",
+    "UserView",
+    "check_label",
+]
+
+_ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+_POOL_NAME = re.compile(r"^(?!\.{1,2}$)[\w.-]{1,64}$")
+_LABEL_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[\w.:+/@-]{1,128}$")
+
+
+def _account_name(value: str, what: str) -> str:
+    if not _ACCOUNT_NAME.match(value):
+        raise ValueError(
+            f"a {what} name is 1-64 letters, digits, '_', '.', '@' or '-', not starting with "
+            f"'.', '@' or '-' (got {value!r})"
+        )
+    return value
+
+
+def _pool_name(value: str) -> str:
+    if not _POOL_NAME.match(value):
+        raise ValueError(
+            f"a pool name is 1-64 letters, digits, '_', '.' or '-', and not '.' or '..' "
+            f"(got {value!r})"
+        )
+    return value
+
+
+def check_label(key: str, value: str | None = None) -> None:
+    """Raise ValueError, saying what to fix, unless ``key`` (and ``value``) make a node label.
+    A ``pool`` label's value must be a pool name, since jobs name it."""
+    if not _LABEL_KEY.match(key):
+        raise ValueError(
+            f"label {key!r}: a label name is a letter, then up to 62 letters, digits, '_', '.', "
+            "'/' or '-'"
+        )
+    if value is None:
+        return
+    if not _LABEL_VALUE.match(value):
+        raise ValueError(
+            f"label {key}={value!r}: a value is 1-128 letters, digits or '_ . : + / @ -', "
+            "without spaces (to remove a label, name it in `remove`)"
+        )
+    if key == "pool":
+        try:
+            _pool_name(value)
+        except ValueError as exc:
+            raise ValueError(f"label pool={value!r}: {exc}") from None
+
+
+class Role(StrEnum):
+    USER = "user"
+    """Submits jobs at the tiers the pool allows users (GPUYARD_USER_TIERS); reads everything."""
+    ADMIN = "admin"
+    """Also any tier, and manages users, groups, quotas, pools and node labels."""
+
+
+class QuotaKind(StrEnum):
+    USER = "user"
+    GROUP = "group"
+
+
+class PoolPreemption(StrEnum):
+    """What a pool lets a higher tier do to lower running jobs (the scheduler's Preemption)."""
+
+    NEVER = "never"
+    """Higher tiers only block lower jobs that have not started (reference 000)."""
+    SUSPEND = "suspend"
+    """Higher tiers suspend lower running jobs to take their place (reference 003)."""
+
+
+# -- users --------------------------------------------------------------------------------
+
+
+class UserView(BaseModel):
+    name: str
+    group: str | None = Field(description="The group whose quotas and urgent limit it shares.")
+    role: Role
+    share: float = Field(description="Fair-share weight inside a tier (default 1).")
+    tiers: list[Priority] = Field(description="The priority tiers this user may choose.")
+    created_at: datetime
+
+
+class UserSpec(BaseModel):
+    """A user to create (admins only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Login name; what the client sends as X-Gpuyard-User.")
+    group: str = Field("default", description="An existing group.")
+    role: Role = Field(Role.USER, description="user or admin.")
+    share: float = Field(1.0, gt=0, le=1e6, description="Fair-share weight inside a tier.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _account_name(value, "user")
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, value: str) -> str:
+        return _account_name(value, "group")
+
+
+class UserUpdate(BaseModel):
+    """Fields of a user to change (admins only); the others stay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group: str | None = Field(None, description="Move the user to this existing group.")
+    role: Role | None = None
+    share: float | None = Field(None, gt=0, le=1e6)
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, value: str | None) -> str | None:
+        return None if value is None else _account_name(value, "group")
+
+    @model_validator(mode="after")
+    def _something(self) -> UserUpdate:
+        if self.group is None and self.role is None and self.share is None:
+            raise ValueError("nothing to change: give group, role or share")
+        return self
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+class GroupView(BaseModel):
+    name: str
+    urgent_limit: int | None = Field(
+        description="Most running + queued jobs of the group at the urgent tier; none: no limit."
+    )
+    urgent_jobs: int = Field(description="Its running + queued jobs at the urgent tier now.")
+    members: list[str]
+    created_at: datetime
+
+
+class GroupSpec(BaseModel):
+    """A group to create (admins only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    urgent_limit: int | None = Field(
+        None, ge=0, description="Most running + queued urgent jobs; omit for no limit."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _account_name(value, "group")
+
+
+class GroupUpdate(BaseModel):
+    """``{"urgent_limit": N}`` sets the limit, ``{"urgent_limit": null}`` removes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    urgent_limit: int | None = Field(ge=0)
+
+
+# -- quotas -------------------------------------------------------------------------------
+
+
+class QuotaSpec(BaseModel):
+    """How much one user or group may hold at one tier (the HAI model: "10 nodes at NORMAL").
+    Setting a quota replaces the one of the same subject and tier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: QuotaKind
+    subject: str = Field(description="The user's or group's name.")
+    tier: Priority
+    nodes: int | None = Field(None, ge=0, description="Most nodes (workers) held at once.")
+    gpus: int | None = Field(None, ge=0, description="Most GPUs held at once.")
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, value: str) -> str:
+        return _account_name(value, "user or group")
+
+    @model_validator(mode="after")
+    def _a_limit(self) -> QuotaSpec:
+        if self.nodes is None and self.gpus is None:
+            raise ValueError(
+                "a quota limits nodes and/or gpus; give at least one (to remove a quota, "
+                "DELETE /api/v1/quotas/{kind}/{subject}/{tier} or `gpuyard quota clear`)"
+            )
+        return self
+
+
+class QuotaView(BaseModel):
+    kind: QuotaKind
+    subject: str
+    tier: Priority
+    nodes: int | None
+    gpus: int | None
+    used_nodes: int = Field(description="Nodes its running jobs at this tier hold now.")
+    used_gpus: int = Field(description="GPUs its running jobs at this tier hold now.")
+
+
+# -- pools --------------------------------------------------------------------------------
+
+
+class PoolSpec(BaseModel):
+    """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
+    is the pool of nodes without one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    preemption: PoolPreemption = PoolPreemption.NEVER
+    same_zone: bool = Field(False, description="Keep each multi-node gang in one `zone`.")
+    notice: Seconds = Field(
+        60.0, gt=0, le=86400, description="Seconds a preempted job has to checkpoint and exit."
+    )
+    grow_after: Seconds = Field(
+        60.0, ge=0, le=86400, description="Seconds an elastic job runs before it may grow."
+    )
+    description: str = Field("", max_length=1000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _pool_name(value)
+
+
+class PoolUpdate(BaseModel):
+    """Fields of a pool's policy to change; the others stay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preemption: PoolPreemption | None = None
+    same_zone: bool | None = None
+    notice: Seconds | None = Field(None, gt=0, le=86400)
+    grow_after: Seconds | None = Field(None, ge=0, le=86400)
+    description: str | None = Field(None, max_length=1000)
+
+    @model_validator(mode="after")
+    def _something(self) -> PoolUpdate:
+        if all(getattr(self, name) is None for name in type(self).model_fields):
+            raise ValueError(
+                "nothing to change: give preemption, same_zone, notice, grow_after or description"
+            )
+        return self
+
+
+class PoolView(BaseModel):
+    name: str
+    preemption: PoolPreemption
+    same_zone: bool
+    notice: float
+    grow_after: float
+    description: str
+    declared: bool = Field(
+        description="An admin set its policy; otherwise it exists only as node labels and has "
+        "the default policy."
+    )
+    nodes: list[str] = Field(description="Nodes in it (by their effective `pool` label).")
+
+
+# -- node labels --------------------------------------------------------------------------
+
+
+LabelMap = Annotated[dict[str, str], Field(default_factory=dict)]
+
+
+class LabelsUpdate(BaseModel):
+    """Admin labels to set and to remove on one node (pool, zone, network, driver, …). They win
+    over the labels the executor reports, which cannot be removed, only overridden."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    set: LabelMap
+    remove: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _valid(self) -> LabelsUpdate:
+        if not self.set and not self.remove:
+            raise ValueError("nothing to change: give labels to set and/or to remove")
+        for key, value in self.set.items():
+            check_label(key, value)
+        for key in self.remove:
+            check_label(key)
+        both = sorted(set(self.set) & set(self.remove))
+        if both:
+            raise ValueError(f"{', '.join(both)}: set or remove a label, not both")
+        return self
+
+
+class NodeLabels(BaseModel):
+    node: str
+    labels: dict[str, str] = Field(description="What the executor reports.")
+    extra_labels: dict[str, str] = Field(description="What admins set; wins over `labels`.")
+    effective: dict[str, str] = Field(description="What the scheduler sees.")
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+class PriorityChange(BaseModel):
+    """Change a queued or suspended job's tier (reference 002's 调整优先级)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Priority

@@ -1,0 +1,622 @@
+"""Who may do what: users, groups, quotas, pool policies and node labels.
+
+Reads are open to everyone; every write here is for admins, and a refusal says who may do it.
+The job rules that depend on the submitter (which tiers they may use, their group's limit on
+urgent jobs) are here too, called by :class:`~gpuyard.server.services.jobs.JobService` inside
+its own transaction, so that a refused submission or priority change stores nothing.
+
+Bootstrap: :meth:`AccountService.ensure_admins` runs when the app is built; it creates the
+``default`` group and makes the pool's own user and ``GPUYARD_ADMINS`` admins. A user the
+store has never seen is registered on their first submission (role ``user``, group
+``default``), so a one-person pool needs no set-up at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from gpuyard.clock import Clock
+from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
+from gpuyard.models import (
+    GroupSpec,
+    GroupUpdate,
+    GroupView,
+    JobState,
+    LabelsUpdate,
+    NodeLabels,
+    PoolPreemption,
+    PoolSpec,
+    PoolUpdate,
+    PoolView,
+    Priority,
+    QuotaKind,
+    QuotaSpec,
+    QuotaView,
+    Role,
+    UserSpec,
+    UserUpdate,
+    UserView,
+)
+from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
+
+__all__ = ["DEFAULT_GROUP", "AccountService", "parse_tiers"]
+
+DEFAULT_GROUP = "default"
+"""The group of users registered on their first submission; it cannot be deleted."""
+
+DEFAULT_USER_TIERS = (Priority.LOW, Priority.NORMAL, Priority.HIGH)
+
+_LIVE = [s.value for s in JobState if not s.is_terminal()]
+"""Running or queued, as the urgent limit counts them (reference 002: 运行中 + 排队中)."""
+_HOLDING = [s.value for s in JobState if s.holds_resources()]
+
+
+def parse_tiers(values: Iterable[str], setting: str) -> list[Priority]:
+    """Tier names from a setting; an unknown one is a start-up error that names the setting."""
+    tiers = []
+    for value in values:
+        try:
+            tiers.append(Priority(value.strip().lower()))
+        except ValueError:
+            raise InvalidSpec(
+                f"{setting}: unknown priority tier {value!r}; tiers are "
+                f"{', '.join(p.value for p in Priority)}"
+            ) from None
+    return tiers
+
+
+def _insert_ignore(session: Session, table: Any, **values: Any) -> None:
+    """INSERT unless the primary key exists: two first submissions of a new user, or two
+    servers starting on one database, must not fail on each other."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        session.execute(pg_insert(table).values(**values).on_conflict_do_nothing())
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        session.execute(sqlite_insert(table).values(**values).on_conflict_do_nothing())
+
+
+class AccountService:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock,
+        user_tiers: Sequence[Priority] = DEFAULT_USER_TIERS,
+        urgent_tier: Priority = Priority.HIGH,
+        notify: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.user_tiers = [p for p in Priority if p in user_tiers]
+        self.urgent_tier = urgent_tier
+        self.notify = notify
+
+    # -- bootstrap and identity -----------------------------------------------------------
+
+    def ensure_admins(self, names: Iterable[str]) -> None:
+        """Create the default group; make each named user an admin (registering it if new)."""
+        wanted = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+        for name in wanted:
+            if len(name) > 64:
+                raise InvalidSpec(f"admin name {name[:20]!r}… is longer than 64 characters")
+        now = self.clock.now()
+        with self.store.write() as session:
+            _insert_ignore(session, GroupRow, name=DEFAULT_GROUP, created_at=now)
+            for name in wanted:
+                _insert_ignore(
+                    session,
+                    UserRow,
+                    name=name,
+                    group_name=DEFAULT_GROUP,
+                    role=Role.ADMIN.value,
+                    share=1.0,
+                    created_at=now,
+                )
+                session.execute(
+                    update(UserRow)
+                    .where(UserRow.name == name, UserRow.role != Role.ADMIN.value)
+                    .values(role=Role.ADMIN.value)
+                )
+
+    def register(self, session: Session, name: str) -> UserRow:
+        """The user ``name``, registered as a plain user of the default group if new."""
+        row: UserRow | None = session.get(UserRow, name)
+        if row is not None:
+            return row
+        now = self.clock.now()
+        _insert_ignore(session, GroupRow, name=DEFAULT_GROUP, created_at=now)
+        _insert_ignore(
+            session,
+            UserRow,
+            name=name,
+            group_name=DEFAULT_GROUP,
+            role=Role.USER.value,
+            share=1.0,
+            created_at=now,
+        )
+        found: UserRow | None = session.get(UserRow, name)
+        if found is None:  # pragma: no cover - the row was just inserted or already existed
+            raise Conflict(f"could not register user {name}; try again")
+        return found
+
+    def role_of(self, session: Session, name: str) -> Role:
+        row = session.get(UserRow, name)
+        return Role(row.role) if row is not None else Role.USER
+
+    def tiers_for(self, role: Role) -> list[Priority]:
+        return list(Priority) if role is Role.ADMIN else list(self.user_tiers)
+
+    def check_tier(self, session: Session, name: str, tier: Priority) -> None:
+        """PermissionDenied unless ``name`` may use ``tier``."""
+        role = self.role_of(session, name)
+        if tier in self.tiers_for(role):
+            return
+        mine = ", ".join(p.value for p in self.user_tiers) or "none"
+        others = ", ".join(p.value for p in Priority if p not in self.user_tiers)
+        raise PermissionDenied(
+            f"priority {tier.value} is not open to {name}: users may choose {mine}; admins "
+            f"may also use {others} (admins: {self._admin_names(session)})"
+        )
+
+    def check_urgent_limit(self, session: Session, group: str, tier: Priority) -> None:
+        """Conflict if one more job at ``tier`` would take ``group`` past its urgent limit.
+
+        Locks the group's row (FOR UPDATE on PostgreSQL; SQLite's writers are serial
+        already), so that two submissions cannot both take the last place."""
+        if tier is not self.urgent_tier or not group:
+            return
+        row = session.scalars(
+            select(GroupRow).where(GroupRow.name == group).with_for_update()
+        ).one_or_none()
+        if row is None or row.urgent_limit is None:
+            return
+        count = self._urgent_count(session, group)
+        if count >= row.urgent_limit:
+            raise Conflict(
+                f"group {group} has {count} running or queued {tier.value} job(s) and its "
+                f"limit is {row.urgent_limit}; wait until one ends, choose a lower priority, "
+                f"or ask an admin to raise the limit (`gpuyard groups set {group} "
+                "--urgent-limit N`)",
+                extra={"count": count, "limit": row.urgent_limit},
+            )
+
+    def _urgent_count(self, session: Session, group: str) -> int:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(JobRow)
+                .where(
+                    JobRow.group_name == group,
+                    JobRow.priority == self.urgent_tier.value,
+                    JobRow.state.in_(_LIVE),
+                )
+            )
+            or 0
+        )
+
+    def _admin_names(self, session: Session) -> str:
+        names = session.scalars(
+            select(UserRow.name).where(UserRow.role == Role.ADMIN.value).order_by(UserRow.name)
+        ).all()
+        return ", ".join(names) or "none"
+
+    def _require_admin(self, session: Session, actor: str, what: str) -> None:
+        if self.role_of(session, actor) is Role.ADMIN:
+            return
+        raise PermissionDenied(
+            f"only admins may {what}; {actor} is not an admin (admins: "
+            f"{self._admin_names(session)}; GPUYARD_ADMINS names more when the pool starts)"
+        )
+
+    # -- users ----------------------------------------------------------------------------
+
+    def list_users(self) -> list[UserView]:
+        with self.store.read() as session:
+            rows = session.scalars(select(UserRow).order_by(UserRow.name)).all()
+            return [self._user_view(r) for r in rows]
+
+    def get_user(self, name: str) -> UserView:
+        with self.store.read() as session:
+            return self._user_view(self._user(session, name))
+
+    def create_user(self, spec: UserSpec, *, actor: str) -> UserView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "create users")
+            if session.get(UserRow, spec.name) is not None:
+                raise Conflict(
+                    f"user {spec.name} exists already; change it with `gpuyard users set "
+                    f"{spec.name} …`"
+                )
+            self._existing_group(session, spec.group)
+            row = UserRow(
+                name=spec.name,
+                group_name=spec.group,
+                role=spec.role.value,
+                share=spec.share,
+                created_at=self.clock.now(),
+            )
+            session.add(row)
+            session.flush()
+            view = self._user_view(row)
+        self.notify()
+        return view
+
+    def update_user(self, name: str, change: UserUpdate, *, actor: str) -> UserView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "change users")
+            row = self._user(session, name)
+            if change.group is not None:
+                self._existing_group(session, change.group)
+                row.group_name = change.group
+            if change.role is not None:
+                if change.role is Role.USER and row.role == Role.ADMIN.value:
+                    others = session.scalar(
+                        select(func.count())
+                        .select_from(UserRow)
+                        .where(UserRow.role == Role.ADMIN.value, UserRow.name != name)
+                    )
+                    if not others:
+                        raise Conflict(
+                            f"{name} is the last admin; make another user an admin first"
+                        )
+                row.role = change.role.value
+            if change.share is not None:
+                row.share = change.share
+            session.flush()
+            view = self._user_view(row)
+        self.notify()
+        return view
+
+    def _user(self, session: Session, name: str) -> UserRow:
+        row: UserRow | None = session.get(UserRow, name)
+        if row is None:
+            raise NotFound(
+                f"user {name} does not exist (users are registered on their first submission, "
+                "or created by an admin with `gpuyard users add`)"
+            )
+        return row
+
+    def _user_view(self, row: UserRow) -> UserView:
+        role = Role(row.role)
+        return UserView(
+            name=row.name,
+            group=row.group_name,
+            role=role,
+            share=row.share,
+            tiers=self.tiers_for(role),
+            created_at=datetime.fromtimestamp(row.created_at, UTC),
+        )
+
+    # -- groups ---------------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupView]:
+        with self.store.read() as session:
+            rows = session.scalars(select(GroupRow).order_by(GroupRow.name)).all()
+            members: dict[str, list[str]] = defaultdict(list)
+            for user, group in session.execute(
+                select(UserRow.name, UserRow.group_name).order_by(UserRow.name)
+            ):
+                members[group or ""].append(user)
+            urgent: dict[str, int] = {
+                group: count
+                for group, count in session.execute(
+                    select(JobRow.group_name, func.count())
+                    .where(JobRow.priority == self.urgent_tier.value, JobRow.state.in_(_LIVE))
+                    .group_by(JobRow.group_name)
+                )
+            }
+            return [self._group_view(r, members[r.name], urgent.get(r.name, 0)) for r in rows]
+
+    def get_group(self, name: str) -> GroupView:
+        with self.store.read() as session:
+            return self._group_view_of(session, self._existing_group(session, name, found=404))
+
+    def create_group(self, spec: GroupSpec, *, actor: str) -> GroupView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "create groups")
+            if session.get(GroupRow, spec.name) is not None:
+                raise Conflict(f"group {spec.name} exists already")
+            row = GroupRow(
+                name=spec.name, urgent_limit=spec.urgent_limit, created_at=self.clock.now()
+            )
+            session.add(row)
+            session.flush()
+            return self._group_view(row, [], 0)
+
+    def update_group(self, name: str, change: GroupUpdate, *, actor: str) -> GroupView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "change groups")
+            row = self._existing_group(session, name, found=404)
+            row.urgent_limit = change.urgent_limit
+            session.flush()
+            return self._group_view_of(session, row)
+
+    def delete_group(self, name: str, *, actor: str) -> None:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "delete groups")
+            row = self._existing_group(session, name, found=404)
+            if name == DEFAULT_GROUP:
+                raise Conflict(
+                    f"the {DEFAULT_GROUP} group cannot be deleted: new users join it on their "
+                    "first submission"
+                )
+            members = session.scalars(
+                select(UserRow.name).where(UserRow.group_name == name).order_by(UserRow.name)
+            ).all()
+            if members:
+                shown = ", ".join(members[:10]) + (", …" if len(members) > 10 else "")
+                raise Conflict(
+                    f"group {name} still has {len(members)} member(s) ({shown}); move them to "
+                    "another group first (`gpuyard users set NAME --group OTHER`)"
+                )
+            session.execute(
+                delete(QuotaRow).where(
+                    QuotaRow.kind == QuotaKind.GROUP.value, QuotaRow.subject == name
+                )
+            )
+            session.delete(row)
+
+    def _existing_group(self, session: Session, name: str, *, found: int = 422) -> GroupRow:
+        row: GroupRow | None = session.get(GroupRow, name)
+        if row is not None:
+            return row
+        names = session.scalars(select(GroupRow.name).order_by(GroupRow.name)).all()
+        message = (
+            f"group {name} does not exist (groups: {', '.join(names) or 'none'}); an admin "
+            f"creates it with `gpuyard groups add {name}`"
+        )
+        raise NotFound(message) if found == 404 else InvalidSpec(message)
+
+    def _group_view_of(self, session: Session, row: GroupRow) -> GroupView:
+        members = session.scalars(
+            select(UserRow.name).where(UserRow.group_name == row.name).order_by(UserRow.name)
+        ).all()
+        return self._group_view(row, list(members), self._urgent_count(session, row.name))
+
+    @staticmethod
+    def _group_view(row: GroupRow, members: list[str], urgent: int) -> GroupView:
+        return GroupView(
+            name=row.name,
+            urgent_limit=row.urgent_limit,
+            urgent_jobs=urgent,
+            members=members,
+            created_at=datetime.fromtimestamp(row.created_at, UTC),
+        )
+
+    # -- quotas ---------------------------------------------------------------------------
+
+    def list_quotas(
+        self, *, kind: QuotaKind | None = None, subject: str | None = None
+    ) -> list[QuotaView]:
+        query = select(QuotaRow)
+        if kind is not None:
+            query = query.where(QuotaRow.kind == kind.value)
+        if subject is not None:
+            query = query.where(QuotaRow.subject == subject)
+        with self.store.read() as session:
+            rows = session.scalars(query).all()
+            used = self._usage(session) if rows else {}
+        order = {p.value: p.rank for p in Priority}
+        rows = sorted(rows, key=lambda r: (r.kind, r.subject, order.get(r.tier, 0)))
+        return [self._quota_view(r, used) for r in rows]
+
+    def set_quota(self, spec: QuotaSpec, *, actor: str) -> QuotaView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "set quotas")
+            self._check_subject(session, spec.kind, spec.subject)
+            row = session.scalars(
+                select(QuotaRow).where(
+                    QuotaRow.kind == spec.kind.value,
+                    QuotaRow.subject == spec.subject,
+                    QuotaRow.tier == spec.tier.value,
+                )
+            ).one_or_none()
+            if row is None:
+                row = QuotaRow(kind=spec.kind.value, subject=spec.subject, tier=spec.tier.value)
+                session.add(row)
+            row.nodes = spec.nodes
+            row.gpus = spec.gpus
+            session.flush()
+            view = self._quota_view(row, self._usage(session))
+        self.notify()
+        return view
+
+    def clear_quota(self, kind: QuotaKind, subject: str, tier: Priority, *, actor: str) -> None:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "clear quotas")
+            result = session.execute(
+                delete(QuotaRow).where(
+                    QuotaRow.kind == kind.value,
+                    QuotaRow.subject == subject,
+                    QuotaRow.tier == tier.value,
+                )
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                raise NotFound(f"{kind.value} {subject} has no quota at {tier.value}")
+        self.notify()
+
+    def _check_subject(self, session: Session, kind: QuotaKind, subject: str) -> None:
+        if kind is QuotaKind.GROUP:
+            self._existing_group(session, subject)
+        elif session.get(UserRow, subject) is None:
+            raise InvalidSpec(
+                f"user {subject} does not exist; an admin creates it with `gpuyard users add "
+                f"{subject}` (or it is registered on its first submission)"
+            )
+
+    def _usage(self, session: Session) -> dict[tuple[str, str, str], tuple[int, int]]:
+        """(kind, subject, tier) -> (nodes, GPUs) that running jobs hold, as quotas count."""
+        used: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+        for owner, group, tier, placement in session.execute(
+            select(JobRow.owner, JobRow.group_name, JobRow.priority, JobRow.placement).where(
+                JobRow.state.in_(_HOLDING)
+            )
+        ):
+            slots = placement or []
+            gpus = sum(len(s.get("gpus") or ()) for s in slots)
+            keys = [(QuotaKind.USER.value, owner, tier)]
+            if group:
+                keys.append((QuotaKind.GROUP.value, group, tier))
+            for key in keys:
+                used[key][0] += len(slots)
+                used[key][1] += gpus
+        return {k: (v[0], v[1]) for k, v in used.items()}
+
+    @staticmethod
+    def _quota_view(row: QuotaRow, used: dict[tuple[str, str, str], tuple[int, int]]) -> QuotaView:
+        nodes, gpus = used.get((row.kind, row.subject, row.tier), (0, 0))
+        return QuotaView(
+            kind=QuotaKind(row.kind),
+            subject=row.subject,
+            tier=Priority(row.tier),
+            nodes=row.nodes,
+            gpus=row.gpus,
+            used_nodes=nodes,
+            used_gpus=gpus,
+        )
+
+    # -- pools ----------------------------------------------------------------------------
+
+    def list_pools(self) -> list[PoolView]:
+        with self.store.read() as session:
+            rows = {r.name: r for r in session.scalars(select(PoolRow))}
+            members = self._pool_members(session)
+        names = sorted(set(rows) | set(members))
+        return [self._pool_view(name, rows.get(name), members.get(name, [])) for name in names]
+
+    def get_pool(self, name: str) -> PoolView:
+        with self.store.read() as session:
+            row = session.get(PoolRow, name)
+            members = self._pool_members(session)
+            if row is None and name not in members:
+                raise NotFound(self._no_pool(name, session))
+            return self._pool_view(name, row, members.get(name, []))
+
+    def pool_names(self, session: Session) -> set[str]:
+        """Every pool a job may name: declared ones and those nodes carry as a label."""
+        declared = set(session.scalars(select(PoolRow.name)))
+        return declared | set(self._pool_members(session)) | {DEFAULT_POOL}
+
+    def create_pool(self, spec: PoolSpec, *, actor: str) -> PoolView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "create pools")
+            if session.get(PoolRow, spec.name) is not None:
+                raise Conflict(
+                    f"pool {spec.name} exists already; change it with `gpuyard pools set "
+                    f"{spec.name} …`"
+                )
+            row = PoolRow(
+                name=spec.name,
+                preemption=spec.preemption.value,
+                same_zone=spec.same_zone,
+                notice=spec.notice,
+                grow_after=spec.grow_after,
+                description=spec.description,
+            )
+            session.add(row)
+            session.flush()
+            view = self._pool_view(row.name, row, self._pool_members(session).get(row.name, []))
+        self.notify()
+        return view
+
+    def update_pool(self, name: str, change: PoolUpdate, *, actor: str) -> PoolView:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "change pools")
+            row = session.get(PoolRow, name)
+            members = self._pool_members(session)
+            if row is None:
+                if name not in members:
+                    raise NotFound(self._no_pool(name, session))
+                # A pool that so far exists only as node labels gets a policy of its own.
+                row = PoolRow(
+                    name=name, **PoolSpec(name=name).model_dump(mode="json", exclude={"name"})
+                )
+                session.add(row)
+            for key, value in change.model_dump(exclude_none=True).items():
+                setattr(row, key, value.value if isinstance(value, PoolPreemption) else value)
+            session.flush()
+            view = self._pool_view(name, row, members.get(name, []))
+        self.notify()
+        return view
+
+    def _no_pool(self, name: str, session: Session) -> str:
+        known = sorted(self.pool_names(session))
+        return (
+            f"there is no pool {name} (pools: {', '.join(known)}); an admin creates one with "
+            f"`gpuyard pools add {name}` or by labelling nodes (`gpuyard label NODE pool={name}`)"
+        )
+
+    @staticmethod
+    def _pool_members(session: Session) -> dict[str, list[str]]:
+        members: dict[str, list[str]] = defaultdict(list)
+        for node in session.scalars(select(NodeRow).order_by(NodeRow.name)):
+            members[node.effective_labels().get("pool") or DEFAULT_POOL].append(node.name)
+        return dict(members)
+
+    @staticmethod
+    def _pool_view(name: str, row: PoolRow | None, nodes: list[str]) -> PoolView:
+        policy = row if row is not None else PoolRow(**PoolSpec(name=name).model_dump(mode="json"))
+        return PoolView(
+            name=name,
+            preemption=PoolPreemption(policy.preemption),
+            same_zone=policy.same_zone,
+            notice=policy.notice,
+            grow_after=policy.grow_after,
+            description=policy.description,
+            declared=row is not None,
+            nodes=nodes,
+        )
+
+    # -- node labels ----------------------------------------------------------------------
+
+    def node_labels(self, node: str) -> NodeLabels:
+        with self.store.read() as session:
+            return self._labels_view(self._node(session, node))
+
+    def set_labels(self, node: str, change: LabelsUpdate, *, actor: str) -> NodeLabels:
+        with self.store.write() as session:
+            self._require_admin(session, actor, "label nodes")
+            row = self._node(session, node)
+            extra = {str(k): str(v) for k, v in (row.extra_labels or {}).items()}
+            absent = [k for k in change.remove if k not in extra]
+            if absent:
+                raise InvalidSpec(
+                    f"node {node} has no admin label {', '.join(absent)} to remove (admin "
+                    f"labels: {', '.join(sorted(extra)) or 'none'}); labels the executor "
+                    "reports cannot be removed, only overridden by setting them"
+                )
+            for key in change.remove:
+                del extra[key]
+            extra.update(change.set)
+            row.extra_labels = extra  # a new dict, so that the JSON column is written
+            session.flush()
+            view = self._labels_view(row)
+        self.notify()
+        return view
+
+    @staticmethod
+    def _node(session: Session, name: str) -> NodeRow:
+        row: NodeRow | None = session.get(NodeRow, name)
+        if row is None:
+            raise NotFound(f"node {name} does not exist (see `gpuyard nodes`)")
+        return row
+
+    @staticmethod
+    def _labels_view(row: NodeRow) -> NodeLabels:
+        return NodeLabels(
+            node=row.name,
+            labels={str(k): str(v) for k, v in (row.labels or {}).items()},
+            extra_labels={str(k): str(v) for k, v in (row.extra_labels or {}).items()},
+            effective=row.effective_labels(),
+        )
