@@ -36,6 +36,7 @@ from gpuyard.scheduler.placement import Ledger
 from gpuyard.scheduler.snapshot import DEFAULT_POOL, Constraint, NodeCapacity, PendingJob, Request
 from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
+from gpuyard.server.errors import readable_validation_errors
 from gpuyard.server.services.accounts import AccountService
 from gpuyard.server.services.transitions import record_event, transition
 from gpuyard.server.services.views import event_view, job_view
@@ -113,16 +114,28 @@ class JobService:
         try:
             spec = JobSpec.model_validate(data)
         except ValidationError as exc:
-            raise InvalidSpec(f"the cloned spec is invalid: {exc}") from None
+            raise InvalidSpec(
+                f"the cloned spec is invalid: {readable_validation_errors(exc.errors())}"
+            ) from None
         return self.submit(spec, owner=actor)
 
     def _check_placement(self, session: Session, spec: JobSpec) -> None:
-        """InvalidSpec unless the job's node names, pool and shape could ever be placed."""
+        """InvalidSpec unless the job's node names, pool and shape could ever be placed.
+
+        Checked against the ready nodes the job may use. With no node registered at all (the
+        pool is starting), or when all the job's nodes are cordoned for now, it is accepted
+        and waits with a reason."""
         nodes = {n.name: n for n in session.scalars(select(NodeRow).order_by(NodeRow.name))}
         constraint = self._constraint(session, spec, nodes)
-        ready = [n for n in nodes.values() if n.state == NodeState.READY.value]
+        present = [n for n in nodes.values() if n.state != NodeState.GONE.value]
+        if not present:
+            return
+        usable = [n for n in present if _allows(constraint, n)]
+        if not usable:
+            raise InvalidSpec(_no_nodes_for(constraint, present))
+        ready = [n for n in usable if n.state == NodeState.READY.value]
         if not ready:
-            return  # no nodes registered yet (the pool is starting); the job waits with a reason
+            return
         capacities = [
             NodeCapacity(r.name, r.gpus, r.cpus, r.memory, labels=r.effective_labels())
             for r in ready
@@ -328,6 +341,49 @@ class JobService:
         if row is None:
             raise NotFound(f"job {job_id} does not exist")
         return row
+
+
+def _allows(constraint: Constraint, node: NodeRow) -> bool:
+    """Whether a job with ``constraint`` may use ``node`` (as the scheduler's candidates)."""
+    labels = node.effective_labels()
+    return (
+        (labels.get("pool") or DEFAULT_POOL) == constraint.pool
+        and (not constraint.nodes or node.name in constraint.nodes)
+        and (constraint.driver is None or labels.get("driver") == constraint.driver)
+    )
+
+
+def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
+    """Why no node matches, and what to do about it."""
+    if constraint.nodes:
+        return (
+            f"node_names: {', '.join(sorted(constraint.nodes))} are gone (no executor presents "
+            "them any more); name other nodes (see `gpuyard nodes`)"
+        )
+    if constraint.driver is not None:
+        drivers = sorted(
+            {
+                d
+                for n in nodes
+                if (d := n.effective_labels().get("driver"))
+                and _allows(Constraint(constraint.pool), n)
+            }
+        )
+        return (
+            f"driver_version: no node of the {constraint.pool} pool has driver "
+            f"{constraint.driver} (drivers: {', '.join(drivers) or 'none labelled'}); an admin "
+            "labels nodes with `gpuyard label NODE driver=VERSION`"
+        )
+    if constraint.pool == DEFAULT_POOL:
+        pools = sorted({n.effective_labels().get("pool") or DEFAULT_POOL for n in nodes})
+        return (
+            f"pool: every node is in a named pool ({', '.join(pools)}) and the default pool "
+            "has none; name one with `pool` (--pool)"
+        )
+    return (
+        f"pool: pool {constraint.pool} has no nodes yet; an admin adds some with `gpuyard "
+        f"label NODE pool={constraint.pool}`"
+    )
 
 
 def _choices(spec: JobSpec) -> tuple[Request, ...]:
