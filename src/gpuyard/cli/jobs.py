@@ -1,4 +1,4 @@
-"""Job commands: submit, ls, show, logs, stop, rm, clone, events."""
+"""Job commands: submit, ls, show, logs, stop, suspend, priority, rm, clone, events, wait."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from gpuyard.client import Client
-    from gpuyard.models import JobView
+    from gpuyard.models import JobView, Prediction
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -31,6 +33,8 @@ def register(app: typer.Typer) -> None:
     app.command()(show)
     app.command()(logs)
     app.command()(stop)
+    app.command()(suspend)
+    app.command()(priority)
     app.command("rm")(rm)
     app.command()(clone)
     app.command()(events)
@@ -42,7 +46,9 @@ def submit(
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Job file (YAML).")] = None,
     name: Annotated[str | None, typer.Option(help="Job name.")] = None,
     mode: Annotated[str | None, typer.Option(help="Distributed mode: single.")] = None,
-    nodes: Annotated[int | None, typer.Option(help="Number of nodes.")] = None,
+    nodes: Annotated[
+        str | None, typer.Option(help="Number of nodes, or an elastic range MIN..MAX (2..4).")
+    ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per node.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory per node, e.g. 16G.")] = None,
@@ -80,6 +86,27 @@ def submit(
         list[str] | None, typer.Option(help="NAME=PATH at workspace/volume/NAME (writable).")
     ] = None,
     outputs: Annotated[str | None, typer.Option(help="Where workspace/outputs points.")] = None,
+    pool: Annotated[
+        str | None, typer.Option(help="A dedicated pool to run in (see `gpuyard pools`).")
+    ] = None,
+    node: Annotated[
+        list[str] | None,
+        typer.Option("--node", help="Run only on this node; repeatable. Excludes --pool."),
+    ] = None,
+    driver: Annotated[
+        str | None, typer.Option(help="Run only on nodes with this GPU driver version.")
+    ] = None,
+    alternative: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another per-node spec to try when the first does not fit, e.g. "
+            "gpus=4,cpus=8,memory=32G; repeatable, tried in order."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print when it would start instead of submitting it."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job."""
@@ -88,6 +115,7 @@ def submit(
         build_spec,
         command_text,
         load_job_file,
+        parse_alternative,
         parse_env_flags,
         parse_mount_flags,
     )
@@ -114,14 +142,46 @@ def submit(
         "models": parse_mount_flags(model, flag="--model") if model else None,
         "volumes": parse_mount_flags(volume, flag="--volume") if volume else None,
         "outputs": outputs,
+        "pool": pool,
+        "node_names": node or None,
+        "driver_version": driver,
+        "alternatives": [parse_alternative(a) for a in alternative] if alternative else None,
     }
     if workdir is None and "workdir" not in file_fields:
         flags["workdir"] = os.getcwd()
-    job = _client().submit(build_spec(file_fields, flags))
+    spec = build_spec(file_fields, flags)
+    if dry_run:
+        prediction = _client().predict(spec)
+        if as_json:
+            print_json(prediction)
+            return
+        console().print(describe_prediction(prediction), highlight=False)
+        return
+    job = _client().submit(spec)
     if as_json:
         print_json(job)
         return
     console().print(f"submitted job [bold]{job.id}[/] ({job.name}), {job.status.label}")
+
+
+def describe_prediction(prediction: Prediction, now: datetime | None = None) -> str:
+    """ "starts now", or "starts at about 14:05 (in 12m), behind jobs 3, 7"."""
+    from datetime import UTC, datetime
+
+    from gpuyard.quantities import format_duration
+
+    if prediction.now:
+        return "starts now"
+    behind = ""
+    if prediction.ahead:
+        behind = ", behind jobs " + ", ".join(map(str, prediction.ahead))
+    if prediction.start_at is None:
+        return f"cannot say when it starts{behind}: {prediction.reason}"
+    now = now or datetime.now(UTC)
+    when = prediction.start_at.astimezone()
+    shown = when.strftime("%H:%M" if when.date() == now.astimezone().date() else "%Y-%m-%d %H:%M")
+    wait = format_duration(max(0.0, (prediction.start_at - now).total_seconds()))
+    return f"starts at about {shown} (in {wait}){behind}"
 
 
 def ls(
@@ -137,6 +197,7 @@ def ls(
 ) -> None:
     """List jobs, newest first."""
     from rich.table import Table
+    from rich.text import Text
 
     from gpuyard.cli.output import age, console, print_json, status_style
 
@@ -151,17 +212,23 @@ def ls(
     if as_json:
         print_json(page)
         return
-    table = Table("ID", "NAME", "STATUS", "OWNER", "NODES", "GPUS", "AGE", "REASON", box=None)
+    table = Table("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE", box=None)
+    # One line per job: a long reason is cut to the terminal (`gpuyard show` has all of it).
+    table.add_column("REASON", no_wrap=True, overflow="ellipsis")
     for job in page.items:
+        reason = job.reason or ""
+        if job.wait_code:
+            reason = f"[{job.wait_code}] {reason}"
         table.add_row(
             str(job.id),
             job.name,
             status_style(job.status.value),
+            job.spec.priority.value,
             job.owner,
-            str(job.spec.nodes),
+            _nodes_text(job),
             str(job.spec.resources.gpus * job.spec.nodes),
             age(job.created_at),
-            (job.reason or "")[:60],
+            Text(reason),  # text, not markup: "[quota] …" is no style tag
         )
     out = console()
     out.print(table)
@@ -182,34 +249,60 @@ def show(job_id: int, as_json: JsonOpt = False) -> None:
 
 def _print_job(job: JobView) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from gpuyard.cli.output import console, status_style
     from gpuyard.quantities import format_bytes, format_duration
 
     spec = job.spec
+
+    def per_node(gpus: int, cpus: float, memory: int) -> str:
+        return f"{gpus} GPUs, {cpus:g} CPUs, {format_bytes(memory)} memory"
+
     r = spec.resources
-    rows = [
+    rows: list[tuple[str, str | Text]] = [
         ("id", str(job.id)),
-        ("name", job.name),
-        ("owner", job.owner),
+        ("name", Text(job.name)),
+        ("owner", Text(f"{job.owner} (group {job.group or '-'})")),
         ("status", f"{status_style(job.status.value)} ({job.state.value})"),
-        ("reason", job.reason or ""),
-        ("command", spec.command),
+    ]
+    if job.status.value == "queued":
+        rows += [
+            ("waiting because", Text(job.reason or "-")),
+            ("wait code", job.wait_code or "-"),
+            ("expected start", _expected_start(job)),
+        ]
+    else:
+        rows.append(("reason", Text(job.reason or "")))
+    rows += [
+        ("command", Text(spec.command or "; ".join(spec.commands()))),
         ("mode", spec.mode.value),
-        ("nodes", str(spec.nodes)),
-        ("per node", f"{r.gpus} GPUs, {r.cpus:g} CPUs, {format_bytes(r.memory)} memory"),
-        ("priority", spec.priority.value),
+        ("nodes", _nodes_text(job) + (" (elastic)" if spec.elastic else "")),
+        ("per node", per_node(r.gpus, r.cpus, r.memory)),
+    ]
+    for i, alt in enumerate(spec.alternatives, 1):
+        rows.append((f"or per node ({i})", per_node(alt.gpus, alt.cpus, alt.memory)))
+    rows.append(("priority", spec.priority.value))
+    if spec.pool:
+        rows.append(("pool", Text(spec.pool)))
+    if spec.node_names:
+        rows.append(("only nodes", Text(", ".join(spec.node_names))))
+    if spec.driver_version:
+        rows.append(("driver", Text(spec.driver_version)))
+    rows += [
         ("max runtime", format_duration(spec.max_runtime) if spec.max_runtime else "none"),
         ("graceful shutdown", format_duration(spec.graceful_shutdown)),
-        ("workdir", spec.workdir or "(job directory)"),
+        ("workdir", Text(spec.workdir or "(job directory)")),
         ("attempt", str(job.attempt)),
         ("created", job.created_at.isoformat(timespec="seconds")),
         ("started", job.started_at.isoformat(timespec="seconds") if job.started_at else "-"),
         ("finished", job.finished_at.isoformat(timespec="seconds") if job.finished_at else "-"),
         ("exit code", "-" if job.exit_code is None else str(job.exit_code)),
     ]
+    if job.suspensions:
+        rows.append(("suspensions", str(job.suspensions)))
     if spec.env:
-        rows.append(("env", " ".join(f"{k}={v}" for k, v in spec.env.items())))
+        rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in spec.env.items()))))
     table = Table(box=None, show_header=False)
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", value)
@@ -225,6 +318,24 @@ def _print_job(job: JobView) -> None:
                 str(w.rank), w.node, gpus, w.state, "-" if w.exit_code is None else str(w.exit_code)
             )
         out.print(workers)
+
+
+def _nodes_text(job: JobView) -> str:
+    """``4``, or an elastic job's ``2..4``."""
+    spec = job.spec
+    return f"{spec.min_nodes}..{spec.nodes}" if spec.elastic else str(spec.nodes)
+
+
+def _expected_start(job: JobView) -> str:
+    from datetime import UTC, datetime
+
+    from gpuyard.quantities import format_duration
+
+    if job.start_at is None:
+        return "unknown (no reservation holds room for it yet)"
+    wait = max(0.0, (job.start_at - datetime.now(UTC)).total_seconds())
+    when = job.start_at.astimezone().isoformat(timespec="seconds")
+    return f"about {when} (in {format_duration(wait)})"
 
 
 def logs(
@@ -259,6 +370,33 @@ def stop(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None
     for job_id in job_ids:
         job = client.stop(job_id)
         console().print(f"job {job.id}: {job.state.value}")
+
+
+def suspend(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+    """Suspend running jobs: they checkpoint and wait in the queue at their place.
+
+    They resume later from their checkpoint, as their next attempt."""
+    from gpuyard.cli.output import console
+
+    client = _client()
+    for job_id in job_ids:
+        job = client.suspend(job_id)
+        console().print(f"job {job.id}: {job.state.value}")
+
+
+def priority(
+    job_id: Annotated[int, typer.Argument(help="A queued or suspended job.")],
+    tier: Annotated[str, typer.Argument(help="low, normal, high or highest.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a queued or suspended job's priority (its owner or an admin)."""
+    from gpuyard.cli.output import console, print_json
+
+    job = _client().change_priority(job_id, tier.strip().lower())
+    if as_json:
+        print_json(job)
+        return
+    console().print(f"job {job.id}: priority {job.spec.priority.value}, {job.status.label}")
 
 
 def rm(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import pool as pool_cli
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 jobs_cli.register(app)
 pool_cli.register(app)
+admin_cli.register(app)
 simulate_cli.register(app)
 app.add_typer(config_cli.app, name="config")
 

@@ -1,8 +1,9 @@
 """Build a job spec from a job file (``-f job.yaml``) and command-line flags.
 
 A job file holds the same fields as ``gpuyard submit``'s flags, either flat (``gpus: 2``) or as
-the API's nested ``resources:`` block; ``command`` is a string or a list of words. Flags given on
-the command line win over the file.
+the API's nested ``resources:`` block; ``command`` is a string or a list of words; ``nodes`` is a
+number or an elastic range ``2..4`` (``min_nodes: 2``, ``nodes: 4``); ``driver`` stands for
+``driver_version``. Flags given on the command line win over the file.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 
 from gpuyard.errors import InvalidSpec
 
-__all__ = ["build_spec", "load_job_file"]
+__all__ = ["build_spec", "load_job_file", "parse_alternative", "parse_nodes"]
 
 _RESOURCE_KEYS = ("gpus", "cpus", "memory")
 _MOUNT_KEYS = ("algorithm", "datasets", "models", "outputs", "volumes")
+_ALIASES = {"driver": "driver_version"}
 
 
 def load_job_file(path: Path) -> dict[str, Any]:
@@ -32,7 +34,7 @@ def load_job_file(path: Path) -> dict[str, Any]:
         raise InvalidSpec(f"job file {path} must be a mapping of fields (name, command, …)")
     from gpuyard.models import JobSpec
 
-    known = set(JobSpec.model_fields) | set(_RESOURCE_KEYS) | set(_MOUNT_KEYS)
+    known = set(JobSpec.model_fields) | set(_RESOURCE_KEYS) | set(_MOUNT_KEYS) | set(_ALIASES)
     fields = {k.replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -40,6 +42,11 @@ def load_job_file(path: Path) -> dict[str, Any]:
             f"job file {path} has unknown fields: {', '.join(unknown)}; known fields are "
             f"{', '.join(sorted(known))}"
         )
+    for alias, field in _ALIASES.items():
+        if alias in fields:
+            if field in fields:
+                raise InvalidSpec(f"job file {path} gives both {alias} and {field}; keep one")
+            fields[field] = fields.pop(alias)
     return fields
 
 
@@ -75,12 +82,21 @@ def build_spec(file_fields: dict[str, Any], flags: dict[str, Any]) -> dict[str, 
     for key, block in (("resources", resources), ("mounts", mounts), ("env", env)):
         if block:
             merged[key] = block
+    _split_node_range(merged)
     if not merged.get("command") and not merged.get("tasks"):
         raise InvalidSpec(
             "no command given: put it after `--` (gpuyard submit -- python train.py) or in the "
             "job file's `command` field (or give a batch job's sub-tasks with --task)"
         )
     return merged
+
+
+def _split_node_range(fields: dict[str, Any]) -> None:
+    if isinstance(fields.get("nodes"), str):
+        size, least = parse_nodes(fields["nodes"])
+        fields["nodes"] = size
+        if least is not None:
+            fields["min_nodes"] = least
 
 
 def _gather(fields: dict[str, Any], block: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -112,3 +128,32 @@ def parse_env_flags(values: list[str]) -> dict[str, str]:
             raise InvalidSpec(f"--env takes KEY=VALUE (got {item!r})")
         env[key] = value
     return env
+
+
+def parse_nodes(text: str) -> tuple[int, int | None]:
+    """``4`` -> (4, None); the elastic ``2..4`` -> (4, 2): at least 2 nodes, at most 4."""
+    low, sep, high = text.strip().partition("..")
+    try:
+        if not sep:
+            return int(low), None
+        least, most = int(low), int(high)
+    except ValueError:
+        raise InvalidSpec(
+            f"nodes takes a number (4) or an elastic range MIN..MAX (2..4); got {text!r}"
+        ) from None
+    if least > most:
+        raise InvalidSpec(f"nodes {text}: the range is MIN..MAX, and {least} is more than {most}")
+    return most, least
+
+
+def parse_alternative(text: str) -> dict[str, str]:
+    """``gpus=4,cpus=8,memory=32G``: one alternative per-node spec (the API checks values)."""
+    spec: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or key not in _RESOURCE_KEYS or not value:
+            raise InvalidSpec(
+                f"--alternative takes gpus=N,cpus=N,memory=SIZE (any of them); got {text!r}"
+            )
+        spec[key] = value
+    return spec

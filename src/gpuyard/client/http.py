@@ -10,7 +10,23 @@ from typing import Any
 import httpx
 
 from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
-from gpuyard.models import JobEvent, JobSpec, JobStatus, JobView, LogChunk, NodeView, Page
+from gpuyard.models import (
+    GroupView,
+    JobEvent,
+    JobSpec,
+    JobStatus,
+    JobView,
+    LogChunk,
+    NodeLabels,
+    NodeView,
+    Page,
+    PoolView,
+    Prediction,
+    Priority,
+    QuotaKind,
+    QuotaView,
+    UserView,
+)
 from gpuyard.settings import Settings
 
 __all__ = ["Client", "discover_url"]
@@ -76,12 +92,18 @@ class Client:
     # -- jobs -----------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec | Mapping[str, Any]) -> JobView:
-        body = (
-            spec.model_dump(mode="json", exclude_unset=True)
-            if isinstance(spec, JobSpec)
-            else dict(spec)
-        )
+        body = _spec_body(spec)
         return JobView.model_validate(self._request("POST", "/jobs", json=body).json())
+
+    def predict(self, spec: JobSpec | Mapping[str, Any]) -> Prediction:
+        """When a job with this spec would start if submitted now; nothing is submitted."""
+        response = self._request("POST", "/jobs/predict", json=_spec_body(spec))
+        return Prediction.model_validate(response.json())
+
+    def prediction(self, job_id: int) -> Prediction:
+        """When a queued job should start, and behind which jobs."""
+        response = self._request("GET", f"/jobs/{job_id}/prediction")
+        return Prediction.model_validate(response.json())
 
     def jobs(
         self,
@@ -109,6 +131,15 @@ class Client:
 
     def delete(self, job_id: int) -> None:
         self._request("DELETE", f"/jobs/{job_id}")
+
+    def suspend(self, job_id: int) -> JobView:
+        """Ask a running job to checkpoint and go back to the queue at its place."""
+        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/suspend").json())
+
+    def change_priority(self, job_id: int, priority: Priority | str) -> JobView:
+        """Move a queued or suspended job to another tier (its owner or an admin)."""
+        response = self._request("PATCH", f"/jobs/{job_id}", json={"priority": str(priority)})
+        return JobView.model_validate(response.json())
 
     def clone(self, job_id: int, **overrides: Any) -> JobView:
         response = self._request("POST", f"/jobs/{job_id}/clone", json=overrides or None)
@@ -172,6 +203,144 @@ class Client:
     def health(self) -> dict[str, Any]:
         data: dict[str, Any] = self._request("GET", "/health").json()
         return data
+
+    def pools(self) -> list[PoolView]:
+        return [PoolView.model_validate(p) for p in self._request("GET", "/pools").json()]
+
+    def pool(self, name: str) -> PoolView:
+        return PoolView.model_validate(self._request("GET", f"/pools/{name}").json())
+
+    def create_pool(
+        self,
+        name: str,
+        *,
+        preemption: str = "never",
+        same_zone: bool = False,
+        notice: float | str = 60.0,
+        grow_after: float | str = 60.0,
+        description: str = "",
+    ) -> PoolView:
+        body = {
+            "name": name,
+            "preemption": preemption,
+            "same_zone": same_zone,
+            "notice": notice,
+            "grow_after": grow_after,
+            "description": description,
+        }
+        return PoolView.model_validate(self._request("POST", "/pools", json=body).json())
+
+    def update_pool(
+        self,
+        name: str,
+        *,
+        preemption: str | None = None,
+        same_zone: bool | None = None,
+        notice: float | str | None = None,
+        grow_after: float | str | None = None,
+        description: str | None = None,
+    ) -> PoolView:
+        """Change the given fields of a pool's policy (a pool known only from node labels
+        gets a policy of its own)."""
+        body = _given(
+            preemption=preemption,
+            same_zone=same_zone,
+            notice=notice,
+            grow_after=grow_after,
+            description=description,
+        )
+        return PoolView.model_validate(self._request("PATCH", f"/pools/{name}", json=body).json())
+
+    def node_labels(self, node: str) -> NodeLabels:
+        return NodeLabels.model_validate(self._request("GET", f"/nodes/{node}/labels").json())
+
+    def label(
+        self, node: str, *, set: Mapping[str, str] | None = None, remove: Sequence[str] = ()
+    ) -> NodeLabels:
+        """Set and remove admin labels on a node (pool, zone, network, driver, …)."""
+        body = {"set": dict(set or {}), "remove": list(remove)}
+        response = self._request("PATCH", f"/nodes/{node}/labels", json=body)
+        return NodeLabels.model_validate(response.json())
+
+    # -- accounts -------------------------------------------------------------------------
+
+    def users(self) -> list[UserView]:
+        return [UserView.model_validate(u) for u in self._request("GET", "/users").json()]
+
+    def user_info(self, name: str | None = None) -> UserView:
+        """A user (default: the one this client acts as)."""
+        data = self._request("GET", f"/users/{name or self.user}").json()
+        return UserView.model_validate(data)
+
+    def create_user(
+        self, name: str, *, group: str = "default", role: str = "user", share: float = 1.0
+    ) -> UserView:
+        body = {"name": name, "group": group, "role": role, "share": share}
+        return UserView.model_validate(self._request("POST", "/users", json=body).json())
+
+    def update_user(
+        self,
+        name: str,
+        *,
+        group: str | None = None,
+        role: str | None = None,
+        share: float | None = None,
+    ) -> UserView:
+        body = _given(group=group, role=role, share=share)
+        return UserView.model_validate(self._request("PATCH", f"/users/{name}", json=body).json())
+
+    def groups(self) -> list[GroupView]:
+        return [GroupView.model_validate(g) for g in self._request("GET", "/groups").json()]
+
+    def group(self, name: str) -> GroupView:
+        return GroupView.model_validate(self._request("GET", f"/groups/{name}").json())
+
+    def create_group(self, name: str, *, urgent_limit: int | None = None) -> GroupView:
+        body = {"name": name, "urgent_limit": urgent_limit}
+        return GroupView.model_validate(self._request("POST", "/groups", json=body).json())
+
+    def set_urgent_limit(self, name: str, limit: int | None) -> GroupView:
+        """Set a group's limit on running + queued urgent jobs; None removes it."""
+        response = self._request("PATCH", f"/groups/{name}", json={"urgent_limit": limit})
+        return GroupView.model_validate(response.json())
+
+    def delete_group(self, name: str) -> None:
+        self._request("DELETE", f"/groups/{name}")
+
+    def quotas(
+        self, *, kind: QuotaKind | str | None = None, subject: str | None = None
+    ) -> list[QuotaView]:
+        params = _given(kind=str(kind) if kind else None, subject=subject)
+        data = self._request("GET", "/quotas", params=params).json()
+        return [QuotaView.model_validate(q) for q in data]
+
+    def set_quota(
+        self,
+        kind: QuotaKind | str,
+        subject: str,
+        tier: Priority | str,
+        *,
+        nodes: int | None = None,
+        gpus: int | None = None,
+    ) -> QuotaView:
+        """Set (or replace) how much a user or group may hold at one tier."""
+        body = {"kind": str(kind), "subject": subject, "tier": str(tier)}
+        body |= _given(nodes=nodes, gpus=gpus)
+        return QuotaView.model_validate(self._request("POST", "/quotas", json=body).json())
+
+    def clear_quota(self, kind: QuotaKind | str, subject: str, tier: Priority | str) -> None:
+        self._request("DELETE", f"/quotas/{kind}/{subject}/{tier}")
+
+
+def _spec_body(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(spec, JobSpec):
+        return spec.model_dump(mode="json", exclude_unset=True)
+    return dict(spec)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The arguments that were given (not None)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _raise_for_error(response: httpx.Response) -> None:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.cli.specfile import build_spec, command_text, load_job_file, parse_env_flags
+from gpuyard.cli.specfile import (
+    build_spec,
+    command_text,
+    load_job_file,
+    parse_alternative,
+    parse_env_flags,
+    parse_nodes,
+)
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import JobSpec
 
@@ -58,3 +65,60 @@ def test_command_words_and_env_flags() -> None:
     assert parse_env_flags(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
     with pytest.raises(InvalidSpec, match="KEY=VALUE"):
         parse_env_flags(["NOPE"])
+
+
+def test_scheduling_fields_from_file_and_flags(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("command: python train.py\nnodes: 2..4\ndriver: '535.104'\npriority: high\n")
+    spec = build_spec(load_job_file(path), {})
+    assert spec == {
+        "command": "python train.py",
+        "nodes": 4,
+        "min_nodes": 2,
+        "driver_version": "535.104",
+        "priority": "high",
+    }
+    parsed = JobSpec.model_validate(spec)
+    assert (parsed.elastic, parsed.min_nodes, parsed.nodes) == (True, 2, 4)
+    other = tmp_path / "alternatives.yaml"
+    other.write_text("command: x\ngpus: 8\nalternatives: [{gpus: 4, memory: 32G}]\n")
+    alternatives = JobSpec.model_validate(build_spec(load_job_file(other), {})).alternatives
+    assert [(a.gpus, a.memory) for a in alternatives] == [(4, 32 << 30)]
+    # Flags win: a plain node count keeps the file's minimum; a range replaces it.
+    assert build_spec(load_job_file(path), {"nodes": "3"})["nodes"] == 3
+    assert build_spec(load_job_file(path), {"nodes": "1..2"})["min_nodes"] == 1
+    flags = {
+        "node_names": ["n0", "n1"],
+        "alternatives": [parse_alternative("gpus=2,cpus=8")],
+        "pool": "a100",
+    }
+    merged = build_spec({"command": "x"}, flags)
+    assert merged == {
+        "command": "x",
+        "node_names": ["n0", "n1"],
+        "alternatives": [{"gpus": "2", "cpus": "8"}],
+        "pool": "a100",
+    }
+    assert JobSpec.model_validate({**merged, "pool": None}).alternatives[0].gpus == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("two", r"takes a number \(4\) or an elastic range MIN\.\.MAX"), ("4..2", "4 is more than 2")],
+)
+def test_bad_node_counts(text: str, message: str) -> None:
+    with pytest.raises(InvalidSpec, match=message):
+        parse_nodes(text)
+
+
+@pytest.mark.parametrize("text", ["gpus", "gpu=4", "gpus=4,,cpus=2", "gpus="])
+def test_bad_alternatives(text: str) -> None:
+    with pytest.raises(InvalidSpec, match="--alternative takes gpus=N,cpus=N,memory=SIZE"):
+        parse_alternative(text)
+
+
+def test_driver_and_driver_version_together(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\ndriver: '1'\ndriver_version: '2'\n")
+    with pytest.raises(InvalidSpec, match="gives both driver and driver_version; keep one"):
+        load_job_file(path)

@@ -1,0 +1,178 @@
+"""`gpuyard submit --dry-run`, `suspend` and the new submit flags, against a fake API.
+
+The fake serves the routes of the wire contract (predict, prediction, suspend) over real HTTP
+and records what it was sent, so these tests check the CLI and the client without a pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from typer.testing import CliRunner
+
+from gpuyard.cli.jobs import describe_prediction
+from gpuyard.cli.main import app as cli_app
+from gpuyard.client import Client
+from gpuyard.errors import InvalidSpec, NotFound
+from gpuyard.models import JobSpec, JobState, JobStatus, JobView, Prediction
+from gpuyard.server.errors import install_error_handlers
+from gpuyard.testing.server import serve
+
+NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.specs: list[dict[str, Any]] = []
+        self.suspended: list[int] = []
+        self.prediction = Prediction(now=True, reason="it fits now")
+        self.app = FastAPI()
+        install_error_handlers(self.app)
+        self.app.post("/api/v1/jobs/predict")(self.predict)
+        self.app.get("/api/v1/jobs/{job_id}/prediction")(self.job_prediction)
+        self.app.post("/api/v1/jobs/{job_id}/suspend")(self.suspend)
+
+    def predict(self, spec: JobSpec) -> Prediction:
+        self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
+        return self.prediction
+
+    def job_prediction(self, job_id: int) -> Prediction:
+        if job_id != 7:
+            raise NotFound(f"job {job_id} does not exist")
+        return self.prediction
+
+    def suspend(self, job_id: int) -> JobView:
+        self.suspended.append(job_id)
+        return JobView(
+            id=job_id,
+            name="train",
+            owner="alice",
+            status=JobStatus.RUNNING,
+            state=JobState.SUSPENDING,
+            spec=JobSpec(command="python train.py"),
+            attempt=0,
+            created_at=NOW,
+        )
+
+
+@pytest.fixture
+def fake_api() -> Iterator[tuple[FakeApi, str]]:
+    api = FakeApi()
+    with serve(api.app) as url:
+        yield api, url
+
+
+def _cli(url: str, *args: str) -> Any:
+    env = {"GPUYARD_URL": url, "GPUYARD_USER": "alice", "COLUMNS": "200"}
+    return CliRunner().invoke(cli_app, list(args), env=env)
+
+
+def test_describe_prediction() -> None:
+    assert describe_prediction(Prediction(now=True, reason="fits"), NOW) == "starts now"
+    later = Prediction(
+        now=False,
+        start_at=NOW + timedelta(minutes=12),
+        ahead=[3, 7],
+        reason="behind 3 and 7",
+    )
+    local = (NOW + timedelta(minutes=12)).astimezone().strftime("%H:%M")
+    assert describe_prediction(later, NOW) == (
+        f"starts at about {local} (in 12m00s), behind jobs 3, 7"
+    )
+    tomorrow = later.model_copy(update={"start_at": NOW + timedelta(days=2), "ahead": []})
+    shown = (NOW + timedelta(days=2)).astimezone().strftime("%Y-%m-%d %H:%M")
+    assert describe_prediction(tomorrow, NOW) == f"starts at about {shown} (in 2d00h)"
+    unknown = Prediction(now=False, ahead=[4], reason="job 4 has no max runtime")
+    assert describe_prediction(unknown, NOW) == (
+        "cannot say when it starts, behind jobs 4: job 4 has no max runtime"
+    )
+
+
+def test_dry_run_sends_the_spec_and_prints_the_prediction(
+    fake_api: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake_api
+    result = _cli(url, "submit", "--dry-run", "--gpus", "2", "--", "python", "train.py")
+    assert (result.exit_code, result.stdout) == (0, "starts now\n")
+    api.prediction = Prediction(
+        now=False,
+        start_at=datetime.now(UTC) + timedelta(minutes=12, seconds=20),
+        ahead=[3, 7],
+        reason="behind jobs 3, 7",
+    )
+    result = _cli(
+        url,
+        "submit",
+        "--dry-run",
+        "--nodes",
+        "2..4",
+        "--driver",
+        "535",
+        "--priority",
+        "high",
+        "--",
+        "python",
+        "train.py",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("starts at about ")
+    assert result.stdout.rstrip().endswith("behind jobs 3, 7")
+    assert "(in 12m" in result.stdout
+    result = _cli(
+        url,
+        "submit",
+        "--dry-run",
+        "--json",
+        "--node",
+        "n0",
+        "--node",
+        "n1",
+        "--alternative",
+        "gpus=4,memory=32G",
+        "--alternative",
+        "gpus=2",
+        "--gpus",
+        "8",
+        "--",
+        "python",
+        "train.py",
+    )
+    assert result.exit_code == 0, result.output
+    assert Prediction.model_validate_json(result.stdout) == api.prediction
+    first, second, third = api.specs
+    assert first["resources"] == {"gpus": 2}
+    assert (second["nodes"], second["min_nodes"], second["driver_version"]) == (4, 2, "535")
+    assert second["priority"] == "high"
+    assert third["node_names"] == ["n0", "n1"]
+    assert third["alternatives"] == [{"gpus": 4, "memory": 32 << 30}, {"gpus": 2}]
+
+
+def test_dry_run_errors_say_what_to_fix(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    result = _cli(url, "submit", "--dry-run", "--pool", "a", "--node", "n0", "--", "x")
+    assert isinstance(result.exception, InvalidSpec)
+    assert "a job names a dedicated pool, node names or a driver version, not several" in str(
+        result.exception
+    )
+    result = _cli(url, "submit", "--dry-run", "--nodes", "4..2", "--", "x")
+    assert isinstance(result.exception, InvalidSpec)
+    assert "4 is more than 2" in str(result.exception)
+    assert api.specs == []
+
+
+def test_suspend_and_job_prediction(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    result = _cli(url, "suspend", "5", "6")
+    assert (result.exit_code, result.stdout) == (0, "job 5: suspending\njob 6: suspending\n")
+    assert api.suspended == [5, 6]
+    with Client(url, user="alice") as client:
+        assert client.prediction(7) == api.prediction
+        with pytest.raises(NotFound, match="job 8 does not exist"):
+            client.prediction(8)
+        assert client.predict(JobSpec(command="x")).now
+        assert client.suspend(9).state is JobState.SUSPENDING
