@@ -89,3 +89,37 @@ def test_up_detached_and_down(tmp_path: Path) -> None:
     assert "no pool is running" in pool.cli("down").stdout
     result = pool.cli("ls", check=False)
     assert result.returncode == 1 and "gpuyard up" in result.stderr
+
+
+def test_admin_labels_a_node_and_a_user_is_held_to_their_tiers(
+    pool_factory: type[PoolProcess], tmp_path: Path
+) -> None:
+    """The pool's own user is its admin from the start; anyone else is registered as a plain
+    user on their first submission."""
+    pool = pool_factory(tmp_path / "home", "--virtual-nodes", "2", "--cpus-per-node", "2").start()
+    [me] = pool.cli_json("users")
+    assert me["role"] == "admin"
+    labels = pool.cli_json("label", "node1", "pool=gpu")
+    assert labels["effective"]["pool"] == "gpu"
+    job = pool.cli_json("submit", "--pool", "gpu", "--priority", "highest", "--", "true")
+    assert pool.cli("wait", str(job["id"])).returncode == 0
+    assert [s["node"] for s in pool.cli_json("show", str(job["id"]))["placement"]] == ["node1"]
+
+    def as_alice(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuyard", *args],
+            env={**pool.env, "GPUYARD_USER": "alice"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    refused = as_alice("submit", "--priority", "highest", "--", "true")
+    assert refused.returncode == 1 and "priority highest is not open to alice" in refused.stderr
+    assert "alice" not in [u["name"] for u in pool.cli_json("users")]
+    queued = as_alice("submit", "--json", "--pool", "nowhere", "--", "true")
+    assert queued.returncode == 2 and "there is no pool nowhere" in queued.stderr
+    assert as_alice("submit", "--", "true").returncode == 0
+    assert [(u["name"], u["role"]) for u in pool.cli_json("users")] == sorted(
+        [("alice", "user"), (me["name"], "admin")]
+    )
