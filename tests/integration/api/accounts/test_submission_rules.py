@@ -392,3 +392,29 @@ def test_stale_decisions_are_dropped_after_a_priority_change(client: Client, sto
         transition(session, stale, JobState.STARTING, actor="scheduler", why="placed", time=1.0)
     with store.read() as session:
         assert session.scalars(select(JobRow.state)).all() == ["queued"]
+
+
+def test_concurrent_urgent_submissions_never_pass_the_limit(
+    api_url: str, admin: Client, controller: Controller
+) -> None:
+    """The group's row is locked while its urgent jobs are counted: twelve submissions at once
+    into three places give exactly three jobs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    admin.create_group("ml", urgent_limit=3)
+    for name in ("u0", "u1", "u2", "u3"):
+        admin.create_user(name, group="ml")
+
+    def submit(i: int) -> str:
+        with Client(api_url, user=f"u{i % 4}") as c:
+            try:
+                c.submit({"command": "x", "priority": "high"})
+            except Conflict as exc:
+                return exc.detail
+            return "ok"
+
+    with ThreadPoolExecutor(12) as pool:
+        outcomes = list(pool.map(submit, range(12)))
+    assert outcomes.count("ok") == 3
+    assert all("its limit is 3" in o for o in outcomes if o != "ok")
+    assert admin.group("ml").urgent_jobs == 3
