@@ -196,7 +196,7 @@ class Controller:
         self._advance_jobs()
         if time.monotonic() - self._last_control_sync >= CONTROL_EVERY:
             self._last_control_sync = time.monotonic()
-            self._sync_checkpoints()
+            self._sync_control()
         if schedule:
             self._dirty = False
             began = time.monotonic()
@@ -283,12 +283,14 @@ class Controller:
                     )
         self._dirty = True
 
-    def _sync_checkpoints(self) -> None:
-        """Record when running jobs last saved a checkpoint: preemption picks the victims that
-        lose the least work."""
+    def _sync_control(self) -> None:
+        """Record what running jobs' runtimes report: when they last saved a checkpoint, and
+        whether they listen for notices. Preemption picks the victims that lose least."""
         with self.store.read() as session:
             rows = session.execute(
-                select(WorkerRow.job_id, WorkerRow.handle, JobRow.last_checkpoint_at)
+                select(
+                    WorkerRow.job_id, WorkerRow.handle, JobRow.last_checkpoint_at, JobRow.listens
+                )
                 .join(JobRow, JobRow.id == WorkerRow.job_id)
                 .where(
                     JobRow.state == JobState.RUNNING.value,
@@ -299,19 +301,23 @@ class Controller:
             ).all()
         if not rows:
             return
-        newest: dict[int, float] = {}
-        known = {job_id: last for job_id, _, last in rows}
-        for (job_id, _, _), state in zip(
-            rows, self.executor.control([h for _, h, _ in rows]), strict=True
-        ):
+        known = {job_id: (last, listens) for job_id, _, last, listens in rows}
+        seen: dict[int, tuple[float | None, bool]] = {}
+        states = self.executor.control([h for _, h, _, _ in rows])
+        for (job_id, _, _, _), state in zip(rows, states, strict=True):
+            last, listens = seen.get(job_id, known[job_id])
             at = state.checkpoint_at
-            if at is not None and at > max(newest.get(job_id, 0.0), known[job_id] or 0.0):
-                newest[job_id] = at
-        if newest:
+            if at is not None and (last is None or at > last):
+                last = at
+            seen[job_id] = (last, listens or state.listening)
+        changed = {j: v for j, v in seen.items() if v != known[j]}
+        if changed:
             with self.store.write() as session:
-                for job_id, at in newest.items():
+                for job_id, (last, listens) in changed.items():
                     session.execute(
-                        update(JobRow).where(JobRow.id == job_id).values(last_checkpoint_at=at)
+                        update(JobRow)
+                        .where(JobRow.id == job_id)
+                        .values(last_checkpoint_at=last, listens=listens)
                     )
 
     # -- 2. advance jobs ------------------------------------------------------------------

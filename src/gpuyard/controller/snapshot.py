@@ -77,6 +77,7 @@ def pool_policies(session: Session) -> dict[str, PoolPolicy]:
             same_zone=row.same_zone,
             notice=row.notice,
             grow_after=row.grow_after,
+            slices=tuple(float(x) for x in row.slices or ()),
         )
         for row in session.scalars(select(PoolRow))
     }
@@ -130,6 +131,8 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
                 JobRow.created_at,
                 JobRow.spec,
                 JobRow.last_checkpoint_at,
+                JobRow.attained,
+                JobRow.listens,
             ).where(JobRow.state.in_(_HOLDING))
         )
     )
@@ -144,6 +147,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
                 JobRow.owner,
                 JobRow.group_name,
                 JobRow.spec,
+                JobRow.attained,
             )
             .where(JobRow.state.in_(_PENDING))
             .order_by(JobRow.id)
@@ -189,6 +193,8 @@ def _running(row: Any) -> RunningJob:
         preemptible=state is JobState.RUNNING,
         min_nodes=int(spec["min_nodes"]) if elastic else None,
         max_nodes=int(spec["nodes"]) if elastic else None,
+        attained=row.attained or 0.0,
+        saves_on_notice=bool(row.listens),
     )
 
 
@@ -197,7 +203,7 @@ def hypothetical(
 ) -> PendingJob:
     """A job as it would be queued if submitted now (for ``submit --dry-run``): id -1."""
     constraints = _Constraints({n.name: n.pool for n in snapshot.nodes})
-    row = (-1, 0, spec.get("priority", Priority.NORMAL.value), seq, owner, group, spec)
+    row = (-1, 0, spec.get("priority", Priority.NORMAL.value), seq, owner, group, spec, 0.0)
     return _pending(row, constraints)
 
 
@@ -215,4 +221,5 @@ def _pending(row: Any, constraints: _Constraints) -> PendingJob:
         constraint=constraints.of(spec),
         max_runtime=spec.get("max_runtime"),
         min_nodes=spec.get("min_nodes"),
+        attained=row.attained or 0.0,
     )

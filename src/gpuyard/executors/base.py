@@ -137,6 +137,8 @@ class ControlState:
     step: int | None = None
     suspended_at: float | None = None
     """A process of the worker called ``suspend()`` (it exits to be requeued)."""
+    listening: bool = False
+    """A process of the worker listens for the notice (it will save a checkpoint when told)."""
 
 
 class LaunchError(Exception):

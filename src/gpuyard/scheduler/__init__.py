@@ -3,6 +3,7 @@
 from gpuyard.scheduler.decide import Decisions, Grow, Preempt, Start, Wait, WaitCode, decide
 from gpuyard.scheduler.snapshot import (
     DEFAULT_POOL,
+    TIME_SHARING_SLICES,
     Allocation,
     Constraint,
     Limit,
@@ -18,6 +19,7 @@ from gpuyard.scheduler.snapshot import (
 
 __all__ = [
     "DEFAULT_POOL",
+    "TIME_SHARING_SLICES",
     "Allocation",
     "Constraint",
     "Decisions",

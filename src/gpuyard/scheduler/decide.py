@@ -162,18 +162,31 @@ class _Cycle:
         self.candidate_names: dict[Constraint, frozenset[str]] = {}
         self.policies: dict[str, PoolPolicy] = {}
         self.preemption_tries = 0
-        self.lower_tiers_running: dict[str, int] = {}
+        self.slicing = any(p.slices for p in snapshot.pools.values())
+        self.lowest_running: dict[str, tuple[int, int]] = {}
+        """Per pool, the lowest (tier, -band) of its running jobs: nobody ranked at or below
+        it can suspend anyone there."""
         for job in snapshot.running:
             # Suspending jobs count too: a job may be waiting for them to leave.
             if job.preemptible or job.suspending:
                 for a in job.allocations[:1]:
                     node = self.ledger.by_name.get(a.node)
                     if node is not None:
-                        pool = node.pool
-                        low = self.lower_tiers_running.get(pool)
-                        self.lower_tiers_running[pool] = (
-                            job.priority if low is None else min(low, job.priority)
-                        )
+                        rank = self.running_rank(job, node.pool)
+                        low = self.lowest_running.get(node.pool)
+                        self.lowest_running[node.pool] = rank if low is None else min(low, rank)
+
+    def pending_band(self, job: PendingJob) -> int:
+        return self.policy(job.constraint.pool).band(job.attained)
+
+    def pending_rank(self, job: PendingJob) -> tuple[int, int]:
+        """Higher goes first: the tier, then (time-slicing) the least served band."""
+        return (job.priority, -self.pending_band(job) if self.slicing else 0)
+
+    def running_rank(self, job: RunningJob, pool: str) -> tuple[int, int]:
+        if not self.slicing:
+            return (job.priority, 0)
+        return (job.priority, -self.policy(pool).band(job.attained_at(self.now)))
 
     def policy(self, pool: str) -> PoolPolicy:
         found = self.policies.get(pool)
@@ -184,7 +197,8 @@ class _Cycle:
     # -- the queue ------------------------------------------------------------------------
 
     def run(self) -> Decisions:
-        for job in self.fair.order(self.snapshot.pending):
+        band = self.pending_band if self.slicing else None
+        for job in self.fair.order(self.snapshot.pending, band):
             self.consider(job)
         self.grow_elastic()
         return self.decisions
@@ -263,8 +277,10 @@ class _Cycle:
     # -- preemption -----------------------------------------------------------------------
 
     def try_preemption(self, job: PendingJob, choices: tuple[Request, ...]) -> bool:
-        lowest = self.lower_tiers_running.get(job.constraint.pool)
-        if lowest is None or lowest >= job.priority or self.preemption_tries >= MAX_PREEMPTIONS:
+        pool = job.constraint.pool
+        lowest = self.lowest_running.get(pool)
+        rank = self.pending_rank(job)
+        if lowest is None or lowest >= rank or self.preemption_tries >= MAX_PREEMPTIONS:
             return False
         self.preemption_tries += 1
         policy = self.policy(job.constraint.pool)
@@ -276,7 +292,7 @@ class _Cycle:
                 job.constraint,
                 running=self.running,
                 eligible=lambda r: (
-                    r.preemptible and r.priority < job.priority and r.id not in self.leaving
+                    r.preemptible and self.running_rank(r, pool) < rank and r.id not in self.leaving
                 ),
                 same_zone=policy.same_zone,
                 now=self.now,
@@ -287,12 +303,17 @@ class _Cycle:
                 continue  # it fits without anyone leaving: only holds stand in the way
             for victim in plan.victims:
                 self.leaving.add(victim.id)
+                why = (
+                    "a higher priority"
+                    if victim.priority < job.priority
+                    else "time-sharing: it has had less GPU time"
+                )
                 self.decisions.preempts.append(
                     Preempt(
                         victim.id,
                         victim.version,
                         job.id,
-                        f"suspended to make room for job {job.id} (a higher priority)",
+                        f"suspended to make room for job {job.id} ({why})",
                     )
                 )
             self.running = [
@@ -307,8 +328,8 @@ class _Cycle:
             self.wait(
                 job,
                 WaitCode.PREEMPTING,
-                f"waiting for job{'s' if len(ids) > 1 else ''} {_ids(ids)} (lower priority) "
-                "to suspend and free its room",
+                f"waiting for job{'s' if len(ids) > 1 else ''} {_ids(ids)} to suspend and "
+                "free its room",
                 self.now,
             )
             return True
@@ -341,6 +362,11 @@ class _Cycle:
         if not full:
             policy = self.policy(job.constraint.pool)
             found = self.ledger.earliest(request, job.constraint, same_zone=policy.same_zone)
+            if found is not None and math.isinf(found[0]) and policy.slices:
+                # No start time is known, so holding room would only drain nodes. A
+                # time-sliced pool needs no drain against starvation: the jobs ahead rise
+                # to higher bands as they are served, and this one may then suspend them.
+                found = None
             if found is not None:
                 start, allocations = found
                 self.ledger.reserve(job.id, start, allocations)

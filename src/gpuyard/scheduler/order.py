@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from gpuyard.scheduler.snapshot import PendingJob, RunningJob
 
@@ -30,12 +30,18 @@ class FairShare:
     def _key(self, owner: str) -> float:
         return self.usage.get(owner, 0.0) / (self.shares.get(owner) or 1.0)
 
-    def order(self, pending: Iterable[PendingJob]) -> Iterator[PendingJob]:
+    def order(
+        self,
+        pending: Iterable[PendingJob],
+        band: Callable[[PendingJob], int] | None = None,
+    ) -> Iterator[PendingJob]:
         """Jobs in the order to consider them; reads usage as it goes, so charge a start
-        before asking for the next job."""
-        tiers: dict[int, dict[str, list[PendingJob]]] = {}
+        before asking for the next job. ``band`` splits each tier (time-slicing: the least
+        served band first)."""
+        tiers: dict[tuple[int, int], dict[str, list[PendingJob]]] = {}
         for job in pending:
-            tiers.setdefault(job.priority, {}).setdefault(job.owner, []).append(job)
+            rank = (job.priority, -band(job) if band else 0)
+            tiers.setdefault(rank, {}).setdefault(job.owner, []).append(job)
         for tier in sorted(tiers, reverse=True):
             queues = {
                 owner: deque(sorted(jobs, key=lambda j: (j.seq, j.id)))
@@ -53,5 +59,5 @@ class FairShare:
                 queue = queues[owner]
                 yield queue.popleft()
                 if queue:
-                    key = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
-                    push(heap, (key, queue[0].seq, owner))
+                    share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
+                    push(heap, (share, queue[0].seq, owner))

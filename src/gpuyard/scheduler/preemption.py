@@ -20,6 +20,9 @@ __all__ = ["VictimPlan", "choose_victims"]
 
 _EPS = 1e-9
 
+Cost = tuple[float, float]
+"""(work lost, minus service had): lower is cheaper."""
+
 
 @dataclass(slots=True)
 class VictimPlan:
@@ -41,6 +44,15 @@ class _Scratch:
     """Victims and suspending jobs: their allocations count as free."""
     planned: dict[str, list[Member]] = field(default_factory=dict)
 
+    def cost(self, victims: list[RunningJob]) -> Cost:
+        """What suspending ``victims`` costs: the work they would lose (time since their last
+        checkpoint), then, between equals, the service they have had (the most served go
+        first, as a least-attained-service scheduler would have it)."""
+        return (
+            sum(j.lost_work(self.now) for j in victims),
+            -sum(j.attained_at(self.now) for j in victims),
+        )
+
     def free(self, node: NodeFree) -> tuple[int, float, int]:
         gpus, cpus, memory = len(node.free_gpus), node.free_cpus, node.free_memory
         for job in self.holders.get(node.capacity.name, ()):
@@ -52,15 +64,15 @@ class _Scratch:
             gpus, cpus, memory = gpus - m.gpus, cpus - m.cpus, memory - m.memory
         return gpus, cpus, memory
 
-    def whole_cost(self, node: NodeFree) -> tuple[float, list[RunningJob]] | None:
+    def whole_cost(self, node: NodeFree) -> tuple[Cost, list[RunningJob]] | None:
         if node.capacity.name in self.planned or node.holds:
             return None
         new = [j for j in self.holders.get(node.capacity.name, ()) if j.id not in self.gone]
         if not all(self.eligible(j) for j in new):
             return None
-        return sum(j.lost_work(self.now) for j in new), new
+        return self.cost(new), new
 
-    def partial_cost(self, node: NodeFree, member: Member) -> tuple[float, list[RunningJob]] | None:
+    def partial_cost(self, node: NodeFree, member: Member) -> tuple[Cost, list[RunningJob]] | None:
         if node.holds or any(m.whole_node for m in self.planned.get(node.capacity.name, ())):
             return None
         gpus, cpus, memory = self.free(node)
@@ -71,7 +83,7 @@ class _Scratch:
                 for j in self.holders.get(node.capacity.name, ())
                 if j.id not in self.gone and self.eligible(j)
             ),
-            key=lambda j: (j.lost_work(self.now), -j.started_at, j.id),
+            key=lambda j: (self.cost([j]), -j.started_at, j.id),
         )
         for job in others:
             if _fits(member, gpus, cpus, memory):
@@ -82,7 +94,7 @@ class _Scratch:
                     gpus, cpus, memory = _add(node, a, gpus, cpus, memory)
         if not _fits(member, gpus, cpus, memory):
             return None
-        return sum(j.lost_work(self.now) for j in chosen), chosen
+        return self.cost(chosen), chosen
 
 
 def _add(
@@ -165,7 +177,7 @@ def choose_victims(
 def _pick_partial(
     scratch: _Scratch, member: Member, candidates: list[NodeFree]
 ) -> tuple[NodeFree, list[RunningJob]] | None:
-    best: tuple[float, int, str] | None = None
+    best: tuple[Cost, int, str] | None = None
     best_pick: tuple[NodeFree, list[RunningJob]] | None = None
     for node in candidates:
         found = scratch.partial_cost(node, member)
@@ -183,11 +195,11 @@ def _pick_whole(
     zones: dict[str, list[NodeFree]] = {}
     for node in candidates:
         zones.setdefault(node.capacity.zone if same_zone else "", []).append(node)
-    best: tuple[float, list[tuple[Member, NodeFree, list[RunningJob]]]] | None = None
+    best: tuple[Cost, list[tuple[Member, NodeFree, list[RunningJob]]]] | None = None
     for zone in sorted(zones):
         picked: list[tuple[Member, NodeFree, list[RunningJob]]] = []
         used: set[int] = set()
-        total = 0.0
+        total: Cost = (0.0, 0.0)
         chosen_ids: set[int] = set()
         for member in whole:
             options = []
@@ -201,7 +213,7 @@ def _pick_whole(
                 found = scratch.whole_cost(node)
                 if found is None:
                     continue
-                cost = sum(j.lost_work(scratch.now) for j in found[1] if j.id not in chosen_ids)
+                cost = scratch.cost([j for j in found[1] if j.id not in chosen_ids])
                 options.append((cost, len(found[1]), node.size, node.capacity.name, node, found[1]))
             if not options:
                 picked = []
@@ -209,7 +221,7 @@ def _pick_whole(
             cost, _, _, _, node, victims = min(options, key=lambda o: o[:4])
             used.add(node.index)
             chosen_ids.update(v.id for v in victims)
-            total += cost
+            total = (total[0] + cost[0], total[1] + cost[1])
             picked.append((member, node, victims))
         if picked and (best is None or total < best[0]):
             best = (total, picked)

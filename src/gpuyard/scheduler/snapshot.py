@@ -8,6 +8,7 @@ scheduler could not know (the trace simulator relies on that).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from enum import StrEnum
 
 __all__ = [
     "ANYWHERE",
+    "TIME_SHARING_SLICES",
     "DEFAULT_POOL",
     "Allocation",
     "Constraint",
@@ -63,6 +65,12 @@ class Preemption(StrEnum):
     """Higher tiers suspend lower running jobs to take their place (reference 003)."""
 
 
+TIME_SHARING_SLICES = (3600.0, 36000.0, 360000.0)
+"""Bands at 1, 10 and 100 GPU-hours: what a time-sharing pool is advised to use. The trace
+replay (docs/simulator.md) found decade-spaced slices from 30 minutes to 100 GPU-hours all
+within 1 % of each other on real workloads; fewer bands did worse."""
+
+
 @dataclass(frozen=True, slots=True)
 class PoolPolicy:
     name: str = DEFAULT_POOL
@@ -73,6 +81,16 @@ class PoolPolicy:
     """Seconds a preempted job has to checkpoint and exit before SIGTERM."""
     grow_after: float = 60.0
     """Seconds an elastic job runs at one size before it may be grown."""
+    slices: tuple[float, ...] = ()
+    """Time-slicing inside a tier: GPU-seconds of service, ascending, that split each tier
+    into bands. A job that has had less service goes first, and (with preemption
+    ``suspend``) may suspend a job of its own tier that has had more, at a higher band. The
+    idea of least-attained-service schedulers (Tiresias): without knowing how long jobs run,
+    the short ones finish first."""
+
+    def band(self, attained: float) -> int:
+        """0 for the least served jobs; one more for each slice passed."""
+        return bisect.bisect_right(self.slices, attained) if self.slices else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +196,8 @@ class PendingJob:
     """The user's limit: what backfill and prediction take as its run time."""
     min_nodes: int | None = None
     """Elastic: start with as few as this many nodes (``request`` has the most)."""
+    attained: float = 0.0
+    """GPU-seconds of service it has had (earlier attempts), for time-slicing."""
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""
@@ -228,9 +248,17 @@ class RunningJob:
     """It is on its way out (told to suspend, stop or end): its resources are about to be free."""
     preemptible: bool = True
     """Whether it may be suspended for a higher tier (not while it is being launched)."""
+    saves_on_notice: bool = False
+    """Its processes listen for the preemption notice (``gpuyard.runtime``): it saves a
+    checkpoint when told, so a suspension costs it no work."""
     min_nodes: int | None = None
     """Elastic: its range is min_nodes .. max_nodes."""
     max_nodes: int | None = None
+    attained: float = 0.0
+    """GPU-seconds of service before this attempt started."""
+
+    def attained_at(self, now: float) -> float:
+        return self.attained + self.gpus * max(0.0, now - self.started_at)
 
     @property
     def expected_end(self) -> float | None:
@@ -239,6 +267,8 @@ class RunningJob:
 
     def lost_work(self, now: float) -> float:
         """Seconds of work a suspension now would throw away."""
+        if self.saves_on_notice:
+            return 0.0
         return max(0.0, now - max(self.started_at, self.last_checkpoint or self.started_at))
 
     @property

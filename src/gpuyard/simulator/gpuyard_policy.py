@@ -122,6 +122,10 @@ class GpuyardPolicy:
                 group=job.group,
                 version=job.preemptions,
                 started_at=view.now,
+                attained=job.attained_gpu_seconds(view.now),
+                # Simulated jobs checkpoint and resume, paying the engine's overhead: as
+                # jobs that listen for the notice do, they lose no work beyond it.
+                saves_on_notice=True,
             )
             starts.append(StartJob(job.index, self._slots(start.allocations)))
         # A suspension frees the victim's GPUs at once; the engine asks again right away.
@@ -139,6 +143,7 @@ class GpuyardPolicy:
                 owner=job.user,
                 request=request_for(job.gpus, job.nodes, self._largest),
                 group=job.group,
+                attained=job.attained_gpu_seconds(job.submit),
             )
             self._pending[job.index] = cached
         return cached

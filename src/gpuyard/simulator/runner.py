@@ -34,7 +34,15 @@ POLICIES: dict[str, PolicyInfo] = {
     for p in (
         PolicyInfo("fifo", "reference FIFO: the artifact's rules, a check of the simulator"),
         PolicyInfo("sjf", "reference SJF (oracle run times): the artifact's rules", oracle=True),
-        PolicyInfo("gpuyard", "gpuyard.scheduler.decide(), as the server runs it"),
+        PolicyInfo(
+            "gpuyard",
+            "gpuyard.scheduler.decide() on a time-sharing pool (preemption: suspend, slices at "
+            "1, 10, 100 GPU-hours), as the server runs it",
+        ),
+        PolicyInfo(
+            "gpuyard-never",
+            "gpuyard.scheduler.decide() on a pool without preemption (the default pool)",
+        ),
     )
 }
 
@@ -44,10 +52,14 @@ def make_policy(name: str, context: PolicyContext) -> Policy:
         from gpuyard.simulator.reference import ReferencePolicy
 
         return ReferencePolicy(context, name)
-    if name == "gpuyard":
+    if name in ("gpuyard", "gpuyard-never"):
+        from gpuyard.scheduler import TIME_SHARING_SLICES, PoolPolicy, Preemption
         from gpuyard.simulator.gpuyard_policy import GpuyardPolicy
 
-        return GpuyardPolicy(context)
+        if name == "gpuyard-never":
+            return GpuyardPolicy(context)
+        sharing = PoolPolicy(preemption=Preemption.SUSPEND, slices=TIME_SHARING_SLICES)
+        return GpuyardPolicy(context, pools={sharing.name: sharing})
     raise InvalidSpec(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 

@@ -94,6 +94,8 @@ def running(
     preemptible: bool = True,
     min_nodes: int | None = None,
     max_nodes: int | None = None,
+    attained: float = 0.0,
+    saves_on_notice: bool = False,
 ) -> RunningJob:
     return RunningJob(
         job_id,
@@ -109,6 +111,8 @@ def running(
         preemptible=preemptible,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
+        attained=attained,
+        saves_on_notice=saves_on_notice,
     )
 
 

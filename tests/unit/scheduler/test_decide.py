@@ -675,3 +675,86 @@ def test_waiting_reasons_are_readable() -> None:
 
 def test_starts_carry_the_version_read_for_guarded_writes() -> None:
     assert decide(snapshot([node("a")], [job(1, version=7)])).starts[0].version == 7
+
+
+# -- time-slicing inside a tier ----------------------------------------------------------------
+
+SLICED = PoolPolicy(preemption=Preemption.SUSPEND, slices=(3600.0, 36000.0))
+GPU_HOUR = 3600.0
+
+
+def test_bands_split_a_tier_by_service_had() -> None:
+    assert [SLICED.band(x) for x in (0, 3599, 3600, 40000)] == [0, 0, 1, 2]
+    assert PoolPolicy().band(1e9) == 0
+
+
+TIME_SLICING = [
+    Case(
+        "the less served job goes first inside a tier, whatever the submission order",
+        nodes=[node("a", gpus=1)],
+        pending=[replace(job(1, gpus=1), attained=5 * GPU_HOUR), job(2, gpus=1)],
+        pools=(replace(SLICED, preemption=Preemption.NEVER),),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "a new job suspends a job of its own tier that has had more service",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 4), started_at=0, saves_on_notice=True),),
+        pending=[job(1, gpus=4)],
+        now=2 * GPU_HOUR,  # job 9 has had 8 GPU-hours: band 1
+        pools=(SLICED,),
+        waits={1: WaitCode.PREEMPTING},
+        preempts={9},
+    ),
+    Case(
+        "...but not one in its own band",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 4), started_at=0),),
+        pending=[job(1, gpus=4)],
+        now=600,  # 40 GPU-minutes: band 0
+        pools=(SLICED,),
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "the most served victim goes first when none loses work",
+        nodes=[node("a", gpus=2), node("b", gpus=2)],
+        running=(
+            running(8, alloc("a", 2), started_at=0, saves_on_notice=True),
+            running(9, alloc("b", 2), started_at=0, saves_on_notice=True, attained=50 * GPU_HOUR),
+        ),
+        pending=[job(1, gpus=2)],
+        now=3 * GPU_HOUR,
+        pools=(SLICED,),
+        waits={1: WaitCode.PREEMPTING},
+        preempts={9},
+    ),
+    Case(
+        "a higher tier still beats any band",
+        nodes=[node("a", gpus=1)],
+        pending=[job(1, gpus=1), replace(job(2, gpus=1, priority=HIGH), attained=1e6)],
+        pools=(SLICED,),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "a time-sliced pool holds no room for a start it cannot time (no drained nodes)",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 2)),),
+        pending=[job(1, gpus=4), job(2, gpus=2)],
+        pools=(replace(SLICED, preemption=Preemption.NEVER),),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+]
+
+
+@table(TIME_SLICING)
+def test_time_slicing(case: Case) -> None:
+    check(case)
+
+
+def test_a_victim_that_saves_on_notice_loses_no_work() -> None:
+    listening = running(9, alloc("a", 1), started_at=0, saves_on_notice=True)
+    deaf = running(8, alloc("a", 1), started_at=0, last_checkpoint=50)
+    assert (listening.lost_work(100), deaf.lost_work(100)) == (0.0, 50.0)

@@ -15,7 +15,9 @@ def test_a_job_that_fits_starts_now() -> None:
 
 
 def test_it_starts_when_the_running_job_reaches_its_max_runtime() -> None:
-    s = snapshot([node("a", gpus=4)], [job(1, gpus=4)], [running(9, alloc("a", 2), max_runtime=300)])
+    s = snapshot(
+        [node("a", gpus=4)], [job(1, gpus=4)], [running(9, alloc("a", 2), max_runtime=300)]
+    )
     forecast = predict(s, 1)
     assert (forecast.now, forecast.start_at, forecast.waits_for) == (False, 300.0, (9,))
     assert in_words(forecast, 0.0) == "starts in about 5m00s"

@@ -350,7 +350,16 @@ def _control_state(control: Path) -> ControlState:
         progress_at=_number(progress.get("time")),
         step=_integer(progress.get("step")),
         suspended_at=_number(suspended.get("time")),
+        listening=_any_entry(control / "listeners"),
     )
+
+
+def _any_entry(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False
 
 
 def _number(value: Any) -> float | None:

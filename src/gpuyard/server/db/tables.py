@@ -58,6 +58,10 @@ class JobRow(Base):
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When a worker last reported a saved checkpoint (gpuyard.runtime)."""
     suspensions: Mapped[int] = mapped_column(Integer, default=0)
+    attained: Mapped[float] = mapped_column(Float, default=0.0)
+    """GPU-seconds of service in its earlier attempts (time-slicing ranks jobs by it)."""
+    listens: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Its runtime listens for the preemption notice: it saves a checkpoint when told."""
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
@@ -181,4 +185,6 @@ class PoolRow(Base):
     same_zone: Mapped[bool] = mapped_column(Boolean, default=False)
     notice: Mapped[float] = mapped_column(Float, default=60.0)
     grow_after: Mapped[float] = mapped_column(Float, default=60.0)
+    slices: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    """Time-slicing bands in GPU-seconds (see ``PoolPolicy.slices``); empty: none."""
     description: Mapped[str] = mapped_column(Text, default="")

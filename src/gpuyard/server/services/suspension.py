@@ -62,6 +62,8 @@ def begin_suspension(
 def finish_suspension(session: Session, job: JobRow, *, actor: str, why: str, now: float) -> None:
     """Every worker has exited: back in the queue at the original position, as the next
     attempt."""
+    gpus = sum(len(slot.get("gpus") or ()) for slot in job.placement or [])
+    ran = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
     transition(
         session,
         job,
@@ -70,6 +72,7 @@ def finish_suspension(session: Session, job: JobRow, *, actor: str, why: str, no
         why=why,
         time=now,
         attempt=job.attempt + 1,
+        attained=(job.attained or 0.0) + gpus * ran,
         suspensions=(job.suspensions or 0) + 1,
         placement=None,
         token=None,
