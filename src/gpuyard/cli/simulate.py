@@ -27,7 +27,10 @@ def simulate(
     ],
     policy: Annotated[
         list[str] | None,
-        typer.Option(help="fifo, sjf or gpuyard; repeatable or comma-separated (default: all)."),
+        typer.Option(
+            help="fifo, sjf, gpuyard or gpuyard-never; repeatable or comma-separated "
+            "(default: all)."
+        ),
     ] = None,
     out: Annotated[
         Path, typer.Option(help="Directory for jobs.csv, summary.csv, queue_cdf.png.")
