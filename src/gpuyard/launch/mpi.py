@@ -1,13 +1,14 @@
 """The MPI command rules of reference 002 (Horovod 模式) and 000 (MPI jobs).
 
 A command without ``mpirun`` gets a prefix; one with ``mpirun`` is left alone, since the user
-then gives every MPI argument. The Open MPI prefix is the reference's, word for word but for two
-dashes: the reference writes ``-bind-to none -map-by slot``, which Open MPI up to 4 accepted,
-while Open MPI 5's mpirun (the one we ship, 5.0.x from PyPI) turns a single-dash long option into
-the double-dash one and loses its value (``-bind-to none`` ends with "Executable: none", and
-``-map-by slot`` with "unrecognized option --map-by"). ``--bind-to none --map-by slot`` means the
-same to every Open MPI. Hydra (MPICH) does not take Open MPI's ``-x``/``-mca`` flags and forwards
-the environment by itself, so its prefix only sets the process count.
+then gives every MPI argument. The Open MPI prefix is the reference's, word for word. It writes
+``-bind-to none -map-by slot``, which Open MPI up to 4 read, while Open MPI 5's mpirun (the one
+we ship, 5.0.x from PyPI) loses the value of a single-dash long option (``-bind-to none`` ends
+with "Executable: none"); an Open MPI job's launcher therefore finds a small ``mpirun`` of ours
+first on its PATH that spells those options with two dashes and runs the real one
+(``launch.plan.MPIRUN_SHIM``), so the prefix, and users' commands written for Open MPI 4, run
+unchanged. Hydra (MPICH) does not take Open MPI's ``-x``/``-mca`` flags and forwards the
+environment by itself, so its prefix only sets the process count.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ def mpi_prefix(implementation: MpiImplementation, processes: int) -> list[str]:
         "--allow-run-as-root",
         "-np",
         str(processes),
-        "--bind-to",
+        "-bind-to",
         "none",
-        "--map-by",
+        "-map-by",
         "slot",
         "-x",
         "NCCL_DEBUG=INFO",

@@ -239,7 +239,34 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
         env["GPUYARD_REXEC_ADDRESS"] = w.slot.address
         env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
+    if impl is MpiImplementation.OPENMPI:
+        files[posixpath.join(mpirun_shim_dir(w.files_dir), "mpirun")] = File(MPIRUN_SHIM, 0o755)
     return None, env, files
+
+
+def mpirun_shim_dir(files_dir: str) -> str:
+    """Where an Open MPI launcher finds ``mpirun`` first (see :data:`MPIRUN_SHIM`)."""
+    return posixpath.join(files_dir, "bin")
+
+
+MPIRUN_SHIM = """#!/bin/sh
+# gpuyard: Open MPI up to 4 read single-dash long options, as references 000 and 002 write them
+# (mpirun -bind-to none -map-by slot ...); Open MPI 5's mpirun loses their values ("Executable:
+# none"). Give them two dashes, then run the real mpirun (this directory leaves PATH).
+for a; do
+  shift
+  case $a in
+    -bind-to|-map-by|-rank-by) a="-$a" ;;
+  esac
+  set -- "$@" "$a"
+done
+here=$(dirname "$0")
+PATH=$(printf '%s' "$PATH" | sed "s#^$here:##")
+export PATH
+exec mpirun "$@"
+"""
+"""Run as ``mpirun`` by an Open MPI job's launcher: the reference's prefix and users' commands
+written for Open MPI 4 run unchanged on Open MPI 5."""
 
 
 def _one_host_env(w: _Worker) -> dict[str, str]:
@@ -331,6 +358,8 @@ def plan_worker(
         if install is not None:
             _prepend_path(env, "PATH", install.bin_dir)
             _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
+        if seat.role is Role.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
+            _prepend_path(env, "PATH", mpirun_shim_dir(w.files_dir))
         argv_override, more_env, more_files = _mpi(w)
         mode_env.update(more_env)
         files.update(more_files)

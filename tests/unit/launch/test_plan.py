@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuyard.executors.base import Bind, File, Tools
 from gpuyard.launch.network import Network, NetworkPreset
-from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
+from gpuyard.launch.plan import MPIRUN_SHIM, JobContext, MpiInstall, plan_worker
 from gpuyard.launch.slurm import compress_hostlist
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, MpiImplementation, Slot
@@ -246,7 +248,10 @@ def test_openmpi_launcher_and_targets(mode: str) -> None:
     assert "SLURM_JOB_ID" in env
     assert env["PRTE_MCA_plm"] == env["PRTE_MCA_ras"] == "^slurm"
     assert env["MPI4PY_LIBMPI"] == "/opt/ompi/lib"
-    assert env["PATH"] == "/opt/ompi/bin:/bin"
+    # The launcher finds our mpirun shim first, then the pool's Open MPI.
+    assert env["PATH"] == f"{files}/bin:/opt/ompi/bin:/bin"
+    assert target.env["PATH"] == "/opt/ompi/bin:/bin"
+    assert launcher.files[f"{files}/bin/mpirun"] == File(MPIRUN_SHIM, 0o755)
     assert env["LD_LIBRARY_PATH"] == "/opt/ompi/lib"
     assert (env["GPUYARD_REXEC_SELF"], target.env["GPUYARD_REXEC_SELF"]) == ("node0", "node1")
     assert (target.env["GPUYARD_REXEC_ADDRESS"], target.env["GPUYARD_REXEC_PORT"]) == (
@@ -486,3 +491,41 @@ def test_slurm_variables_for_one_process_per_node() -> None:
 )
 def test_hostlist_compression(hosts: list[str], expected: str) -> None:
     assert compress_hostlist(hosts) == expected
+
+
+def test_the_mpirun_shim_gives_open_mpi_5_the_options_it_reads(tmp_path: Path) -> None:
+    """Run the shim for real, in front of an ``mpirun`` that prints what it was given."""
+    shim_dir, real_dir = tmp_path / "shim", tmp_path / "real"
+    shim_dir.mkdir()
+    real_dir.mkdir()
+    (shim_dir / "mpirun").write_text(MPIRUN_SHIM)
+    (shim_dir / "mpirun").chmod(0o755)
+    (real_dir / "mpirun").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "PATH=$PATH"; for a; do printf "[%s]\\n" "$a"; done\n'
+    )
+    (real_dir / "mpirun").chmod(0o755)
+    argv = ["-np", "4", "-bind-to", "none", "-map-by", "slot", "-x", "A B", "python", "t.py"]
+    result = subprocess.run(
+        ["mpirun", *argv],
+        env={"PATH": f"{shim_dir}:{real_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"PATH={real_dir}:/usr/bin:/bin"  # the shim left PATH
+    assert lines[1:] == [
+        f"[{a}]"
+        for a in [
+            "-np",
+            "4",
+            "--bind-to",
+            "none",
+            "--map-by",
+            "slot",
+            "-x",
+            "A B",
+            "python",
+            "t.py",
+        ]
+    ]
