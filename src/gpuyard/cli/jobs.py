@@ -212,25 +212,34 @@ def ls(
     if as_json:
         print_json(page)
         return
-    table = Table("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE", box=None)
-    # One line per job: a long reason is cut to the terminal (`gpuyard show` has all of it).
-    table.add_column("REASON", no_wrap=True, overflow="ellipsis")
-    for job in page.items:
-        reason = job.reason or ""
-        if job.wait_code:
-            reason = f"[{job.wait_code}] {reason}"
-        table.add_row(
+    headers = ("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE")
+    rows = [
+        (
             str(job.id),
             job.name,
-            status_style(job.status.value),
+            job.status.label,
             job.spec.priority.value,
             job.owner,
             _nodes_text(job),
             str(job.spec.resources.gpus * job.spec.nodes),
             age(job.created_at),
-            Text(reason),  # text, not markup: "[quota] …" is no style tag
         )
+        for job in page.items
+    ]
     out = console()
+    # One line per job: the reason gets the width the other columns leave, cut short if it
+    # must be (`gpuyard show` has all of it); the other columns are never squeezed.
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    room = max(10, out.width - sum(w + 2 for w in widths) - 2)
+    table = Table(*headers, "REASON", box=None)
+    for job, row in zip(page.items, rows, strict=True):
+        reason = job.reason or ""
+        if job.wait_code:
+            reason = f"[{job.wait_code}] {reason}"
+        if len(reason) > room:
+            reason = reason[: room - 1] + "…"
+        # Status is styled; the reason is text, not markup ("[quota] …" is no style tag).
+        table.add_row(*row[:2], status_style(job.status.value), *row[3:], Text(reason))
     out.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}" if page.items else "0"
     out.print(f"[dim]{shown} of {page.total}[/]")

@@ -51,9 +51,9 @@ class Cli:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def __call__(self, *args: str, user: str = "ada") -> str:
+    def __call__(self, *args: str, user: str = "ada", columns: int = 200) -> str:
         """Run a command that must succeed; its stdout."""
-        result = self._run(args, user)
+        result = self._run(args, user, columns)
         assert result.exit_code == 0, (result.output, result.exception)
         return str(result.stdout)
 
@@ -64,12 +64,12 @@ class Cli:
 
     def error(self, *args: str, user: str = "ada") -> BaseException:
         """Run a command that must fail with a gpuyard error; the error."""
-        result = self._run(args, user)
+        result = self._run(args, user, 200)
         assert result.exception is not None, result.output
         return result.exception
 
-    def _run(self, args: tuple[str, ...], user: str) -> Any:
-        env = {"GPUYARD_URL": self.url, "GPUYARD_USER": user, "COLUMNS": "200"}
+    def _run(self, args: tuple[str, ...], user: str, columns: int) -> Any:
+        env = {"GPUYARD_URL": self.url, "GPUYARD_USER": user, "COLUMNS": str(columns)}
         return CliRunner().invoke(cli_app, list(args), env=env)
 
 
@@ -167,5 +167,13 @@ def test_priority_show_and_ls(cli: Cli, controller: Controller) -> None:
     assert "alice (group default)" in shown
     listing = cli("ls")
     assert "PRIO" in listing and "highest" in listing
+    # In 80 columns every job is one line, its columns whole and its reason cut short.
+    narrow = cli("ls", columns=80).splitlines()
+    assert all(len(line) <= 80 for line in narrow)
+    header, second, first, _count = narrow
+    assert header.split()[:8] == ["ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE"]
+    assert second.split()[:6] == [str(waiting["id"]), "train", "queued", "highest", "alice", "1"]
+    assert "[resources]" in second and second.rstrip().endswith("…")
+    assert first.split()[:6] == [str(job["id"]), "train", "running", "normal", "ada", "3"]
     events = cli("events", str(waiting["id"]))
     assert "priority high -> highest" in events and "user:ada" in events
