@@ -7,6 +7,7 @@ models: a pass may read 100,000 of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
@@ -203,7 +204,16 @@ def hypothetical(
 ) -> PendingJob:
     """A job as it would be queued if submitted now (for ``submit --dry-run``): id -1."""
     constraints = _Constraints({n.name: n.pool for n in snapshot.nodes})
-    row = (-1, 0, spec.get("priority", Priority.NORMAL.value), seq, owner, group, spec, 0.0)
+    row = SimpleNamespace(
+        id=-1,
+        version=0,
+        priority=spec.get("priority", Priority.NORMAL.value),
+        seq=seq,
+        owner=owner,
+        group_name=group,
+        spec=spec,
+        attained=0.0,
+    )
     return _pending(row, constraints)
 
 

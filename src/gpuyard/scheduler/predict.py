@@ -54,6 +54,8 @@ def predict(snapshot: Snapshot, job_id: int, *, max_steps: int = MAX_STEPS) -> F
         decisions = decide(state)
         started = {s.job_id: s for s in decisions.starts}
         if job_id in started:
+            order = [s.job_id for s in decisions.starts]
+            ahead += order[: order.index(job_id)]  # placed before it in the same cycle
             nodes = {a.node for a in started[job_id].allocations}
             freed = tuple(
                 sorted(j for j, r in ended.items() if any(a.node in nodes for a in r.allocations))

@@ -16,8 +16,8 @@ from enum import StrEnum
 
 __all__ = [
     "ANYWHERE",
-    "TIME_SHARING_SLICES",
     "DEFAULT_POOL",
+    "TIME_SHARING_SLICES",
     "Allocation",
     "Constraint",
     "Limit",

@@ -56,14 +56,20 @@ def create_app(
     # The pool's own user and GPUYARD_ADMINS are admins from the start; everyone else is
     # registered as a plain user on their first submission.
     account_service.ensure_admins([settings.user, *settings.admins])
+    job_service = JobService(
+        store, clock=clock, notify=notify, on_delete=on_delete, accounts=account_service
+    )
     app.state.services = Services(
-        jobs=JobService(
-            store, clock=clock, notify=notify, on_delete=on_delete, accounts=account_service
-        ),
+        jobs=job_service,
         nodes=NodeService(store),
         logs=LogService(store, executor),
         accounts=account_service,
-        scheduling=SchedulingService(store, clock=clock, notify=notify),
+        scheduling=SchedulingService(
+            store,
+            clock=clock,
+            notify=notify,
+            check_submission=lambda spec, owner: job_service.check_submission(spec, owner=owner),
+        ),
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)

@@ -169,16 +169,18 @@ class AccountService:
             f"may also use {others} (admins: {self._admin_names(session)})"
         )
 
-    def check_urgent_limit(self, session: Session, group: str, tier: Priority) -> None:
+    def check_urgent_limit(
+        self, session: Session, group: str, tier: Priority, *, lock: bool = True
+    ) -> None:
         """Conflict if one more job at ``tier`` would take ``group`` past its urgent limit.
 
         Locks the group's row (FOR UPDATE on PostgreSQL; SQLite's writers are serial
-        already), so that two submissions cannot both take the last place."""
+        already), so that two submissions cannot both take the last place; a dry run reads
+        without the lock."""
         if tier is not self.urgent_tier or not group:
             return
-        row = session.scalars(
-            select(GroupRow).where(GroupRow.name == group).with_for_update()
-        ).one_or_none()
+        query = select(GroupRow).where(GroupRow.name == group)
+        row = session.scalars(query.with_for_update() if lock else query).one_or_none()
         if row is None or row.urgent_limit is None:
             return
         count = self._urgent_count(session, group)
@@ -308,14 +310,12 @@ class AccountService:
                 select(UserRow.name, UserRow.group_name).order_by(UserRow.name)
             ):
                 members[group or ""].append(user)
-            urgent: dict[str, int] = {
-                group: count
-                for group, count in session.execute(
-                    select(JobRow.group_name, func.count())
-                    .where(JobRow.priority == self.urgent_tier.value, JobRow.state.in_(_LIVE))
-                    .group_by(JobRow.group_name)
-                )
-            }
+            counted = session.execute(
+                select(JobRow.group_name, func.count())
+                .where(JobRow.priority == self.urgent_tier.value, JobRow.state.in_(_LIVE))
+                .group_by(JobRow.group_name)
+            )
+            urgent: dict[str, int] = dict(counted.tuples().all())
             return [self._group_view(r, members[r.name], urgent.get(r.name, 0)) for r in rows]
 
     def get_group(self, name: str) -> GroupView:

@@ -37,7 +37,7 @@ from gpuyard.scheduler.snapshot import DEFAULT_POOL, Constraint, NodeCapacity, P
 from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
 from gpuyard.server.errors import readable_validation_errors
-from gpuyard.server.services.accounts import AccountService
+from gpuyard.server.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.server.services.transitions import record_event, transition
 from gpuyard.server.services.views import event_view, job_view
 
@@ -63,6 +63,15 @@ class JobService:
         self.accounts = accounts or AccountService(store, clock=clock, notify=notify)
 
     # -- create ---------------------------------------------------------------------------
+
+    def check_submission(self, spec: JobSpec, *, owner: str) -> None:
+        """Raise what :meth:`submit` would refuse ``spec`` with, storing nothing (dry runs)."""
+        with self.store.read() as session:
+            self.accounts.check_tier(session, owner, spec.priority)
+            self._check_placement(session, spec)
+            user = session.get(UserRow, owner)
+            group = (user.group_name or "") if user is not None else DEFAULT_GROUP
+            self.accounts.check_urgent_limit(session, group, spec.priority, lock=False)
 
     def submit(self, spec: JobSpec, *, owner: str) -> JobView:
         """Queue a job for ``owner``. Refused, with nothing stored: a tier the owner may not

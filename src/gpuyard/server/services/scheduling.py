@@ -29,11 +29,19 @@ __all__ = ["SchedulingService"]
 
 class SchedulingService:
     def __init__(
-        self, store: Store, *, clock: Clock, notify: Callable[[], None] = lambda: None
+        self,
+        store: Store,
+        *,
+        clock: Clock,
+        notify: Callable[[], None] = lambda: None,
+        check_submission: Callable[[JobSpec, str], None] = lambda _spec, _owner: None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.notify = notify
+        self.check_submission = check_submission
+        """What a submission would be refused for (tiers, limits, pools): a dry run says so
+        rather than predict a start that cannot happen."""
 
     def suspend(self, job_id: int, *, actor: str) -> JobView:
         now = self.clock.now()
@@ -77,6 +85,7 @@ class SchedulingService:
 
     def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
         """When ``spec`` would start if it were submitted now (nothing is stored)."""
+        self.check_submission(spec, owner)
         now = self.clock.now()
         with self.store.read() as session:
             snapshot = load_snapshot(session, now)
