@@ -320,7 +320,9 @@ def pools_ls(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(items)
         return
-    table = Table("NAME", "POLICY", "PREEMPTION", "ZONES", "NOTICE", "GROW AFTER", box=None)
+    table = Table(
+        "NAME", "POLICY", "PREEMPTION", "ZONES", "NOTICE", "GROW AFTER", "SLICES", box=None
+    )
     table.add_column("NODES", overflow="fold")
     for p in items:
         table.add_row(
@@ -330,6 +332,7 @@ def pools_ls(as_json: JsonOpt = False) -> None:
             "same" if p.same_zone else "any",
             format_duration(p.notice),
             format_duration(p.grow_after),
+            _format_slices(p.slices),
             ",".join(p.nodes) or "-",
         )
     out = console()
@@ -354,6 +357,21 @@ GrowAfterOpt = Annotated[
     str | None, typer.Option(help="Time an elastic job runs before it may grow, e.g. 2m.")
 ]
 DescriptionOpt = Annotated[str | None, typer.Option(help="What the pool is for.")]
+SlicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Time-slicing bands in GPU-time, comma-separated, e.g. 1h,10h,100h (GPU-hours); "
+        "'none' removes them."
+    ),
+]
+
+
+def _slices(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.strip().lower() in ("", "none"):
+        return []
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 @pools_app.command("add")
@@ -363,6 +381,7 @@ def pools_add(
     same_zone: SameZoneOpt = None,
     notice: NoticeOpt = None,
     grow_after: GrowAfterOpt = None,
+    slices: SlicesOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -373,6 +392,7 @@ def pools_add(
         same_zone=bool(same_zone),
         notice=notice or 60.0,
         grow_after=grow_after or 60.0,
+        slices=_slices(slices) or [],
         description=description or "",
     )
     _print_pool(pool, as_json)
@@ -385,6 +405,7 @@ def pools_set(
     same_zone: SameZoneOpt = None,
     notice: NoticeOpt = None,
     grow_after: GrowAfterOpt = None,
+    slices: SlicesOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -395,9 +416,15 @@ def pools_set(
         same_zone=same_zone,
         notice=notice,
         grow_after=grow_after,
+        slices=_slices(slices),
         description=description,
     )
     _print_pool(pool, as_json)
+
+
+def _format_slices(slices: list[float]) -> str:
+    """In GPU-hours, as they are given: 1h,10h,100h."""
+    return ",".join(f"{s / 3600:g}h" for s in slices) if slices else "none"
 
 
 def _print_pool(pool: PoolView, as_json: bool) -> None:
@@ -411,7 +438,7 @@ def _print_pool(pool: PoolView, as_json: bool) -> None:
         f"pool {pool.name}: preemption {pool.preemption.value}, "
         f"{'same zone' if pool.same_zone else 'any zone'}, notice "
         f"{format_duration(pool.notice)}, grow after {format_duration(pool.grow_after)}, "
-        f"nodes: {', '.join(pool.nodes) or 'none'}",
+        f"slices {_format_slices(pool.slices)}, nodes: {', '.join(pool.nodes) or 'none'}",
         highlight=False,
         markup=False,
     )

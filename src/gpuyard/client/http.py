@@ -218,6 +218,7 @@ class Client:
         same_zone: bool = False,
         notice: float | str = 60.0,
         grow_after: float | str = 60.0,
+        slices: Sequence[float | str] = (),
         description: str = "",
     ) -> PoolView:
         body = {
@@ -226,6 +227,7 @@ class Client:
             "same_zone": same_zone,
             "notice": notice,
             "grow_after": grow_after,
+            "slices": list(slices),
             "description": description,
         }
         return PoolView.model_validate(self._request("POST", "/pools", json=body).json())
@@ -238,15 +240,17 @@ class Client:
         same_zone: bool | None = None,
         notice: float | str | None = None,
         grow_after: float | str | None = None,
+        slices: Sequence[float | str] | None = None,
         description: str | None = None,
     ) -> PoolView:
         """Change the given fields of a pool's policy (a pool known only from node labels
-        gets a policy of its own)."""
+        gets a policy of its own). ``slices=[]`` removes time-slicing."""
         body = _given(
             preemption=preemption,
             same_zone=same_zone,
             notice=notice,
             grow_after=grow_after,
+            slices=None if slices is None else list(slices),
             description=description,
         )
         return PoolView.model_validate(self._request("PATCH", f"/pools/{name}", json=body).json())

@@ -6,6 +6,7 @@ the store (does the group exist, is the caller an admin) live in the server's ac
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -237,6 +238,26 @@ class QuotaView(BaseModel):
 # -- pools --------------------------------------------------------------------------------
 
 
+def _ascending_slices(value: list[float] | None) -> list[float] | None:
+    if value is None:
+        return None
+    if len(value) > 8:
+        raise ValueError(f"slices: at most 8 (got {len(value)})")
+    if any(v <= 0 for v in value) or any(b <= a for a, b in itertools.pairwise(value)):
+        raise ValueError(
+            "slices: GPU-time amounts above zero, each larger than the one before, e.g. "
+            "1h,10h,100h (GPU-hours)"
+        )
+    return value
+
+
+SLICES_HELP = (
+    "Time-slicing: GPU-time of service (1h = one GPU-hour) that splits each tier into bands; "
+    "the least served band goes first and, with preemption suspend, may suspend more served "
+    "jobs of its tier (docs/scheduling.md). Empty: no slicing."
+)
+
+
 class PoolSpec(BaseModel):
     """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
     is the pool of nodes without one."""
@@ -252,7 +273,13 @@ class PoolSpec(BaseModel):
     grow_after: Seconds = Field(
         60.0, ge=0, le=86400, description="Seconds an elastic job runs before it may grow."
     )
+    slices: list[Seconds] = Field(default_factory=list, description=SLICES_HELP)
     description: str = Field("", max_length=1000)
+
+    @field_validator("slices")
+    @classmethod
+    def _slices(cls, value: list[float]) -> list[float]:
+        return _ascending_slices(value) or []
 
     @field_validator("name")
     @classmethod
@@ -269,13 +296,20 @@ class PoolUpdate(BaseModel):
     same_zone: bool | None = None
     notice: Seconds | None = Field(None, gt=0, le=86400)
     grow_after: Seconds | None = Field(None, ge=0, le=86400)
+    slices: list[Seconds] | None = Field(None, description=SLICES_HELP + " [] removes them.")
     description: str | None = Field(None, max_length=1000)
+
+    @field_validator("slices")
+    @classmethod
+    def _slices(cls, value: list[float] | None) -> list[float] | None:
+        return _ascending_slices(value)
 
     @model_validator(mode="after")
     def _something(self) -> PoolUpdate:
         if all(getattr(self, name) is None for name in type(self).model_fields):
             raise ValueError(
-                "nothing to change: give preemption, same_zone, notice, grow_after or description"
+                "nothing to change: give preemption, same_zone, notice, grow_after, slices or "
+                "description"
             )
         return self
 
@@ -286,6 +320,7 @@ class PoolView(BaseModel):
     same_zone: bool
     notice: float
     grow_after: float
+    slices: list[float] = Field(default_factory=list, description="GPU-seconds.")
     description: str
     declared: bool = Field(
         description="An admin set its policy; otherwise it exists only as node labels and has "

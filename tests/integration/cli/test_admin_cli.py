@@ -145,6 +145,8 @@ def test_pools_and_labels(cli: Cli) -> None:
         ("default", ["n0", "n2"], False),
     ]
     assert "any zone" in cli("pools", "set", "a100", "--any-zone")
+    assert "slices 1h,10h,100h" in cli("pools", "set", "a100", "--slices", "1h,10h,100h")
+    assert cli.json("pools", "set", "a100", "--slices", "none")["slices"] == []
     table = cli("pools", "ls")
     rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[1:]}
     assert rows == {"a100": ["set", "suspend"], "default": ["default", "never"]}

@@ -315,7 +315,7 @@ class AccountService:
                 .where(JobRow.priority == self.urgent_tier.value, JobRow.state.in_(_LIVE))
                 .group_by(JobRow.group_name)
             )
-            urgent: dict[str, int] = dict(counted.tuples().all())
+            urgent: dict[str, int] = {str(group): int(count) for group, count in counted}
             return [self._group_view(r, members[r.name], urgent.get(r.name, 0)) for r in rows]
 
     def get_group(self, name: str) -> GroupView:
@@ -522,6 +522,7 @@ class AccountService:
                 same_zone=spec.same_zone,
                 notice=spec.notice,
                 grow_after=spec.grow_after,
+                slices=list(spec.slices),
                 description=spec.description,
             )
             session.add(row)
@@ -573,6 +574,7 @@ class AccountService:
             same_zone=policy.same_zone,
             notice=policy.notice,
             grow_after=policy.grow_after,
+            slices=list(policy.slices or []),
             description=policy.description,
             declared=row is not None,
             nodes=nodes,

@@ -323,6 +323,8 @@ def test_pools_policies_and_labels(
         ({"name": "a100", "notice": "soon"}, "cannot read 'soon' as a duration"),
         ({"name": "a100", "notice": 0}, "notice: Input should be greater than 0"),
         ({"name": ".."}, "a pool name is 1-64 letters"),
+        ({"name": "a100", "slices": ["10h", "1h"]}, "each larger than the one before"),
+        ({"name": "a100", "slices": ["0s"]}, "above zero"),
     ]:
         refuse("POST", "/pools", user="ada", status=422, says=says, json=body)
     a100 = admin.create_pool(
@@ -336,6 +338,10 @@ def test_pools_policies_and_labels(
         [],
     )
     refuse("POST", "/pools", user="ada", status=409, says="exists already", json={"name": "a100"})
+    # Time-slicing in GPU-time: 1h is one GPU-hour; [] removes it.
+    sliced = admin.update_pool("a100", slices=["1h", "10h", "100h"])
+    assert (sliced.slices, sliced.notice) == ([3600.0, 36000.0, 360000.0], 120.0)
+    assert admin.update_pool("a100", slices=[]).slices == []
 
     # Nodes join a pool by an admin's label.
     refuse(
