@@ -56,7 +56,7 @@ class NodeService:
                 memory=n.memory,
                 memory_used=memory[n.name],
                 gpu_model=n.gpu_model,
-                labels={str(k): str(v) for k, v in n.labels.items()},
+                labels=n.effective_labels(),  # an admin's labels win over the executor's
                 jobs=sorted(jobs[n.name]),
                 updated_at=to_datetime(n.updated_at),
             )
