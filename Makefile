@@ -51,6 +51,8 @@ unit: setup
 
 bench: setup
 	$(BIN)/python bench/launch.py
+	$(BIN)/python bench/scheduler.py
+	$(BIN)/python bench/simulate.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
