@@ -23,7 +23,6 @@ already exists returns it instead of starting a second copy.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -33,20 +32,17 @@ from typing import Any
 from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
-from gpuyard.controller.snapshot import load_snapshot
+from gpuyard.controller.apply import Applier, launch_spec
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError, WorkerPhase
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
-from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, JobType, NodeState, Slot
 from gpuyard.models.job import MpiImplementation
-from gpuyard.models.states import DRAIN_TARGET, PENDING
+from gpuyard.models.states import DRAIN_TARGET
 from gpuyard.quantities import format_duration
-from gpuyard.scheduler import Decisions, decide
-from gpuyard.scheduler.decide import Start
 from gpuyard.server.db.store import Store
 from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
 from gpuyard.server.services.suspension import begin_suspension
@@ -57,14 +53,11 @@ __all__ = ["Controller", "LaunchConfig"]
 log = logging.getLogger(__name__)
 
 ACTOR = "controller"
-SCHEDULER = "scheduler"
 KILL_BACKSTOP = 10.0
 """Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
 supervisor normally does it at the end of the period)."""
 ESCALATED = "killed with SIGKILL"
 """How a worker's exit detail says it outlived its graceful period."""
-PORT_RANGE = (20000, 30000)
-"""Ports handed to workers: below Linux's ephemeral range (32768 and up)."""
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
@@ -72,7 +65,6 @@ CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' checkpoint reports (for choosing victims)."""
 
 _ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
-_PENDING_STATES = [s.value for s in PENDING]
 
 
 class WorkerState:
@@ -119,7 +111,6 @@ class Controller:
         self.interval = interval
         self.control_url = control_url
         self.launch_config = launch_config or LaunchConfig()
-        self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty = True
@@ -127,16 +118,17 @@ class Controller:
         self._next_schedule = 0.0
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
-        self._reasons: dict[int, tuple[str | None, str | None, float | None]] = {}
-        """The waiting reason, code and expected start last written for each queued job, to
-        write only changes."""
         self._last_control_sync = 0.0
         self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+        self.applier = Applier(store, clock, launch=self._launch, mark_dirty=self._mark_dirty)
         self._thread: threading.Thread | None = None
         self._health = _Health()
         self._last_error_log = 0.0
 
     # -- running --------------------------------------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
 
     def wake(self) -> None:
         """Something changed (a submission, a stop, a worker exit): run a pass soon."""
@@ -200,7 +192,7 @@ class Controller:
         if schedule:
             self._dirty = False
             began = time.monotonic()
-            self._schedule()
+            self.applier.run()
             finished = time.monotonic()
             self._last_schedule = began
             self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - began))
@@ -356,7 +348,7 @@ class Controller:
 
     def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
         placement = [Slot.model_validate(s) for s in job.placement or []]
-        spec = _launch_spec(JobSpec.model_validate(job.spec), len(placement))
+        spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
         ctx = JobContext(
             job_id=job.id,
             name=job.name,
@@ -609,161 +601,6 @@ class Controller:
                 transition(session, row, target, actor=ACTOR, why=why, time=now, **done)
                 self._dirty = True
 
-    # -- 3. schedule ----------------------------------------------------------------------
-
-    def _schedule(self) -> None:
-        now = self.clock.now()
-        with self.store.read() as session:
-            snapshot = load_snapshot(session, now)
-            nodes = {
-                name: (address, str((labels or {}).get("host", name)))
-                for name, address, labels in session.execute(
-                    select(NodeRow.name, NodeRow.address, NodeRow.labels)
-                )
-            }
-            ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
-        if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
-            self._reasons.clear()
-            return
-        decisions = decide(snapshot)
-        self._preempt(decisions, now)
-        for start in decisions.starts:
-            self._start(start, nodes, ports, now)
-        self._record_waits(
-            {w.job_id: (w.message, w.code.value, w.start_at) for w in decisions.waits.values()}
-        )
-
-    def _preempt(self, decisions: Decisions, now: float) -> None:
-        """Begin the suspensions the scheduler asked for (to make room, or to grow)."""
-        asks = [(p.job_id, p.version, p.reason, None) for p in decisions.preempts] + [
-            (g.job_id, g.version, g.reason, g.nodes) for g in decisions.grows
-        ]
-        for job_id, version, why, nodes in asks:
-            try:
-                with self.store.write() as session:
-                    row = session.get(JobRow, job_id)
-                    if row is None or row.version != version or row.state != JobState.RUNNING:
-                        continue  # it moved on since the snapshot: the next pass decides again
-                    begin_suspension(
-                        session, row, actor=SCHEDULER, why=why, now=now, resume_nodes=nodes
-                    )
-            except StaleWrite:
-                continue
-            self._dirty = True
-
-    def _ports_in_use(self, session: Any, nodes: dict[str, tuple[str, str]]) -> dict[str, set[int]]:
-        """Per host, the ports the placements of running jobs hold."""
-        used: dict[str, set[int]] = {}
-        for (placement,) in session.execute(
-            select(JobRow.placement).where(JobRow.state.in_(_ACTIVE_JOB_STATES))
-        ):
-            for slot in placement or []:
-                host = nodes.get(slot["node"], ("", slot["node"]))[1]
-                used.setdefault(host, set()).add(int(slot.get("port", 0)))
-        return used
-
-    def _next_port(self, host: str, used: dict[str, set[int]]) -> int:
-        """A port no running job holds on ``host``. Ports rotate through the range, so a port a
-        job just released (perhaps still in TIME_WAIT) is the last to be handed out again."""
-        taken = used.setdefault(host, set())
-        span = PORT_RANGE[1] - PORT_RANGE[0]
-        for _ in range(span):
-            port = PORT_RANGE[0] + self._port_cursor % span
-            self._port_cursor += 1
-            if port not in taken:
-                taken.add(port)
-                return port
-        raise RuntimeError(f"no free port left on {host} in {PORT_RANGE}")
-
-    def _start(
-        self,
-        start: Start,
-        nodes: dict[str, tuple[str, str]],
-        ports: dict[str, set[int]],
-        now: float,
-    ) -> None:
-        slots = [
-            Slot(
-                node=a.node,
-                address=nodes.get(a.node, ("", ""))[0],
-                gpus=a.gpus,
-                cpus=a.cpus,
-                memory=a.memory,
-                exclusive=a.exclusive,
-                port=self._next_port(nodes.get(a.node, ("", a.node))[1], ports),
-            )
-            for a in start.allocations
-        ]
-        placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
-        try:
-            with self.store.write() as session:
-                row = session.get(JobRow, start.job_id)
-                if row is None or row.version != start.version:
-                    return  # changed since the snapshot (stopped, deleted): drop the decision
-                spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
-                extra: dict[str, Any] = {}
-                if chosen:
-                    extra["spec"] = spec.model_dump(mode="json")
-                resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
-                transition(
-                    session,
-                    row,
-                    JobState.STARTING,
-                    actor=SCHEDULER,
-                    why=f"placed on {placed_on}{chosen}{resumed}",
-                    time=now,
-                    placement=[s.model_dump(mode="json") for s in slots],
-                    reason=None,
-                    wait_code=None,
-                    start_at=None,
-                    token=secrets.token_hex(16),
-                    **extra,
-                )
-                job_seats = seats(_launch_spec(spec, len(slots)))
-                workers = [
-                    WorkerRow(
-                        job_id=row.id,
-                        attempt=row.attempt,
-                        rank=seat.rank,
-                        node=slot.node,
-                        role=seat.role.value,
-                        task=seat.task,
-                        primary=seat.role.primary,
-                        state=WorkerState.PENDING,
-                    )
-                    for seat, slot in zip(job_seats, slots, strict=True)
-                ]
-                session.add_all(workers)
-        except StaleWrite:
-            return
-        self._launch(row, workers)
-
-    def _record_waits(self, waits: dict[int, tuple[str, str, float | None]]) -> None:
-        unknown = [job_id for job_id in waits if job_id not in self._reasons]
-        if unknown:
-            with self.store.read() as session:
-                for chunk in range(0, len(unknown), 900):  # stay under bind-parameter limits
-                    rows = session.execute(
-                        select(JobRow.id, JobRow.reason, JobRow.wait_code, JobRow.start_at).where(
-                            JobRow.id.in_(unknown[chunk : chunk + 900])
-                        )
-                    )
-                    for job_id, reason, code, start_at in rows:
-                        self._reasons[job_id] = (reason, code, start_at)
-        changed = {j: w for j, w in waits.items() if self._reasons.get(j) != w}
-        self._reasons = {j: self._reasons.get(j, (None, None, None)) for j in waits}
-        if not changed:
-            return
-        with self.store.write() as session:
-            for job_id, (message, code, start_at) in changed.items():
-                # Not a state change, so no version bump; only while still waiting.
-                session.execute(
-                    update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.state.in_(_PENDING_STATES))
-                    .values(reason=message, wait_code=code, start_at=start_at)
-                )
-        self._reasons.update(changed)
-
     # -- helpers --------------------------------------------------------------------------
 
     def _fresh(self, session: Any, job: JobRow) -> JobRow | None:
@@ -786,28 +623,6 @@ class Controller:
                 name: tuple(str(d) for d in devices)
                 for name, devices in session.execute(select(NodeRow.name, NodeRow.gpu_devices))
             }
-
-
-def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
-    """The spec a job starts with: the first of its specs that fits, the others dropped
-    (reference 002's 多规格). An elastic job's choice is its size, which the placement carries."""
-    if not spec.alternatives:
-        return spec, ""
-    if choice == 0:
-        return spec.model_copy(update={"alternatives": []}), "; its alternative specs are dropped"
-    resources = spec.alternatives[choice - 1]
-    chosen = spec.model_copy(update={"resources": resources, "alternatives": []})
-    return chosen, (
-        f" with alternative spec {choice} ({resources.gpus} GPUs, {resources.cpus:g} CPUs per "
-        "node); the others are dropped"
-    )
-
-
-def _launch_spec(spec: JobSpec, slots: int) -> JobSpec:
-    """An elastic job runs on as many nodes as it was placed on, this attempt."""
-    if spec.min_nodes is None or slots == spec.nodes:
-        return spec
-    return spec.model_copy(update={"nodes": slots, "min_nodes": None})
 
 
 def _facts(w: WorkerRow) -> WorkerFacts:

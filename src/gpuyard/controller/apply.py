@@ -1,0 +1,235 @@
+"""Step 3 of a reconcile pass: load a snapshot, ``decide()``, and apply the decisions.
+
+Starts are written with a transition guarded by the version the snapshot read (a decision made
+on a stale read changes nothing), get a port per worker, and are launched at once; suspensions
+begin the notice protocol (:mod:`gpuyard.controller.suspension`); every waiting job's reason,
+code and expected start are written when they change.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select, update
+
+from gpuyard.clock import Clock
+from gpuyard.controller.snapshot import load_snapshot
+from gpuyard.errors import StaleWrite
+from gpuyard.launch.topology import seats
+from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models.states import PENDING
+from gpuyard.scheduler import Decisions, decide
+from gpuyard.scheduler.decide import Start
+from gpuyard.server.db.store import Store
+from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
+from gpuyard.server.services.suspension import begin_suspension
+from gpuyard.server.services.transitions import transition
+
+__all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec"]
+
+SCHEDULER = "scheduler"
+PORT_RANGE = (20000, 30000)
+"""Ports handed to workers: below Linux's ephemeral range (32768 and up)."""
+WORKER_PENDING = "pending"
+
+_ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
+_PENDING_STATES = [s.value for s in PENDING]
+
+
+class Applier:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        launch: Callable[[JobRow, list[WorkerRow]], None],
+        mark_dirty: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.launch = launch
+        """Launch a started job's workers (the controller's)."""
+        self.mark_dirty = mark_dirty
+        """Ask for another pass soon."""
+        self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
+        self._reasons: dict[int, tuple[str | None, str | None, float | None]] = {}
+        """The waiting reason, code and expected start last written for each queued job, to
+        write only changes."""
+
+    def run(self) -> None:
+        """Load a snapshot, decide, apply."""
+        now = self.clock.now()
+        with self.store.read() as session:
+            snapshot = load_snapshot(session, now)
+            nodes = {
+                name: (address, str((labels or {}).get("host", name)))
+                for name, address, labels in session.execute(
+                    select(NodeRow.name, NodeRow.address, NodeRow.labels)
+                )
+            }
+            ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
+        if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
+            self._reasons.clear()
+            return
+        decisions = decide(snapshot)
+        self._preempt(decisions, now)
+        for start in decisions.starts:
+            self.start(start, nodes, ports, now)
+        self._record_waits(
+            {w.job_id: (w.message, w.code.value, w.start_at) for w in decisions.waits.values()}
+        )
+
+    def _preempt(self, decisions: Decisions, now: float) -> None:
+        """Begin the suspensions the scheduler asked for (to make room, or to grow)."""
+        asks = [(p.job_id, p.version, p.reason, None) for p in decisions.preempts] + [
+            (g.job_id, g.version, g.reason, g.nodes) for g in decisions.grows
+        ]
+        for job_id, version, why, nodes in asks:
+            try:
+                with self.store.write() as session:
+                    row = session.get(JobRow, job_id)
+                    if row is None or row.version != version or row.state != JobState.RUNNING:
+                        continue  # it moved on since the snapshot: the next pass decides again
+                    begin_suspension(
+                        session, row, actor=SCHEDULER, why=why, now=now, resume_nodes=nodes
+                    )
+            except StaleWrite:
+                continue
+            self.mark_dirty()
+
+    def _ports_in_use(self, session: Any, nodes: dict[str, tuple[str, str]]) -> dict[str, set[int]]:
+        """Per host, the ports the placements of running jobs hold."""
+        used: dict[str, set[int]] = {}
+        for (placement,) in session.execute(
+            select(JobRow.placement).where(JobRow.state.in_(_ACTIVE_JOB_STATES))
+        ):
+            for slot in placement or []:
+                host = nodes.get(slot["node"], ("", slot["node"]))[1]
+                used.setdefault(host, set()).add(int(slot.get("port", 0)))
+        return used
+
+    def _next_port(self, host: str, used: dict[str, set[int]]) -> int:
+        """A port no running job holds on ``host``. Ports rotate through the range, so a port a
+        job just released (perhaps still in TIME_WAIT) is the last to be handed out again."""
+        taken = used.setdefault(host, set())
+        span = PORT_RANGE[1] - PORT_RANGE[0]
+        for _ in range(span):
+            port = PORT_RANGE[0] + self._port_cursor % span
+            self._port_cursor += 1
+            if port not in taken:
+                taken.add(port)
+                return port
+        raise RuntimeError(f"no free port left on {host} in {PORT_RANGE}")
+
+    def start(
+        self,
+        start: Start,
+        nodes: dict[str, tuple[str, str]],
+        ports: dict[str, set[int]],
+        now: float,
+    ) -> None:
+        slots = [
+            Slot(
+                node=a.node,
+                address=nodes.get(a.node, ("", ""))[0],
+                gpus=a.gpus,
+                cpus=a.cpus,
+                memory=a.memory,
+                exclusive=a.exclusive,
+                port=self._next_port(nodes.get(a.node, ("", a.node))[1], ports),
+            )
+            for a in start.allocations
+        ]
+        placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
+        try:
+            with self.store.write() as session:
+                row = session.get(JobRow, start.job_id)
+                if row is None or row.version != start.version:
+                    return  # changed since the snapshot (stopped, deleted): drop the decision
+                spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
+                extra: dict[str, Any] = {}
+                if chosen:
+                    extra["spec"] = spec.model_dump(mode="json")
+                resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
+                transition(
+                    session,
+                    row,
+                    JobState.STARTING,
+                    actor=SCHEDULER,
+                    why=f"placed on {placed_on}{chosen}{resumed}",
+                    time=now,
+                    placement=[s.model_dump(mode="json") for s in slots],
+                    reason=None,
+                    wait_code=None,
+                    start_at=None,
+                    token=secrets.token_hex(16),
+                    **extra,
+                )
+                job_seats = seats(launch_spec(spec, len(slots)))
+                workers = [
+                    WorkerRow(
+                        job_id=row.id,
+                        attempt=row.attempt,
+                        rank=seat.rank,
+                        node=slot.node,
+                        role=seat.role.value,
+                        task=seat.task,
+                        primary=seat.role.primary,
+                        state=WORKER_PENDING,
+                    )
+                    for seat, slot in zip(job_seats, slots, strict=True)
+                ]
+                session.add_all(workers)
+        except StaleWrite:
+            return
+        self.launch(row, workers)
+
+    def _record_waits(self, waits: dict[int, tuple[str, str, float | None]]) -> None:
+        unknown = [job_id for job_id in waits if job_id not in self._reasons]
+        if unknown:
+            with self.store.read() as session:
+                for chunk in range(0, len(unknown), 900):  # stay under bind-parameter limits
+                    rows = session.execute(
+                        select(JobRow.id, JobRow.reason, JobRow.wait_code, JobRow.start_at).where(
+                            JobRow.id.in_(unknown[chunk : chunk + 900])
+                        )
+                    )
+                    for job_id, reason, code, start_at in rows:
+                        self._reasons[job_id] = (reason, code, start_at)
+        changed = {j: w for j, w in waits.items() if self._reasons.get(j) != w}
+        self._reasons = {j: self._reasons.get(j, (None, None, None)) for j in waits}
+        if not changed:
+            return
+        with self.store.write() as session:
+            for job_id, (message, code, start_at) in changed.items():
+                # Not a state change, so no version bump; only while still waiting.
+                session.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id, JobRow.state.in_(_PENDING_STATES))
+                    .values(reason=message, wait_code=code, start_at=start_at)
+                )
+        self._reasons.update(changed)
+
+
+def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
+    """The spec a job starts with: the first of its specs that fits, the others dropped
+    (reference 002's 多规格). An elastic job's choice is its size, which the placement carries."""
+    if not spec.alternatives:
+        return spec, ""
+    if choice == 0:
+        return spec.model_copy(update={"alternatives": []}), "; its alternative specs are dropped"
+    resources = spec.alternatives[choice - 1]
+    chosen = spec.model_copy(update={"resources": resources, "alternatives": []})
+    return chosen, (
+        f" with alternative spec {choice} ({resources.gpus} GPUs, {resources.cpus:g} CPUs per "
+        "node); the others are dropped"
+    )
+
+
+def launch_spec(spec: JobSpec, slots: int) -> JobSpec:
+    """An elastic job runs on as many nodes as it was placed on, this attempt."""
+    if spec.min_nodes is None or slots == spec.nodes:
+        return spec
+    return spec.model_copy(update={"nodes": slots, "min_nodes": None})
