@@ -5,11 +5,13 @@ One pass (:meth:`Controller.tick`):
 1. **Sync workers.** Ask the executor about every worker that has not ended; record exits and
    losses on the worker rows and in the job's events.
 2. **Advance jobs.** Launch the workers of starting jobs; settle running jobs whose workers
-   ended (succeeded / failing); expire jobs past their max runtime; tell the workers of
-   draining jobs (stopping / expiring / failing) to exit, SIGKILL those that outlive their
-   graceful period, and end the job once all have exited.
+   ended (succeeded / failing / asked to be suspended); expire jobs past their max runtime;
+   tell the workers of draining jobs (stopping / expiring / failing) to exit, SIGKILL those
+   that outlive their graceful period, and end the job once all have exited; carry suspending
+   jobs through the notice protocol (:mod:`gpuyard.controller.suspension`).
 3. **Schedule.** Load a snapshot, call the pure :func:`gpuyard.scheduler.decide`, apply its
-   starts with guarded writes, record waiting reasons.
+   starts and suspensions with guarded writes, record waiting reasons
+   (:mod:`gpuyard.controller.apply`).
 
 No transaction is open across executor I/O: every pass reads, closes the session, talks to
 the executor, then writes in a short transaction whose UPDATEs are guarded by id + version.
