@@ -16,15 +16,13 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuyard.clock import Clock
+from gpuyard.controller.snapshot import request_for
 from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StaleWrite
-from gpuyard.launch.topology import members, request_of
 from gpuyard.models import (
     JobEvent,
-    JobMode,
     JobSpec,
     JobState,
     JobStatus,
-    JobType,
     JobView,
     NodeState,
     Page,
@@ -398,29 +396,15 @@ def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
 def _choices(spec: JobSpec) -> tuple[Request, ...]:
     """Every shape the job may start with: its resources, its alternative specs, or an
     elastic job's sizes (what the scheduler tries, ``PendingJob.choices``)."""
-    tasks = len(spec.tasks) if spec.type is JobType.BATCH else 1
-    ps = spec.parameter_servers if spec.mode is JobMode.TENSORFLOW else 0
-    alternatives = tuple(
-        Request(
-            members(
-                tasks=tasks,
-                nodes=spec.nodes,
-                gpus=alt.gpus,
-                cpus=alt.cpus,
-                memory=alt.memory,
-                parameter_servers=ps,
-            )
-        )
-        for alt in spec.alternatives
-    )
+    stored = spec.model_dump(mode="json")
     job = PendingJob(
         id=0,
         version=0,
         priority=0,
         seq=0,
         owner="",
-        request=request_of(spec),
-        alternatives=alternatives,
+        request=request_for(stored),
+        alternatives=tuple(request_for(stored, alt) for alt in stored["alternatives"]),
         min_nodes=spec.min_nodes,
     )
     return job.choices()
