@@ -73,6 +73,20 @@ def parse_tiers(values: Iterable[str], setting: str) -> list[Priority]:
     return tiers
 
 
+def _insert_user(session: Session, name: str, role: Role, now: float) -> None:
+    """Register ``name`` with ``role`` in the default group, unless it exists already."""
+    _insert_ignore(session, GroupRow, name=DEFAULT_GROUP, created_at=now)
+    _insert_ignore(
+        session,
+        UserRow,
+        name=name,
+        group_name=DEFAULT_GROUP,
+        role=role.value,
+        share=1.0,
+        created_at=now,
+    )
+
+
 def _insert_ignore(session: Session, table: Any, **values: Any) -> None:
     """INSERT unless the primary key exists: two first submissions of a new user, or two
     servers starting on one database, must not fail on each other."""
@@ -112,17 +126,8 @@ class AccountService:
                 raise InvalidSpec(f"admin name {name[:20]!r}… is longer than 64 characters")
         now = self.clock.now()
         with self.store.write() as session:
-            _insert_ignore(session, GroupRow, name=DEFAULT_GROUP, created_at=now)
             for name in wanted:
-                _insert_ignore(
-                    session,
-                    UserRow,
-                    name=name,
-                    group_name=DEFAULT_GROUP,
-                    role=Role.ADMIN.value,
-                    share=1.0,
-                    created_at=now,
-                )
+                _insert_user(session, name, Role.ADMIN, now)
                 session.execute(
                     update(UserRow)
                     .where(UserRow.name == name, UserRow.role != Role.ADMIN.value)
@@ -135,16 +140,7 @@ class AccountService:
         if row is not None:
             return row
         now = self.clock.now()
-        _insert_ignore(session, GroupRow, name=DEFAULT_GROUP, created_at=now)
-        _insert_ignore(
-            session,
-            UserRow,
-            name=name,
-            group_name=DEFAULT_GROUP,
-            role=Role.USER.value,
-            share=1.0,
-            created_at=now,
-        )
+        _insert_user(session, name, Role.USER, now)
         found: UserRow | None = session.get(UserRow, name)
         if found is None:  # pragma: no cover - the row was just inserted or already existed
             raise Conflict(f"could not register user {name}; try again")
