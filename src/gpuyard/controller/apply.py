@@ -83,18 +83,16 @@ class Applier:
 
     def _preempt(self, decisions: Decisions, now: float) -> None:
         """Begin the suspensions the scheduler asked for (to make room, or to grow)."""
-        asks = [(p.job_id, p.version, p.reason, None) for p in decisions.preempts] + [
-            (g.job_id, g.version, g.reason, g.nodes) for g in decisions.grows
+        asks = [(p.job_id, p.version, p.reason) for p in decisions.preempts] + [
+            (g.job_id, g.version, g.reason) for g in decisions.grows
         ]
-        for job_id, version, why, nodes in asks:
+        for job_id, version, why in asks:
             try:
                 with self.store.write() as session:
                     row = session.get(JobRow, job_id)
                     if row is None or row.version != version or row.state != JobState.RUNNING:
                         continue  # it moved on since the snapshot: the next pass decides again
-                    begin_suspension(
-                        session, row, actor=SCHEDULER, why=why, now=now, resume_nodes=nodes
-                    )
+                    begin_suspension(session, row, actor=SCHEDULER, why=why, now=now)
             except StaleWrite:
                 continue
             self.mark_dirty()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from gpuyard.quantities import format_bytes
@@ -648,12 +648,6 @@ class Ledger:
     def holds(self) -> bool:
         """Whether any room is held for a waiting job."""
         return bool(self.held)
-
-    def free_gpus(self, constraint: Constraint) -> int:
-        return sum(len(n.free_gpus) for n in self.candidates(constraint))
-
-    def iter_nodes(self) -> Iterator[NodeFree]:
-        return iter(self.nodes)
 
 
 def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], float, int]:

@@ -53,8 +53,6 @@ class JobRow(Base):
     """When a queued job is expected to start, where its reservation says so."""
     suspend_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
     """While suspending: when its workers get SIGTERM unless they have exited."""
-    resume_nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    """An elastic job suspended to grow: the size it should resume at."""
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When a worker last reported a saved checkpoint (gpuyard.runtime)."""
     suspensions: Mapped[int] = mapped_column(Integer, default=0)

@@ -40,7 +40,6 @@ def begin_suspension(
     actor: str,
     why: str,
     now: float,
-    resume_nodes: int | None = None,
 ) -> None:
     """Move a running job to ``suspending`` with a deadline; raise StaleWrite or
     IllegalTransition like :func:`transition`."""
@@ -54,7 +53,6 @@ def begin_suspension(
         "and exit",
         time=now,
         suspend_deadline=deadline,
-        resume_nodes=resume_nodes,
         reason=why,
     )
 

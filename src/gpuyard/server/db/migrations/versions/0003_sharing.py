@@ -58,7 +58,6 @@ def upgrade() -> None:
         batch.add_column(sa.Column("wait_code", sa.String(16), nullable=True))
         batch.add_column(sa.Column("start_at", sa.Float(), nullable=True))
         batch.add_column(sa.Column("suspend_deadline", sa.Float(), nullable=True))
-        batch.add_column(sa.Column("resume_nodes", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("last_checkpoint_at", sa.Float(), nullable=True))
         batch.add_column(sa.Column("suspensions", sa.Integer(), nullable=False, server_default="0"))
     with op.batch_alter_table("workers") as batch:
@@ -78,7 +77,6 @@ def downgrade() -> None:
         for column in (
             "suspensions",
             "last_checkpoint_at",
-            "resume_nodes",
             "suspend_deadline",
             "start_at",
             "wait_code",
