@@ -12,8 +12,8 @@ from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.server.app import create_app
-from gpuyard.server.db.store import Store
 from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
 from gpuyard.testing.postgres import PostgresServer, postgres_server, unavailable_reason
 from gpuyard.testing.server import serve
 

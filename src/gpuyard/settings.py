@@ -14,7 +14,7 @@ from platformdirs import user_data_dir
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpuyard.launch.network import Network
+from gpuyard.models.node import Network
 
 __all__ = ["Settings"]
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 
 @pytest.fixture
-def pool_factory(tmp_path: Path) -> Iterator[type[PoolProcess]]:
-    started: list[PoolProcess] = []
+def pool_factory(tmp_path: Path) -> Iterator[type[ServerProcess]]:
+    started: list[ServerProcess] = []
 
-    class Tracked(PoolProcess):
-        def start(self, timeout: float = 30) -> PoolProcess:
+    class Tracked(ServerProcess):
+        def start(self, timeout: float = 30) -> ServerProcess:
             started.append(self)
             return super().start(timeout)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 
-def test_cli_round_trip_on_virtual_nodes(pool_factory: type[PoolProcess], tmp_path: Path) -> None:
+def test_cli_round_trip_on_virtual_nodes(pool_factory: type[ServerProcess], tmp_path: Path) -> None:
     pool = pool_factory(
         tmp_path / "home", "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4"
     ).start()
@@ -63,7 +63,7 @@ def test_cli_round_trip_on_virtual_nodes(pool_factory: type[PoolProcess], tmp_pa
 
 
 def test_bad_input_gets_a_clear_error_and_no_job(
-    pool_factory: type[PoolProcess], tmp_path: Path
+    pool_factory: type[ServerProcess], tmp_path: Path
 ) -> None:
     pool = pool_factory(tmp_path / "home").start()
     result = pool.cli("submit", "--", "KEY=VALUE python3 train.py", check=False)
@@ -79,7 +79,7 @@ def test_bad_input_gets_a_clear_error_and_no_job(
 
 
 def test_up_detached_and_down(tmp_path: Path) -> None:
-    pool = PoolProcess(tmp_path / "home")
+    pool = ServerProcess(tmp_path / "home")
     up = pool.cli("up", "--detach", "--port", "0")
     assert "gpuyard pool running at http://127.0.0.1:" in up.stdout
     assert "already running" in pool.cli("up", "--detach", "--port", "0").stdout
@@ -92,7 +92,7 @@ def test_up_detached_and_down(tmp_path: Path) -> None:
 
 
 def test_admin_labels_a_node_and_a_user_is_held_to_their_tiers(
-    pool_factory: type[PoolProcess], tmp_path: Path
+    pool_factory: type[ServerProcess], tmp_path: Path
 ) -> None:
     """The pool's own user is its admin from the start; anyone else is registered as a plain
     user on their first submission."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 
@@ -20,28 +20,28 @@ DDP = ROOT / "examples" / "ddp_train.py"
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolProcess]:
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     home = tmp_path_factory.mktemp("distributed") / "home"
-    pool = PoolProcess(
+    pool = ServerProcess(
         home, "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8"
     ).start()
     yield pool
     pool.stop()
 
 
-def run(pool: PoolProcess, *args: str, timeout: float = 180) -> dict[str, object]:
+def run(pool: ServerProcess, *args: str, timeout: float = 180) -> dict[str, object]:
     job = pool.cli_json("submit", *args)
     done = pool.wait_status(job["id"], {"succeeded", "failed", "stopped", "expired"}, timeout)
     assert done["status"] == "succeeded", (done, pool.cli("logs", str(job["id"])).stdout[-3000:])
     return done
 
 
-def ranks(pool: PoolProcess, job: dict[str, object]) -> list[dict[str, object]]:
+def ranks(pool: ServerProcess, job: dict[str, object]) -> list[dict[str, object]]:
     outputs = pool.home / "jobs" / str(job["id"]) / "outputs"
     return [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(4)]
 
 
-def test_pytorch_ddp_two_nodes_by_two_processes_wrapped_and_torchrun(pool: PoolProcess) -> None:
+def test_pytorch_ddp_two_nodes_by_two_processes_wrapped_and_torchrun(pool: ServerProcess) -> None:
     wrapped = run(pool, "--mode", "pytorch", "--nodes", "2", "--gpus", "2", "--", PYTHON, str(DDP))
     torchrun = str(Path(PYTHON).parent / "torchrun")
     explicit = run(
@@ -69,7 +69,7 @@ def test_pytorch_ddp_two_nodes_by_two_processes_wrapped_and_torchrun(pool: PoolP
 
 
 def test_lightning_slurm_detection_agrees_with_the_allocation(
-    pool: PoolProcess, tmp_path: Path
+    pool: ServerProcess, tmp_path: Path
 ) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
@@ -100,7 +100,7 @@ def test_lightning_slurm_detection_agrees_with_the_allocation(
 
 
 def test_a_batch_job_writes_each_sub_task_to_its_own_directory(
-    pool: PoolProcess, tmp_path: Path
+    pool: ServerProcess, tmp_path: Path
 ) -> None:
     results = tmp_path / "results"
     tasks = "\n".join(

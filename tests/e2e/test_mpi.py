@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("mpi")]
 
@@ -30,7 +30,7 @@ exit 255
 """
 
 
-class MpiPool(PoolProcess):
+class MpiPool(ServerProcess):
     """A pool whose workers find the failing ssh first on PATH, then this Python's bin."""
 
     def __init__(self, home: Path, shims: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("time-sharing")]
 
@@ -30,9 +30,9 @@ ENDED = {"succeeded", "failed", "stopped", "expired"}
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolProcess]:
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     home = tmp_path_factory.mktemp("time-sharing") / "home"
-    pool = PoolProcess(
+    pool = ServerProcess(
         home, "--virtual-nodes", "2", "--gpus-per-node", "1", "--cpus-per-node", "1"
     ).start()
     pool.cli("pools", "add", "default", "--preemption", "suspend", "--notice", "60s")
@@ -40,24 +40,24 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolProcess]:
     pool.stop()
 
 
-def submit(pool: PoolProcess, *args: str) -> int:
+def submit(pool: ServerProcess, *args: str) -> int:
     job: dict[str, Any] = pool.cli_json("submit", *args)
     return int(job["id"])
 
 
-def events(pool: PoolProcess, job_id: int) -> list[dict[str, Any]]:
+def events(pool: ServerProcess, job_id: int) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = pool.cli_json("events", str(job_id))
     return found
 
 
-def digest(pool: PoolProcess, job_id: int) -> str:
+def digest(pool: ServerProcess, job_id: int) -> str:
     outputs = pool.home / "jobs" / str(job_id) / "outputs"
     digests = {json.loads((outputs / f"rank-{r}.json").read_text())["digest"] for r in (0, 1)}
     assert len(digests) == 1  # both ranks end with the same weights
     return digests.pop()
 
 
-def wait_for_step(pool: PoolProcess, job_id: int, step: int, timeout: float = 90) -> None:
+def wait_for_step(pool: ServerProcess, job_id: int, step: int, timeout: float = 90) -> None:
     progress = pool.home / "jobs" / str(job_id) / "attempts/0/worker-0/control/progress.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,7 +71,7 @@ def wait_for_step(pool: PoolProcess, job_id: int, step: int, timeout: float = 90
 
 
 def test_a_high_job_takes_the_pool_and_the_low_one_resumes_with_the_same_weights(
-    pool: PoolProcess,
+    pool: ServerProcess,
 ) -> None:
     train = [
         "--mode", "pytorch", "--nodes", "2", "--gpus", "1", "--priority", "low", "--",
@@ -110,7 +110,7 @@ def test_a_high_job_takes_the_pool_and_the_low_one_resumes_with_the_same_weights
 
 
 def test_a_job_that_ignores_the_notice_is_killed_and_requeued_at_its_place(
-    pool: PoolProcess, tmp_path: Path
+    pool: ServerProcess, tmp_path: Path
 ) -> None:
     pool.cli("pools", "set", "default", "--notice", "3s")
     stubborn_file = tmp_path / "stubborn.yaml"

@@ -9,7 +9,7 @@ import typer
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import jobs as jobs_cli
-from gpuyard.cli import pool as pool_cli
+from gpuyard.cli import server as server_cli
 from gpuyard.cli import simulate as simulate_cli
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 jobs_cli.register(app)
-pool_cli.register(app)
+server_cli.register(app)
 admin_cli.register(app)
 simulate_cli.register(app)
 app.add_typer(config_cli.app, name="config")

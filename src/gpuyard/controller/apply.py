@@ -15,27 +15,27 @@ from typing import Any
 from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
-from gpuyard.controller.snapshot import load_snapshot
 from gpuyard.errors import StaleWrite
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
-from gpuyard.models.states import PENDING
+from gpuyard.models.states import HOLDING, PENDING
+from gpuyard.models.worker import WorkerState
 from gpuyard.scheduler import Decisions, decide
 from gpuyard.scheduler.decide import Start
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
-from gpuyard.server.services.suspension import begin_suspension
-from gpuyard.server.services.transitions import transition
+from gpuyard.services.suspension import begin_suspension
+from gpuyard.services.transitions import transition
+from gpuyard.store.engine import Store
+from gpuyard.store.snapshot import load_snapshot
+from gpuyard.store.tables import JobRow, NodeRow, WorkerRow
 
 __all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec"]
 
 SCHEDULER = "scheduler"
 PORT_RANGE = (20000, 30000)
 """Ports handed to workers: below Linux's ephemeral range (32768 and up)."""
-WORKER_PENDING = "pending"
 
-_ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
-_PENDING_STATES = [s.value for s in PENDING]
+
+_PENDING_STATES = tuple(sorted(PENDING))
 
 
 class Applier:
@@ -101,7 +101,7 @@ class Applier:
         """Per host, the ports the placements of running jobs hold."""
         used: dict[str, set[int]] = {}
         for (placement,) in session.execute(
-            select(JobRow.placement).where(JobRow.state.in_(_ACTIVE_JOB_STATES))
+            select(JobRow.placement).where(JobRow.state.in_(HOLDING))
         ):
             for slot in placement or []:
                 host = nodes.get(slot["node"], ("", slot["node"]))[1]
@@ -175,7 +175,7 @@ class Applier:
                         role=seat.role.value,
                         task=seat.task,
                         primary=seat.role.primary,
-                        state=WORKER_PENDING,
+                        state=WorkerState.PENDING,
                     )
                     for seat, slot in zip(job_seats, slots, strict=True)
                 ]

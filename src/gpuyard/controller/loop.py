@@ -38,17 +38,18 @@ from gpuyard.controller.apply import Applier, launch_spec
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.errors import StaleWrite
-from gpuyard.executors.base import Executor, LaunchError, WorkerPhase
+from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, NodeState, Slot
 from gpuyard.models.job import MpiImplementation
-from gpuyard.models.states import DRAIN_TARGET
+from gpuyard.models.states import DRAIN_TARGET, HOLDING
+from gpuyard.models.worker import WorkerState
 from gpuyard.quantities import format_duration
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, NodeRow, WorkerRow
-from gpuyard.server.services.suspension import begin_suspension
-from gpuyard.server.services.transitions import record_event, transition
+from gpuyard.services.suspension import begin_suspension
+from gpuyard.services.transitions import record_event, transition
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, NodeRow, WorkerRow
 
 __all__ = ["Controller", "LaunchConfig"]
 
@@ -65,18 +66,6 @@ SCHEDULE_EVERY = 5.0
 MAX_SCHEDULE_GAP = 1.0
 CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' checkpoint reports (for choosing victims)."""
-
-_ACTIVE_JOB_STATES = [s.value for s in JobState if s.holds_resources()]
-
-
-class WorkerState:
-    PENDING = "pending"
-    RUNNING = "running"
-    EXITED = "exited"
-    LOST = "lost"
-    CANCELLED = "cancelled"
-
-    ENDED = frozenset({EXITED, LOST, CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -214,9 +203,9 @@ class Controller:
                 if row is None:
                     row = NodeRow(name=name)
                     session.add(row)
-                    row.state = NodeState.READY.value
-                elif row.state == NodeState.GONE.value:
-                    row.state = NodeState.READY.value
+                    row.state = NodeState.READY
+                elif row.state is NodeState.GONE:
+                    row.state = NodeState.READY
                 row.address = info.address
                 row.executor = self.executor.name
                 row.gpus = info.gpus
@@ -228,7 +217,7 @@ class Controller:
                 row.updated_at = now
             for name, row in existing.items():
                 if name not in infos and row.executor == self.executor.name:
-                    row.state = NodeState.GONE.value
+                    row.state = NodeState.GONE
                     row.updated_at = now
         self._dirty = True
 
@@ -247,7 +236,7 @@ class Controller:
         ended = [
             (worker_id, st)
             for (worker_id, _), st in zip(rows, statuses, strict=True)
-            if st.phase is not WorkerPhase.RUNNING
+            if st.state is not WorkerState.RUNNING
         ]
         if not ended:
             return
@@ -258,7 +247,7 @@ class Controller:
                 if worker is None or worker.state != WorkerState.RUNNING:
                     continue
                 job = session.get(JobRow, worker.job_id)
-                lost = st.phase is WorkerPhase.LOST
+                lost = st.state is WorkerState.LOST
                 worker.state = WorkerState.LOST if lost else WorkerState.EXITED
                 worker.exit_code = st.exit_code
                 worker.finished_at = st.finished_at or now
@@ -287,7 +276,7 @@ class Controller:
                 )
                 .join(JobRow, JobRow.id == WorkerRow.job_id)
                 .where(
-                    JobRow.state == JobState.RUNNING.value,
+                    JobRow.state == JobState.RUNNING,
                     WorkerRow.state == WorkerState.RUNNING,
                     WorkerRow.attempt == JobRow.attempt,
                     WorkerRow.handle.is_not(None),
@@ -319,7 +308,7 @@ class Controller:
     def _advance_jobs(self) -> None:
         with self.store.read() as session:
             jobs = session.scalars(
-                select(JobRow).where(JobRow.state.in_(_ACTIVE_JOB_STATES)).order_by(JobRow.id)
+                select(JobRow).where(JobRow.state.in_(HOLDING)).order_by(JobRow.id)
             ).all()
             workers: dict[int, list[WorkerRow]] = {job.id: [] for job in jobs}
             attempts = {job.id: job.attempt for job in jobs}
@@ -431,7 +420,7 @@ class Controller:
         )
         if verdict.outcome is Outcome.FAIL:
             failure = verdict.failure
-            ended = all(w.state in WorkerState.ENDED for w in workers)
+            ended = all(w.state.is_ended() for w in workers)
             target = JobState.FAILED if ended else JobState.FAILING
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
@@ -561,9 +550,7 @@ class Controller:
                     self._backstop_kills.add(w.id)
                     killed.append(w)
         cancelled = [w for w in workers if w.state == WorkerState.PENDING and w.handle is None]
-        if not (signalled or killed or cancelled) and not all(
-            w.state in WorkerState.ENDED for w in workers
-        ):
+        if not (signalled or killed or cancelled) and not all(w.state.is_ended() for w in workers):
             return
         with self.store.write() as session:
             # Worker bookkeeping is recorded even if the job changed meanwhile; only the
@@ -586,9 +573,7 @@ class Controller:
                     .where(WorkerRow.id == w.id)
                     .values(state=WorkerState.CANCELLED, detail="never started", finished_at=now)
                 )
-            ended = {w.id for w in cancelled} | {
-                w.id for w in workers if w.state in WorkerState.ENDED
-            }
+            ended = {w.id for w in cancelled} | {w.id for w in workers if w.state.is_ended()}
             target = DRAIN_TARGET.get(state)  # a suspension ends in the suspender
             row = self._fresh(session, job) if target is not None else None
             if row is not None and target is not None and len(ended) == len(workers):

@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy import update
 
 from gpuyard.clock import Clock
-from gpuyard.controller.verdict import ENDED
-from gpuyard.executors.base import ControlState, Executor, Notice
+from gpuyard.executors.base import Executor
 from gpuyard.models.states import JobState
+from gpuyard.models.worker import ControlState, Notice, WorkerState
 from gpuyard.quantities import format_duration
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, WorkerRow
-from gpuyard.server.services.suspension import finish_suspension
-from gpuyard.server.services.transitions import record_event, transition
+from gpuyard.services.suspension import finish_suspension
+from gpuyard.services.transitions import record_event, transition
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, WorkerRow
 
 __all__ = ["EXIT_SUSPENDED", "Suspender"]
 
@@ -48,7 +48,7 @@ class Suspender:
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
         now = self.clock.now()
         deadline = job.suspend_deadline if job.suspend_deadline is not None else now
-        live = [w for w in workers if w.state == "running" and w.handle is not None]
+        live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
         unnotified = [w for w in live if w.notice_sent_at is None]
         notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
         for w in unnotified:
@@ -61,7 +61,7 @@ class Suspender:
             self._record_control(session, job, list(zip(handled, states, strict=True)), now)
         if now >= deadline and live:
             self.drain(job, JobState.SUSPENDING, workers)
-        if all(w.state in ENDED for w in workers):
+        if all(w.state.is_ended() for w in workers):
             self._requeue(job, workers, now)
 
     def _record_notices(
@@ -128,7 +128,9 @@ class Suspender:
 
     def _requeue(self, job: JobRow, workers: list[WorkerRow], now: float) -> None:
         primaries = [w for w in workers if w.primary]
-        finished = primaries and all(w.state == "exited" and w.exit_code == 0 for w in primaries)
+        finished = primaries and all(
+            w.state is WorkerState.EXITED and w.exit_code == 0 for w in primaries
+        )
         with self.store.write() as session:
             row = self.fresh(session, job)
             if row is None:
@@ -170,7 +172,7 @@ def asked_to_suspend(workers: list[WorkerRow], states: list[ControlState]) -> Wo
     exited after its runtime wrote ``suspended.json`` (a launcher in between may have turned
     75 into its own failure code)."""
     for w, state in zip(workers, states, strict=True):
-        if w.state != "exited":
+        if w.state is not WorkerState.EXITED:
             continue
         if w.exit_code == EXIT_SUSPENDED or state.suspended_at is not None:
             return w

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Outcome", "Verdict", "WorkerFacts", "settle"]
+from gpuyard.models.worker import WorkerState
 
-ENDED = frozenset({"exited", "lost", "cancelled"})
+__all__ = ["Outcome", "Verdict", "WorkerFacts", "settle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class WorkerFacts:
     rank: int
     task: int
     primary: bool
-    state: str
+    state: WorkerState
     exit_code: int | None = None
     told_to_exit: bool = False
     detail: str = ""
@@ -37,14 +37,14 @@ class WorkerFacts:
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED
+        return self.state.is_ended()
 
     @property
     def failed(self) -> bool:
         if not self.ended:
             return False
         if self.primary:
-            return self.state != "exited" or self.exit_code != 0
+            return self.state is not WorkerState.EXITED or self.exit_code != 0
         return not self.told_to_exit
 
 
@@ -77,7 +77,7 @@ def _first_failure(workers: Sequence[WorkerFacts]) -> WorkerFacts | None:
 def _describe(w: WorkerFacts) -> str:
     if w.detail:
         return w.detail
-    if not w.primary and w.state == "exited":
+    if not w.primary and w.state is WorkerState.EXITED:
         return f"helper worker {w.rank} on {w.node} ended before the job was done"
     return f"worker {w.rank} on {w.node} failed"
 

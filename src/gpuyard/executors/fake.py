@@ -11,16 +11,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuyard.executors.base import (
+from gpuyard.executors.base import LaunchError
+from gpuyard.models.worker import (
     ControlState,
     Handle,
-    LaunchError,
     NodeInfo,
     Notice,
     Tools,
     WorkerKey,
     WorkerLaunch,
-    WorkerPhase,
+    WorkerState,
     WorkerStatus,
 )
 
@@ -30,7 +30,7 @@ __all__ = ["FakeExecutor", "FakeWorker"]
 @dataclass
 class FakeWorker:
     launch: WorkerLaunch
-    status: WorkerStatus = field(default_factory=lambda: WorkerStatus(WorkerPhase.RUNNING))
+    status: WorkerStatus = field(default_factory=lambda: WorkerStatus(WorkerState.RUNNING))
     terminated_with_grace: float | None = None
     killed: bool = False
     log: bytes = b""
@@ -97,15 +97,15 @@ class FakeExecutor:
         with self._lock:
             worker = self._worker(handle)
             worker.terminated_with_grace = grace
-            if self.exit_on_terminate and worker.status.phase is WorkerPhase.RUNNING:
-                worker.status = WorkerStatus(WorkerPhase.EXITED, exit_code=143, signal="SIGTERM")
+            if self.exit_on_terminate and worker.status.state is WorkerState.RUNNING:
+                worker.status = WorkerStatus(WorkerState.EXITED, exit_code=143, signal="SIGTERM")
 
     def kill(self, handle: Handle) -> None:
         with self._lock:
             worker = self._worker(handle)
             worker.killed = True
-            if worker.status.phase is WorkerPhase.RUNNING:
-                worker.status = WorkerStatus(WorkerPhase.EXITED, exit_code=137, signal="SIGKILL")
+            if worker.status.state is WorkerState.RUNNING:
+                worker.status = WorkerStatus(WorkerState.EXITED, exit_code=137, signal="SIGKILL")
 
     def notify(self, handle: Handle, notice: Notice) -> None:
         with self._lock:
@@ -147,13 +147,13 @@ class FakeExecutor:
         with self._lock:
             worker = self.workers[WorkerKey(job_id, attempt, rank)]
             worker.status = WorkerStatus(
-                WorkerPhase.EXITED, exit_code=code, escalated=escalated, signal=signal
+                WorkerState.EXITED, exit_code=code, escalated=escalated, signal=signal
             )
 
     def lose(self, job_id: int, rank: int = 0, *, attempt: int = 0) -> None:
         with self._lock:
             self.workers[WorkerKey(job_id, attempt, rank)].status = WorkerStatus(
-                WorkerPhase.LOST, message="node unreachable"
+                WorkerState.LOST, message="node unreachable"
             )
 
     def report(self, job_id: int, rank: int = 0, *, attempt: int = 0, **state: float | int) -> None:

@@ -6,15 +6,10 @@ The job's own ``env`` wins over a preset, so any of these can be overridden per 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+
+from gpuyard.models.node import Network
 
 __all__ = ["Network", "NetworkPreset", "network_env"]
-
-
-class Network(StrEnum):
-    NONE = "none"
-    ROCE = "roce"
-    IB = "ib"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuyard.executors.base import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import NetworkPreset, network_env
@@ -34,6 +33,7 @@ from gpuyard.launch.workspace import (
 )
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
+from gpuyard.models.worker import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
 
 __all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "plan_worker"]
 
@@ -187,7 +187,7 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
     """MPI launcher/target: (argv override for targets, env, files).
 
     The launcher's mpirun finds the hosts in the hostfile and starts its daemon on each through
-    ``rsh-agent`` (``runtime/rexec.py agent``), which has the target worker's ``rexec.py serve``
+    ``rsh-agent`` (``executors/rexec.py agent``), which has the target worker's ``rexec.py serve``
     run it: no ssh anywhere (docs/distributed.md, "MPI without ssh").
     """
     ctx, impl = w.ctx, w.spec.mpi
@@ -273,7 +273,7 @@ def _one_host_env(w: _Worker) -> dict[str, str]:
     """What MPI needs when the job's nodes are virtual nodes of one host (on loopback).
 
     MPI runtimes tell nodes apart by host name, so each worker's remote-launch agent gives the
-    daemons it starts their node's name (a UTS namespace, ``runtime/rexec.py``); and Open
+    daemons it starts their node's name (a UTS namespace, ``executors/rexec.py``); and Open
     MPI's TCP transport skips loopback unless told to use it.
     """
     return {"GPUYARD_REXEC_HOSTNAME": w.slot.node, "OMPI_MCA_btl_tcp_if_include": LOOPBACK}

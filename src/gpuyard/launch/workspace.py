@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import posixpath
 
-from gpuyard.executors.base import Bind
 from gpuyard.models.job import JobSpec, JobType
+from gpuyard.models.worker import Bind
 
 __all__ = ["Bind", "attempt_dir", "control_dir", "output_dir", "worker_dir", "workspace_binds"]
 

@@ -7,7 +7,15 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-__all__ = ["NodeState", "NodeView"]
+__all__ = ["Network", "NodeState", "NodeView"]
+
+
+class Network(StrEnum):
+    """The fabric between a pool's nodes (reference 000): it decides the NCCL variables."""
+
+    NONE = "none"
+    ROCE = "roce"
+    IB = "ib"
 
 
 class NodeState(StrEnum):

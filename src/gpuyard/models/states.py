@@ -17,7 +17,15 @@ from enum import StrEnum
 
 from gpuyard.errors import IllegalTransition
 
-__all__ = ["PENDING", "TRANSITIONS", "JobState", "JobStatus", "check_transition"]
+__all__ = [
+    "HOLDING",
+    "LIVE",
+    "PENDING",
+    "TRANSITIONS",
+    "JobState",
+    "JobStatus",
+    "check_transition",
+]
 
 
 class JobStatus(StrEnum):
@@ -134,6 +142,12 @@ _HOLDING = frozenset(
 
 PENDING = frozenset({JobState.QUEUED, JobState.SUSPENDED})
 """The states the scheduler places."""
+
+HOLDING = tuple(sorted(_HOLDING))
+"""The states whose placement counts against its nodes, in a fixed order (for SQL ``IN``)."""
+
+LIVE = tuple(sorted(s for s in JobState if not s.is_terminal()))
+"""Every state but the terminal ones."""
 
 # The draining states and where each one ends once every worker has exited.
 DRAIN_TARGET: dict[JobState, JobState] = {

@@ -10,16 +10,16 @@ from fastapi import FastAPI
 from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
-from gpuyard.server.db.store import Store
 from gpuyard.server.deps import Services
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.routers import accounts, jobs, nodes, pools, scheduling
-from gpuyard.server.services.accounts import AccountService, parse_tiers
-from gpuyard.server.services.jobs import JobService
-from gpuyard.server.services.logs import LogService
-from gpuyard.server.services.nodes import NodeService
-from gpuyard.server.services.scheduling import SchedulingService
+from gpuyard.services.accounts import AccountService, parse_tiers
+from gpuyard.services.jobs import JobService
+from gpuyard.services.logs import LogService
+from gpuyard.services.nodes import NodeService
+from gpuyard.services.scheduling import SchedulingService
 from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
 
 __all__ = ["create_app"]
 

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from gpuyard.server.services.accounts import AccountService
-from gpuyard.server.services.jobs import JobService
-from gpuyard.server.services.logs import LogService
-from gpuyard.server.services.nodes import NodeService
-from gpuyard.server.services.scheduling import SchedulingService
+from gpuyard.services.accounts import AccountService
+from gpuyard.services.jobs import JobService
+from gpuyard.services.logs import LogService
+from gpuyard.services.nodes import NodeService
+from gpuyard.services.scheduling import SchedulingService
 
 __all__ = ["Services", "ServicesDep", "UserDep"]
 

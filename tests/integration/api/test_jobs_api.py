@@ -11,8 +11,8 @@ from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, NotFound
 from gpuyard.executors.fake import FakeExecutor
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import EventRow, JobRow
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import EventRow, JobRow
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from gpuyard.cli.main import app as cli_app
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, PermissionDenied
-from gpuyard.executors.base import NodeInfo
 from gpuyard.executors.fake import FakeExecutor
-from gpuyard.server.db.store import Store
+from gpuyard.models.worker import NodeInfo
 from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
 
 
 @pytest.fixture

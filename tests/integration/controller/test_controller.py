@@ -7,14 +7,14 @@ from sqlalchemy import select
 
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
-from gpuyard.executors.base import NodeInfo, WorkerKey
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState
+from gpuyard.models.worker import NodeInfo, WorkerKey
 from gpuyard.scheduler.decide import Start
 from gpuyard.scheduler.snapshot import Allocation
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, WorkerRow
-from gpuyard.server.services.jobs import JobService
+from gpuyard.services.jobs import JobService
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, WorkerRow
 
 TWO_NODES = [
     NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35, gpu_devices=("0", "1", "2", "3")),
@@ -221,7 +221,7 @@ def test_nodes_that_vanish_are_marked_gone(store: Store, clock: ManualClock) -> 
     Pool(store, FakeExecutor(TWO_NODES), clock)
     Pool(store, FakeExecutor(TWO_NODES[:1]), clock)
     pool = Pool(store, FakeExecutor(TWO_NODES[:1]), clock)
-    from gpuyard.server.services.nodes import NodeService
+    from gpuyard.services.nodes import NodeService
 
     assert [(n.name, n.state.value) for n in NodeService(pool.store).list_nodes()] == [
         ("n0", "ready"),

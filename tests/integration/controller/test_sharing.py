@@ -8,13 +8,13 @@ import pytest
 
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
-from gpuyard.executors.base import NodeInfo, WorkerKey
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import PoolRow
-from gpuyard.server.services.jobs import JobService
-from gpuyard.server.services.scheduling import SchedulingService
+from gpuyard.models.worker import NodeInfo, WorkerKey
+from gpuyard.services.jobs import JobService
+from gpuyard.services.scheduling import SchedulingService
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import PoolRow
 
 TWO = [
     NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35, gpu_devices=("0", "1", "2", "3")),

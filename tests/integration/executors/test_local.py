@@ -15,17 +15,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.executors.base import (
+from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.executors.local.machine import GpuDevice, Machine
+from gpuyard.models.worker import (
     Bind,
     File,
     Handle,
     WorkerKey,
     WorkerLaunch,
-    WorkerPhase,
+    WorkerState,
     WorkerStatus,
 )
-from gpuyard.executors.local.executor import LocalExecutor
-from gpuyard.executors.local.machine import GpuDevice, Machine
 
 ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
 
@@ -55,16 +55,16 @@ def launch(
 def wait_for(
     ex: LocalExecutor,
     handle: Handle,
-    phase: WorkerPhase = WorkerPhase.EXITED,
+    phase: WorkerState = WorkerState.EXITED,
     timeout: float = 20,
 ) -> WorkerStatus:
     deadline = time.monotonic() + timeout
     while True:
         [status] = ex.status([handle])
-        if status.phase is phase:
+        if status.state is phase:
             return status
         if time.monotonic() > deadline:
-            raise AssertionError(f"worker still {status.phase} after {timeout}s")
+            raise AssertionError(f"worker still {status.state} after {timeout}s")
         time.sleep(0.02)
 
 
@@ -148,7 +148,7 @@ def test_launching_the_same_worker_twice_starts_it_once(
 def test_a_new_executor_sees_workers_it_did_not_launch(executor: LocalExecutor) -> None:
     handle = launch(executor, ["sleep", "0.5"])
     successor = LocalExecutor(executor.home)
-    assert successor.status([handle])[0].phase is WorkerPhase.RUNNING
+    assert successor.status([handle])[0].state is WorkerState.RUNNING
     assert wait_for(successor, handle).exit_code == 0
 
 
@@ -172,7 +172,7 @@ def test_a_supervisor_killed_with_its_worker_alive_is_lost_and_kill_cleans_up(
 
     info = json.loads(state.read_text())
     os.kill(info["supervisor_pid"], signal.SIGKILL)
-    status = wait_for(executor, handle, WorkerPhase.LOST)
+    status = wait_for(executor, handle, WorkerState.LOST)
     assert "supervisor ended without recording an exit" in status.message
     assert _running(info["pid"])
     executor.kill(handle)
@@ -185,7 +185,7 @@ def test_workers_outlive_the_process_that_launched_them(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        from gpuyard.executors.base import WorkerKey, WorkerLaunch
+        from gpuyard.models.worker import WorkerKey, WorkerLaunch
         from gpuyard.executors.local.executor import LocalExecutor
         ex = LocalExecutor(Path({str(home)!r}))
         ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", ["sh", "-c", "sleep 1; echo done"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import inspect
 
-from gpuyard.server.db.store import Store, alembic_config
-from gpuyard.server.db.tables import Base
+from gpuyard.store.engine import Store, alembic_config
+from gpuyard.store.tables import Base
 
 
 def test_up_check_down(database_url: str) -> None:

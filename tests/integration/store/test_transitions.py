@@ -7,9 +7,9 @@ from sqlalchemy import select
 
 from gpuyard.errors import IllegalTransition, StaleWrite
 from gpuyard.models import JobState
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import EventRow, JobRow
-from gpuyard.server.services.transitions import transition
+from gpuyard.services.transitions import transition
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import EventRow, JobRow
 
 
 def _job(store: Store) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
+from gpuyard.models.worker import WorkerState
 
 
 def w(
@@ -21,7 +22,7 @@ def w(
         rank=rank,
         task=task,
         primary=primary,
-        state=state,
+        state=WorkerState(state),
         exit_code=code,
         told_to_exit=told,
         node=f"n{rank}",

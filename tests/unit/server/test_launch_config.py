@@ -10,8 +10,8 @@ import pytest
 from gpuyard.launch.network import Network, NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
-from gpuyard.server.pool import launch_config
 from gpuyard.settings import Settings
+from gpuyard.up import launch_config
 
 
 def test_settings_become_the_launch_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -34,25 +34,26 @@ from typing import Any
 
 import psutil
 
-from gpuyard.executors.base import (
+from gpuyard.executors import rexec as rexec_module
+from gpuyard.executors.base import LaunchError
+from gpuyard.executors.local import supervisor as supervisor_module
+from gpuyard.executors.local.machine import Machine, detect_machine
+from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     ControlState,
     Handle,
-    LaunchError,
     NodeInfo,
     Notice,
     Tools,
     WorkerLaunch,
-    WorkerPhase,
+    WorkerState,
     WorkerStatus,
 )
-from gpuyard.executors.local import supervisor as supervisor_module
-from gpuyard.executors.local.machine import Machine, detect_machine
 
 __all__ = ["LocalExecutor"]
 
 SUPERVISOR = Path(supervisor_module.__file__).resolve()
-REXEC = Path(__file__).resolve().parents[2] / "runtime" / "rexec.py"
+REXEC = Path(rexec_module.__file__).resolve()
 _STARTUP_GRACE = 15.0
 """Seconds a supervisor may take to write state.json before it counts as lost."""
 _FIRST_VIRTUAL_ADDRESS = ipaddress.IPv4Address("127.0.0.2")
@@ -157,7 +158,7 @@ class LocalExecutor:
         exit_info = _read_json(wd / "exit.json")
         if exit_info is not None:
             return WorkerStatus(
-                WorkerPhase.EXITED,
+                WorkerState.EXITED,
                 exit_code=int(exit_info["exit_code"]),
                 signal=exit_info.get("signal"),
                 escalated=bool(exit_info.get("escalated")),
@@ -165,19 +166,19 @@ class LocalExecutor:
                 message=exit_info.get("message", ""),
             )
         if _locked(wd):
-            return WorkerStatus(WorkerPhase.RUNNING)
+            return WorkerStatus(WorkerState.RUNNING)
         if _read_json(wd / "exit.json") is not None:  # it exited between the two reads
             return self._status(handle)
         if not _exists(wd, "state.json"):
             with self._children_lock:
                 child = self._children.get(str(wd))
             if child is not None and child.poll() is None:
-                return WorkerStatus(WorkerPhase.RUNNING)  # still starting
+                return WorkerStatus(WorkerState.RUNNING)  # still starting
             if time.time() - float(handle.get("spawned_at", 0)) < _STARTUP_GRACE:
-                return WorkerStatus(WorkerPhase.RUNNING)
+                return WorkerStatus(WorkerState.RUNNING)
         err = _tail(wd / "supervisor.err")
         return WorkerStatus(
-            WorkerPhase.LOST,
+            WorkerState.LOST,
             message="the worker's supervisor ended without recording an exit"
             + (f": {err}" if err else ""),
         )

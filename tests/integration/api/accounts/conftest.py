@@ -14,10 +14,11 @@ from sqlalchemy import select
 from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
-from gpuyard.executors.base import NodeInfo
 from gpuyard.executors.fake import FakeExecutor
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import (
+from gpuyard.models.worker import NodeInfo
+from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import (
     EventRow,
     GroupRow,
     JobRow,
@@ -27,7 +28,6 @@ from gpuyard.server.db.tables import (
     UserRow,
     WorkerRow,
 )
-from gpuyard.settings import Settings
 
 NODES = [
     NodeInfo("n0", "127.0.0.10", gpus=8, cpus=32, memory=256 << 30, labels={"zone": "z1"}),

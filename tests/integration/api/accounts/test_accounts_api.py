@@ -16,9 +16,9 @@ from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import InvalidSpec
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, UserRow
-from gpuyard.server.services.accounts import AccountService
+from gpuyard.services.accounts import AccountService
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, UserRow
 
 Refuse = Callable[..., dict[str, Any]]
 

@@ -19,9 +19,9 @@ from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, PermissionDenied
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.server.app import create_app
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, NodeRow
 from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, NodeRow
 from gpuyard.testing.server import serve
 
 Refuse = Callable[..., dict[str, Any]]
@@ -381,7 +381,7 @@ def test_stale_decisions_are_dropped_after_a_priority_change(client: Client, sto
     """The controller's start is guarded by the version it read; a change bumps it."""
     from gpuyard.errors import StaleWrite
     from gpuyard.models import JobState
-    from gpuyard.server.services.transitions import transition
+    from gpuyard.services.transitions import transition
 
     job = client.submit({"command": "x"})
     with store.read() as session:

@@ -1,9 +1,13 @@
-"""Run a whole pool in one process tree: API server + controller + local executor.
+"""The composition root: what ``gpuyard up`` runs, and the one place that wires the parts.
 
-This is what ``gpuyard up`` runs. The process holds ``<home>/pool.lock`` for its life, so two
-pools never drive the same home; the lock dies with the process, so a pool killed with
-``kill -9`` can be started again at once. Workers run under their own supervisors in their own
-sessions and outlive this process; the next ``gpuyard up`` adopts them.
+It builds the store, the executor, the controller and the API app from the settings, and runs
+them in one process: the API on uvicorn's event loop, the controller on a thread of its own.
+Nothing below this module knows which executor or database it runs with.
+
+The process holds ``<home>/server.lock`` for its life, so two servers never drive the same
+home; the lock dies with the process, so a server killed with ``kill -9`` can be started again
+at once. Workers run under their own supervisors in their own sessions and outlive this
+process; the next ``gpuyard up`` adopts them.
 """
 
 from __future__ import annotations
@@ -29,18 +33,18 @@ from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
 from gpuyard.server.app import create_app
-from gpuyard.server.db.store import Store
 from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
 
-__all__ = ["launch_config", "pool_lock", "read_server_file", "run_pool"]
+__all__ = ["launch_config", "read_server_file", "run_server", "server_lock"]
 
-log = logging.getLogger("gpuyard.pool")
+log = logging.getLogger("gpuyard.up")
 
 
 @contextlib.contextmanager
-def pool_lock(home: Path) -> Iterator[None]:
+def server_lock(home: Path) -> Iterator[None]:
     home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(home / "pool.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fd = os.open(home / "server.lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -48,7 +52,7 @@ def pool_lock(home: Path) -> Iterator[None]:
             info = read_server_file(home)
             where = f" at {info['url']} (pid {info['pid']})" if info else ""
             raise Conflict(
-                f"a pool is already running for {home}{where}; use it, or stop it with "
+                f"a gpuyard server is already running for {home}{where}; use it, or stop it with "
                 "`gpuyard down`"
             ) from None
         yield
@@ -84,7 +88,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def launch_config(settings: Settings) -> LaunchConfig:
-    """The pool-wide launch inputs: the MPI installations and the network preset."""
+    """The launch inputs every job shares: the MPI installations and the network preset."""
     prefixes = {
         MpiImplementation.OPENMPI: settings.mpi_openmpi,
         MpiImplementation.MPICH: settings.mpi_mpich,
@@ -109,10 +113,10 @@ def launch_config(settings: Settings) -> LaunchConfig:
     return LaunchConfig(mpi=mpi, network=network)
 
 
-def run_pool(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
-    """Serve until SIGINT/SIGTERM. Running jobs are left running for the next pool to adopt."""
+def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
+    """Serve until SIGINT/SIGTERM. Running jobs are left running for the next server to adopt."""
     home = settings.home
-    with pool_lock(home):
+    with server_lock(home):
         store = Store(settings.resolved_database_url)
         store.migrate()
         sock = _bind(settings.host, settings.port)

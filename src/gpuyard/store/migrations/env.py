@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from alembic import context
 
-from gpuyard.server.db.tables import Base
+from gpuyard.store.tables import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - we always run migrations through Store
-    raise RuntimeError("run gpuyard migrations through gpuyard.server.db.store.Store.migrate()")
+    raise RuntimeError("run gpuyard migrations through gpuyard.store.engine.Store.migrate()")
 
 context.configure(
     connection=connection,

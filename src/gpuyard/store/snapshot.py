@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from gpuyard.launch.topology import members
 from gpuyard.models import JobState, NodeState, Priority
 from gpuyard.models.job import JobMode, JobType
-from gpuyard.models.states import PENDING
+from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.scheduler import (
     DEFAULT_POOL,
     Allocation,
@@ -30,12 +30,11 @@ from gpuyard.scheduler import (
     RunningJob,
     Snapshot,
 )
-from gpuyard.server.db.tables import JobRow, NodeRow, PoolRow, QuotaRow, UserRow
+from gpuyard.store.tables import JobRow, NodeRow, PoolRow, QuotaRow, UserRow
 
 __all__ = ["allocations_of", "hypothetical", "load_snapshot", "pool_policies", "request_for"]
 
-_HOLDING = [s.value for s in JobState if s.holds_resources()]
-_PENDING = [s.value for s in PENDING]
+_PENDING = tuple(sorted(PENDING))
 
 
 def allocations_of(placement: list[dict[str, Any]] | None) -> tuple[Allocation, ...]:
@@ -111,7 +110,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
             gpus=row.gpus,
             cpus=row.cpus,
             memory=row.memory,
-            schedulable=row.state == NodeState.READY.value,
+            schedulable=row.state is NodeState.READY,
             labels=row.effective_labels(),
         )
         for row in node_rows
@@ -134,7 +133,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
                 JobRow.last_checkpoint_at,
                 JobRow.attained,
                 JobRow.listens,
-            ).where(JobRow.state.in_(_HOLDING))
+            ).where(JobRow.state.in_(HOLDING))
         )
     )
     pending = tuple(

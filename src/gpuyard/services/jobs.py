@@ -1,7 +1,7 @@
 """Job rules: submit, list, show, stop, delete, clone, events.
 
 Routers call one function here; everything that decides something about a job lives here or in
-:mod:`gpuyard.server.services.transitions`. Bad input raises :class:`InvalidSpec` before
+:mod:`gpuyard.services.transitions`. Bad input raises :class:`InvalidSpec` before
 anything is written, so a rejected submission stores nothing.
 """
 
@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuyard.clock import Clock
-from gpuyard.controller.snapshot import request_for
 from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StaleWrite
 from gpuyard.models import (
     JobEvent,
@@ -32,12 +31,13 @@ from gpuyard.models import (
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.placement import Ledger
 from gpuyard.scheduler.snapshot import DEFAULT_POOL, Constraint, NodeCapacity, PendingJob, Request
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
 from gpuyard.server.errors import readable_validation_errors
-from gpuyard.server.services.accounts import DEFAULT_GROUP, AccountService
-from gpuyard.server.services.transitions import record_event, transition
-from gpuyard.server.services.views import event_view, job_view
+from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
+from gpuyard.services.transitions import record_event, transition
+from gpuyard.services.views import event_view, job_view
+from gpuyard.store.engine import Store
+from gpuyard.store.snapshot import request_for
+from gpuyard.store.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
 
 __all__ = ["JobService"]
 
@@ -86,7 +86,7 @@ class JobService:
             row = JobRow(
                 name=spec.effective_name(),
                 owner=owner,
-                state=JobState.QUEUED.value,
+                state=JobState.QUEUED,
                 version=0,
                 priority=spec.priority.value,
                 spec=spec.model_dump(mode="json"),
@@ -104,7 +104,7 @@ class JobService:
                 actor=f"user:{owner}",
                 reason="submitted",
                 time=now,
-                to_state=JobState.QUEUED.value,
+                to_state=JobState.QUEUED,
             )
             session.flush()
             view = job_view(row)
@@ -134,13 +134,13 @@ class JobService:
         and waits with a reason."""
         nodes = {n.name: n for n in session.scalars(select(NodeRow).order_by(NodeRow.name))}
         constraint = self._constraint(session, spec, nodes)
-        present = [n for n in nodes.values() if n.state != NodeState.GONE.value]
+        present = [n for n in nodes.values() if n.state is not NodeState.GONE]
         if not present:
             return
         usable = [n for n in present if _allows(constraint, n)]
         if not usable:
             raise InvalidSpec(_no_nodes_for(constraint, present))
-        ready = [n for n in usable if n.state == NodeState.READY.value]
+        ready = [n for n in usable if n.state is NodeState.READY]
         if not ready:
             return
         capacities = [

@@ -1,4 +1,4 @@
-"""Pool commands: up, down, nodes."""
+"""Server commands: up, down, nodes."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def up(
         return
     import logging
 
-    from gpuyard.server.pool import run_pool
+    from gpuyard.up import run_server
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -65,13 +65,13 @@ def up(
     def ready(url: str) -> None:
         print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
 
-    run_pool(settings, on_ready=ready)
+    run_server(settings, on_ready=ready)
 
 
 def _up_detached(settings: Settings) -> None:
     from gpuyard.client import Client
     from gpuyard.errors import ServerUnavailable
-    from gpuyard.server.pool import read_server_file
+    from gpuyard.up import read_server_file
 
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
@@ -135,8 +135,8 @@ def down(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for it to exit.")] = 30,
 ) -> None:
     """Stop the pool of this home. Running jobs keep running; the next `up` adopts them."""
-    from gpuyard.server.pool import read_server_file
     from gpuyard.settings import Settings
+    from gpuyard.up import read_server_file
 
     settings = Settings()
     info = read_server_file(settings.home)

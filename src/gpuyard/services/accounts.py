@@ -2,7 +2,7 @@
 
 Reads are open to everyone; every write here is for admins, and a refusal says who may do it.
 The job rules that depend on the submitter (which tiers they may use, their group's limit on
-urgent jobs) are here too, called by :class:`~gpuyard.server.services.jobs.JobService` inside
+urgent jobs) are here too, called by :class:`~gpuyard.services.jobs.JobService` inside
 its own transaction, so that a refused submission or priority change stores nothing.
 
 Bootstrap: :meth:`AccountService.ensure_admins` runs when the app is built; it creates the
@@ -27,7 +27,6 @@ from gpuyard.models import (
     GroupSpec,
     GroupUpdate,
     GroupView,
-    JobState,
     LabelsUpdate,
     NodeLabels,
     PoolPreemption,
@@ -43,9 +42,10 @@ from gpuyard.models import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.states import HOLDING, LIVE
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
 
 __all__ = ["DEFAULT_GROUP", "AccountService", "parse_tiers"]
 
@@ -54,9 +54,9 @@ DEFAULT_GROUP = "default"
 
 DEFAULT_USER_TIERS = (Priority.LOW, Priority.NORMAL, Priority.HIGH)
 
-_LIVE = [s.value for s in JobState if not s.is_terminal()]
+_LIVE = LIVE
 """Running or queued, as the urgent limit counts them (reference 002: 运行中 + 排队中)."""
-_HOLDING = [s.value for s in JobState if s.holds_resources()]
+_HOLDING = HOLDING
 
 
 def parse_tiers(values: Iterable[str], setting: str) -> list[Priority]:

@@ -16,7 +16,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuyard.errors import StaleWrite
 from gpuyard.models.states import JobState, check_transition
-from gpuyard.server.db.tables import EventRow, JobRow
+from gpuyard.store.tables import EventRow, JobRow
 
 __all__ = ["record_event", "transition"]
 

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from gpuyard.models.states import JobState
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.snapshot import DEFAULT_POOL, PoolPolicy
-from gpuyard.server.db.tables import JobRow, NodeRow, PoolRow
-from gpuyard.server.services.transitions import transition
+from gpuyard.services.transitions import transition
+from gpuyard.store.tables import JobRow, NodeRow, PoolRow
 
 __all__ = ["begin_suspension", "finish_suspension", "notice_seconds"]
 

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gpuyard.models.node import NodeState
+from gpuyard.models.states import JobState
+from gpuyard.models.worker import WorkerState
 
 __all__ = [
     "Base",
@@ -20,6 +37,28 @@ __all__ = [
 ]
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+class EnumText(TypeDecorator[E]):
+    """A string enum stored as its value in a plain string column: rows read back as enum
+    members, so code compares members, never strings. No database enum type, so adding a
+    member needs no migration."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def __init__(self, enum: type[E]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
+
+
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
@@ -30,7 +69,7 @@ class JobRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
     owner: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[JobState] = mapped_column(EnumText(JobState))
     version: Mapped[int] = mapped_column(Integer, default=0)
     priority: Mapped[str] = mapped_column(String(16))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -76,8 +115,8 @@ class EventRow(Base):
     time: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(96))
-    from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    from_state: Mapped[JobState | None] = mapped_column(EnumText(JobState), nullable=True)
+    to_state: Mapped[JobState | None] = mapped_column(EnumText(JobState), nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     node: Mapped[str | None] = mapped_column(String(128), nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
@@ -97,7 +136,7 @@ class WorkerRow(Base):
     task: Mapped[int] = mapped_column(Integer, default=0)
     primary: Mapped[bool] = mapped_column(Boolean, default=True)
     """Whether its exit decides the job (False for MPI targets and parameter servers)."""
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[WorkerState] = mapped_column(EnumText(WorkerState))
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -119,7 +158,7 @@ class NodeRow(Base):
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     address: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[NodeState] = mapped_column(EnumText(NodeState))
     executor: Mapped[str] = mapped_column(String(32))
     gpus: Mapped[int] = mapped_column(Integer)
     gpu_model: Mapped[str] = mapped_column(String(128), default="")

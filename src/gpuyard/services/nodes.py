@@ -6,14 +6,15 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from gpuyard.models import JobState, NodeState, NodeView
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, NodeRow
-from gpuyard.server.services.views import to_datetime
+from gpuyard.models import NodeState, NodeView
+from gpuyard.models.states import HOLDING
+from gpuyard.services.views import to_datetime
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, NodeRow
 
 __all__ = ["NodeService"]
 
-_HOLDING = [s.value for s in JobState if s.holds_resources()]
+_HOLDING = HOLDING
 
 
 class NodeService:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import InvalidSpec, NotFound
 from gpuyard.executors.base import Executor
-from gpuyard.models import JobState, LogChunk
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, WorkerRow
+from gpuyard.models import LogChunk
+from gpuyard.models.worker import WorkerState
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow, WorkerRow
 
 __all__ = ["LogService", "complete_utf8"]
 
@@ -110,7 +110,7 @@ class LogService:
             await asyncio.sleep(FOLLOW_POLL)
 
 
-def _finished(job: JobRow, row: WorkerRow | None) -> Any:
-    if row is not None and row.state in ("exited", "lost"):
+def _finished(job: JobRow, row: WorkerRow | None) -> bool:
+    if row is not None and row.state in (WorkerState.EXITED, WorkerState.LOST):
         return True
-    return JobState(job.state).is_terminal()
+    return job.state.is_terminal()

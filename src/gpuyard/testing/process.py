@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PoolProcess"]
+__all__ = ["ServerProcess"]
 
 
-class PoolProcess:
+class ServerProcess:
     """``gpuyard up`` in its own process group, in ``home``, on a free port."""
 
     def __init__(self, home: Path, *args: str) -> None:
@@ -29,7 +29,7 @@ class PoolProcess:
         env["GPUYARD_HOME"] = str(self.home)
         return env
 
-    def start(self, timeout: float = 30) -> PoolProcess:
+    def start(self, timeout: float = 30) -> ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "pool.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(

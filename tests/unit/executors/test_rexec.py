@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.runtime import rexec
+from gpuyard.executors import rexec
 
 REXEC = Path(rexec.__file__).resolve()
 TOKEN = "job-secret"

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.testing.pool import PoolProcess
+from gpuyard.testing.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def _processes_running(marker: str) -> list[psutil.Process]:
 
 
 def test_a_crashed_pool_restarts_and_adopts_its_running_job(
-    pool_factory: type[PoolProcess], tmp_path: Path
+    pool_factory: type[ServerProcess], tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
     pool = pool_factory(home).start()
@@ -60,7 +60,7 @@ def test_a_crashed_pool_restarts_and_adopts_its_running_job(
 
 
 def test_max_runtime_expires_and_stop_escalates_to_sigkill(
-    pool_factory: type[PoolProcess], tmp_path: Path
+    pool_factory: type[ServerProcess], tmp_path: Path
 ) -> None:
     pool = pool_factory(tmp_path / "home", "--cpus-per-node", "8").start()
     expiring = pool.cli_json("submit", "--max-runtime", "2s", "--", "sleep", "60")["id"]

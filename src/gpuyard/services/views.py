@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
-from gpuyard.server.db.tables import EventRow, JobRow, WorkerRow
+from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
 __all__ = ["event_view", "job_view", "to_datetime"]
 

@@ -14,15 +14,15 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 
 from gpuyard.clock import Clock
-from gpuyard.controller.snapshot import hypothetical, load_snapshot
 from gpuyard.errors import Conflict, NotFound, PermissionDenied
 from gpuyard.models import JobSpec, JobState, JobView, Prediction
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
-from gpuyard.server.db.store import Store
-from gpuyard.server.db.tables import JobRow, UserRow
-from gpuyard.server.services.suspension import begin_suspension
-from gpuyard.server.services.views import job_view
+from gpuyard.services.suspension import begin_suspension
+from gpuyard.services.views import job_view
+from gpuyard.store.engine import Store
+from gpuyard.store.snapshot import hypothetical, load_snapshot
+from gpuyard.store.tables import JobRow, UserRow
 
 __all__ = ["SchedulingService"]
 

@@ -1,0 +1,167 @@
+"""Workers as the controller and the executors share them: states, launches, reports.
+
+A job runs as one worker per placed slot. The controller stores each worker's state
+(:class:`WorkerState`); an executor launches a :class:`WorkerLaunch` (built by
+:mod:`gpuyard.launch`) and reports what happened as a :class:`WorkerStatus`. Plain frozen
+dataclasses, so the pure launch planner, the executors and the controller agree on one shape
+without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "PREEMPT_SIGNAL",
+    "Bind",
+    "ControlState",
+    "File",
+    "Handle",
+    "NodeInfo",
+    "Notice",
+    "Tools",
+    "WorkerKey",
+    "WorkerLaunch",
+    "WorkerState",
+    "WorkerStatus",
+]
+
+
+class WorkerState(StrEnum):
+    """Where one worker is in its life, as stored and as an executor reports it."""
+
+    PENDING = "pending"
+    """Placed; not launched yet."""
+    RUNNING = "running"
+    """Its supervisor runs (the command may still be starting)."""
+    EXITED = "exited"
+    """Its command ended and the supervisor recorded how."""
+    LOST = "lost"
+    """It vanished without a recorded exit (its supervisor died, its node left, its launch
+    failed)."""
+    CANCELLED = "cancelled"
+    """The job ended before it was launched."""
+
+    def is_ended(self) -> bool:
+        return self in _ENDED
+
+
+_ENDED = frozenset({WorkerState.EXITED, WorkerState.LOST, WorkerState.CANCELLED})
+
+
+Handle = dict[str, Any]
+
+PREEMPT_SIGNAL = "SIGUSR1"
+"""The preemption notice's signal (docs/preemption.md); Slurm's and Lightning's choice too."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as an executor presents it."""
+
+    name: str
+    address: str
+    gpus: int
+    cpus: float
+    memory: int
+    gpu_model: str = ""
+    gpu_devices: tuple[str, ...] = ()
+    """What CUDA_VISIBLE_DEVICES names for local GPU i (index or UUID)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerKey:
+    job_id: int
+    attempt: int
+    rank: int
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} worker {self.rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Make ``source`` appear at ``target`` (a path in the worker's workspace)."""
+
+    target: str
+    source: str
+    readonly: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """Everything needed to start one worker; built by :mod:`gpuyard.launch`."""
+
+    key: WorkerKey
+    node: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    grace: float
+    """Seconds between SIGTERM and SIGKILL when the worker is told to stop."""
+    files: Mapping[str, File] = field(default_factory=dict)
+    """Files to write before the command starts (absolute path -> content)."""
+    binds: Sequence[Bind] = ()
+    """The workspace: directories to bind (read-only where asked and the OS allows)."""
+    role: str = "worker"
+    task: int = 0
+    primary: bool = True
+    """Whether the worker's exit decides the job (False for helpers: MPI targets, PS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    state: WorkerState
+    """RUNNING, EXITED or LOST."""
+    exit_code: int | None = None
+    signal: str | None = None
+    """Name of the signal that ended the process, if one did."""
+    escalated: bool = False
+    """It did not exit within its graceful period after SIGTERM and was SIGKILLed."""
+    finished_at: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A preemption notice: checkpoint and exit by ``deadline`` (docs/preemption.md)."""
+
+    requested_at: float
+    deadline: float
+    reason: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControlState:
+    """What a worker's in-job runtime has told the platform through its control directory."""
+
+    acknowledged_at: float | None = None
+    checkpoint_at: float | None = None
+    checkpoint_step: int | None = None
+    progress_at: float | None = None
+    step: int | None = None
+    suspended_at: float | None = None
+    """A process of the worker called ``suspend()`` (it exits to be requeued)."""
+    listening: bool = False
+    """A process of the worker listens for the notice (it will save a checkpoint when told)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """Where an executor's nodes have gpuyard's own in-job tools."""
+
+    python: str = "python3"
+    """An interpreter that can run the stdlib-only tools below."""
+    rexec: str = ""
+    """Path of gpuyard/executors/rexec.py (MPI's remote launch without ssh)."""

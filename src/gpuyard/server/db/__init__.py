@@ -1,1 +1,0 @@
-"""Persistence: tables, the store, and Alembic migrations."""
