@@ -18,6 +18,7 @@ from gpuyard.clock import Clock
 from gpuyard.errors import StaleWrite
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerState
 from gpuyard.scheduler import Decisions, decide
@@ -26,7 +27,7 @@ from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
 from gpuyard.store.engine import Store
 from gpuyard.store.snapshot import load_snapshot
-from gpuyard.store.tables import JobRow, NodeRow, WorkerRow
+from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
 __all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec"]
 
@@ -148,8 +149,9 @@ class Applier:
                     return  # changed since the snapshot (stopped, deleted): drop the decision
                 spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
                 extra: dict[str, Any] = {}
-                if chosen:
+                if chosen:  # the spec it runs (and resumes) with: the others are dropped
                     extra["spec"] = spec.model_dump(mode="json")
+                    extra.update(request_columns(request_of(spec)))
                 resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
                 transition(
                     session,

@@ -1,7 +1,7 @@
 """Who the workers of a job are: their roles, ranks and what each needs from its node.
 
-Pure and shared: the scheduler gets a job's members from here (so placement and launch agree
-on the order of workers), and the launch plan gets each worker's role.
+Pure: the members come from :func:`gpuyard.models.request.members`, as the scheduler's do, so
+placement and launch agree on the order of workers; this adds each worker's role.
 
 Worker order, which is also placement order: for each (sub-)task of the job, its compute workers
 (node rank 0 … nodes-1), then its parameter servers (tensorflow). Roles:
@@ -19,13 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuyard.models.job import JobMode, JobSpec, JobType
-from gpuyard.scheduler.snapshot import Member, Request
+from gpuyard.models.job import JobSpec
+from gpuyard.models.request import Member, members, request_of
 
-__all__ = ["PS_MEMBER", "Role", "Seat", "members", "request_of", "seats"]
-
-PS_MEMBER = Member(gpus=0, cpus=1.0, memory=1 << 30)
-"""A parameter server's fixed share, as in the reference (1核1G)."""
+__all__ = ["Role", "Seat", "seats"]
 
 
 class Role(StrEnum):
@@ -56,23 +53,11 @@ class Seat:
     member: Member
 
 
-def members(
-    *, tasks: int, nodes: int, gpus: int, cpus: float, memory: int, parameter_servers: int
-) -> tuple[Member, ...]:
-    compute = Member(gpus, cpus, memory, whole_node=nodes > 1)
-    return ((compute,) * nodes + (PS_MEMBER,) * parameter_servers) * tasks
-
-
 def seats(spec: JobSpec) -> tuple[Seat, ...]:
-    tasks = len(spec.tasks) if spec.type is JobType.BATCH else 1
-    ps = spec.parameter_servers if spec.mode is JobMode.TENSORFLOW else 0
+    ask = request_of(spec)
+    ps = ask.parameter_servers
     all_members = members(
-        tasks=tasks,
-        nodes=spec.nodes,
-        gpus=spec.resources.gpus,
-        cpus=spec.resources.cpus,
-        memory=spec.resources.memory,
-        parameter_servers=ps,
+        tasks=ask.tasks, nodes=ask.nodes, per_node=ask.per_node, parameter_servers=ps
     )
     gang = spec.nodes + ps
     result = []
@@ -86,7 +71,3 @@ def seats(spec: JobSpec) -> tuple[Seat, ...]:
             role, index = Role.WORKER, node_rank
         result.append(Seat(rank, task, node_rank, gang, role, index, member))
     return tuple(result)
-
-
-def request_of(spec: JobSpec) -> Request:
-    return Request(tuple(s.member for s in seats(spec)))

@@ -69,8 +69,22 @@ MAX_PREEMPTIONS = 16
 """Waiting jobs per cycle that may look for victims."""
 
 
-_MAYBE = ""
-_FAILED = "\0failed"
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What one cycle knows about a request shape (with a constraint): whether it could fit
+    at all, whether it failed to fit now, or why it never can."""
+
+    may_fit: bool
+    """An empty pool could hold it."""
+    full: bool = False
+    """It did not fit now, not even ignoring reservations; resources only shrink within a
+    cycle, so it will not fit later in the cycle either."""
+    never: str = ""
+    """Why it can never fit (when it cannot)."""
+
+
+MAY_FIT = Fit(may_fit=True)
+FULL = Fit(may_fit=True, full=True)
 
 
 class WaitCode(StrEnum):
@@ -151,10 +165,8 @@ class _Cycle:
         self.decisions = Decisions()
         self.running = list(snapshot.running)
         self.leaving: set[int] = {j.id for j in snapshot.running if j.suspending}
-        self.verdict: dict[Key, str] = {}
-        """Per shape: _MAYBE (an empty pool could hold it), _FAILED (not even ignoring
-        reservations, and resources only shrink within a cycle, so not later in it either), or
-        the reason it never fits."""
+        self.fits: dict[Key, Fit] = {}
+        """What this cycle knows of each shape (see :class:`Fit`)."""
         self.short: dict[int, str] = {}
         self.resource_waits: dict[tuple[Constraint, int], str] = {}
         """Waiting messages by request shape ("waiting for a node with …")."""
@@ -209,11 +221,9 @@ class _Cycle:
         same_zone = policy.same_zone
         choices = job.choices()
         keys = [(constraint, r.shape_id, same_zone) for r in choices]
-        states = [
-            self.verdict.get(k) or self.fit_state(k, r) for k, r in zip(keys, choices, strict=True)
-        ]
-        if _MAYBE not in states and _FAILED not in states:
-            self.never_fits(job, states)
+        fits = [self.fits.get(k) or self.fit(k, r) for k, r in zip(keys, choices, strict=True)]
+        if not any(f.may_fit for f in fits):
+            self.never_fits(job, [f.never for f in fits])
             return
         if self.quotas.limits:
             over = self.quotas.check(job.owner, job.group, job.priority, job.smallest())
@@ -223,7 +233,7 @@ class _Cycle:
         end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
         held_back = False
         for i, request in enumerate(choices):
-            if states[i] != _MAYBE or (
+            if fits[i] is not MAY_FIT or (
                 i and self.quotas.check(job.owner, job.group, job.priority, request)
             ):
                 continue
@@ -234,7 +244,7 @@ class _Cycle:
                 ):
                     held_back = True
                 else:
-                    self.verdict[keys[i]] = _FAILED
+                    self.fits[keys[i]] = FULL
                 continue
             self.start(job, request, allocations, i, end)
             return
@@ -242,18 +252,14 @@ class _Cycle:
             return
         self.reserve(job, choices, held_back)
 
-    def fit_state(self, key: Key, request: Request) -> str:
-        """_MAYBE or why the request can never fit (computed once per cycle and shape)."""
-        if key in self.verdict:
-            return self.verdict[key]  # _MAYBE itself is falsy
+    def fit(self, key: Key, request: Request) -> Fit:
+        """Whether the request could ever fit (computed once per cycle and shape)."""
         reason = self.ledger.could_ever_fit(request, key[0], same_zone=key[2])
-        state = self.verdict[key] = _MAYBE if reason is None else reason
-        return state
+        fit = self.fits[key] = MAY_FIT if reason is None else Fit(may_fit=False, never=reason)
+        return fit
 
     def never_fits(self, job: PendingJob, reasons: list[str]) -> None:
-        c = job.constraint
-        narrowed = bool(c.nodes) or c.driver is not None or c.pool != "default"
-        code = WaitCode.POOL if narrowed else WaitCode.UNSATISFIABLE
+        code = WaitCode.POOL if job.constraint.narrowed else WaitCode.UNSATISFIABLE
         self.wait(job, code, "; ".join(dict.fromkeys(reasons)))
 
     def start(

@@ -25,6 +25,7 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
+from gpuyard.models.resources import ZERO, Resources
 from gpuyard.quantities import format_bytes
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
@@ -39,9 +40,9 @@ from gpuyard.scheduler.snapshot import (
 __all__ = ["INFINITY", "Hold", "Ledger", "NodeFree"]
 
 INFINITY = math.inf
-_EPS = 1e-9
 
-SizeClass = tuple[int, float, int]
+SizeClass = Resources
+"""A node's total: nodes of one size class are interchangeable for a whole-node member."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +51,7 @@ class Hold:
 
     job_id: int
     start: float
-    gpus: int
-    cpus: float
-    memory: int
+    amount: Resources
     whole: bool
 
 
@@ -61,12 +60,12 @@ class NodeFree:
     index: int
     capacity: NodeCapacity
     free_gpus: list[int]
-    free_cpus: float
-    free_memory: int
+    """Which of its GPUs are free (their count is ``free.gpus``)."""
+    free: Resources
     holders: int = 0
     """How many allocations sit on the node."""
-    releases: list[tuple[float, int, float, int]] = field(default_factory=list)
-    """(expected end, GPUs, CPUs, memory) of each allocation on the node."""
+    releases: list[tuple[float, Resources]] = field(default_factory=list)
+    """(expected end, what it frees) of each allocation on the node, soonest first."""
     holds: list[Hold] = field(default_factory=list)
     idle_end: float = -INFINITY
     """When every allocation on the node will have ended (INFINITY if one has no end)."""
@@ -77,73 +76,54 @@ class NodeFree:
 
     @property
     def size(self) -> SizeClass:
-        c = self.capacity
-        return (c.gpus, c.cpus, c.memory)
+        return self.capacity.total
 
     def fits_now(self, member: Member) -> bool:
         if member.whole_node:
-            return self.holders == 0 and _capacity_fits(self.capacity, member)
-        return (
-            len(self.free_gpus) >= member.gpus
-            and self.free_cpus + _EPS >= member.cpus
-            and self.free_memory >= member.memory
-        )
+            return self.holders == 0 and member.need.fits_in(self.capacity.total)
+        return member.need.fits_in(self.free)
 
-    def fits_around_holds(self, member: Member, end: float) -> bool:
-        """Whether ``member``, running until ``end``, leaves room for the holds it overlaps."""
+    def fits_around_holds(self, need: Resources, whole: bool, end: float) -> bool:
+        """Whether ``need`` (a whole node if ``whole``), held until ``end``, leaves room for
+        the holds it overlaps."""
         # A job that never ends (no max runtime) overlaps every hold, even one at an unknown time.
         applicable = [h for h in self.holds if h.start < end or end == INFINITY]
         if not applicable:
             return True
-        if member.whole_node or any(h.whole for h in applicable):
+        if whole or any(h.whole for h in applicable):
             return False
-        start = min(h.start for h in applicable)
-        gpus, cpus, memory = self.free_at(start)
+        room = self.free_at(min(h.start for h in applicable))
         for h in self.holds:
-            gpus, cpus, memory = gpus - h.gpus, cpus - h.cpus, memory - h.memory
-        return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
+            room -= h.amount
+        return need.fits_in(room)
 
-    def free_at(self, when: float) -> tuple[int, float, int]:
-        """Free GPUs, CPUs and memory at ``when``, counting expected ends (not holds)."""
-        gpus, cpus, memory = len(self.free_gpus), self.free_cpus, self.free_memory
-        for end, g, c, m in self.releases:
+    def free_at(self, when: float) -> Resources:
+        """What is free at ``when``, counting expected ends (not holds)."""
+        room = self.free
+        for end, amount in self.releases:
             if end > when:
                 break
-            gpus, cpus, memory = gpus + g, cpus + c, memory + m
-        return gpus, cpus, memory
+            room += amount
+        return room
 
-    def take(self, alloc: Allocation, end: float) -> tuple[int, float, int]:
-        """Take ``alloc`` until ``end``; returns the GPUs, CPUs and memory it took."""
+    def take(self, alloc: Allocation, end: float) -> Resources:
+        """Take ``alloc`` until ``end``; returns what it took."""
         self.holders += 1
         if alloc.exclusive:
-            taken: tuple[int, float, int] = (len(self.free_gpus), self.free_cpus, self.free_memory)
-            self.free_gpus, self.free_cpus, self.free_memory = [], 0.0, 0
+            taken = self.free
+            self.free_gpus, self.free = [], ZERO
         else:
             used = set(alloc.gpus)
             self.free_gpus = [g for g in self.free_gpus if g not in used]
-            self.free_cpus -= alloc.cpus
-            self.free_memory -= alloc.memory
-            taken = (len(alloc.gpus), alloc.cpus, alloc.memory)
-        bisect.insort(self.releases, (end, *taken))
+            taken = alloc.amount
+            self.free -= taken
+        bisect.insort(self.releases, (end, taken))
         self.idle_end = max(self.idle_end, end)
         return taken
 
 
-def _capacity_fits(node: NodeCapacity, member: Member) -> bool:
-    return (
-        node.gpus >= member.gpus
-        and node.cpus + _EPS >= member.cpus
-        and node.memory >= member.memory
-    )
-
-
-def _size_fits(size: SizeClass, member: Member) -> bool:
-    gpus, cpus, memory = size
-    return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
-
-
-def _size(member: Member) -> tuple[int, float, int]:
-    return (member.gpus, member.cpus, member.memory)
+def _size(member: Member) -> Resources:
+    return member.need
 
 
 class _PoolIndex:
@@ -157,13 +137,13 @@ class _PoolIndex:
     def add(self, node: NodeFree) -> None:
         # A node without a free CPU can host no member (every member needs some): leaving it
         # out of the buckets keeps full nodes from being scanned again and again.
-        if node.free_cpus > _EPS:
-            self.by_free[len(node.free_gpus)][node.index] = None
+        if node.free.mcpus > 0:
+            self.by_free[node.free.gpus][node.index] = None
         if node.holders == 0:
             self.idle.setdefault((node.capacity.zone, node.size), {})[node.index] = None
 
     def remove(self, node: NodeFree) -> None:
-        self.by_free[len(node.free_gpus)].pop(node.index, None)
+        self.by_free[node.free.gpus].pop(node.index, None)
         if node.holders == 0:
             self.idle.get((node.capacity.zone, node.size), {}).pop(node.index, None)
 
@@ -174,7 +154,7 @@ class Ledger:
     ) -> None:
         self.now = now
         self.nodes: list[NodeFree] = [
-            NodeFree(i, n, list(range(n.gpus)), n.cpus, n.memory) for i, n in enumerate(nodes)
+            NodeFree(i, n, list(range(n.gpus)), n.total) for i, n in enumerate(nodes)
         ]
         self.by_name = {n.capacity.name: n for n in self.nodes}
         self._pools: dict[str, _PoolIndex] = {}
@@ -182,10 +162,10 @@ class Ledger:
         self._empty: Ledger | None = None
         """The same nodes with nothing running, to tell "not now" from "never"."""
         self.held: dict[int, NodeFree] = {}
-        self._ends: list[tuple[float, int, int, float, int]] | None = None
+        """Nodes that carry holds."""
+        self._ends: list[tuple[float, int, Resources]] | None = None
         self._candidate_sets: dict[Constraint, frozenset[int]] = {}
         self._classes: dict[Constraint, dict[tuple[str, SizeClass], int]] = {}
-        """Nodes that carry holds."""
         max_gpus: dict[str, int] = {}
         for n in self.nodes:
             if n.capacity.schedulable:
@@ -221,15 +201,13 @@ class Ledger:
             if index is not None:
                 index.add(node)
             if self._ends is not None and not math.isinf(end):
-                bisect.insort(self._ends, (end, node.index, *taken))
+                bisect.insort(self._ends, (end, node.index, taken))
 
     def reserve(self, job_id: int, start: float, allocations: Iterable[Allocation]) -> None:
         """Hold what ``allocations`` need from ``start`` on, for a job that waits."""
         for alloc in allocations:
             node = self.by_name[alloc.node]
-            node.holds.append(
-                Hold(job_id, start, len(alloc.gpus), alloc.cpus, alloc.memory, alloc.exclusive)
-            )
+            node.holds.append(Hold(job_id, start, alloc.amount, alloc.exclusive))
             self.held[node.index] = node
 
     # -- placement now --------------------------------------------------------------------
@@ -241,13 +219,7 @@ class Ledger:
             found = [
                 n
                 for n in self.nodes
-                if n.capacity.schedulable
-                and n.pool == constraint.pool
-                and (not constraint.nodes or n.capacity.name in constraint.nodes)
-                and (
-                    constraint.driver is None
-                    or n.capacity.labels.get("driver") == constraint.driver
-                )
+                if n.capacity.schedulable and constraint.allows(n.capacity.name, n.capacity.labels)
             ]
             self._candidates[constraint] = found
         return found
@@ -295,7 +267,7 @@ class Ledger:
             node = self._best_fit(member, constraint, scan, taken, end, ignore_holds)
             if node is None:
                 return None
-            gpus, _, _ = _left(node, taken)
+            gpus, _ = _left(node, taken)
             alloc = Allocation(
                 node.capacity.name, tuple(gpus[: member.gpus]), member.cpus, member.memory
             )
@@ -304,7 +276,11 @@ class Ledger:
         return tuple(a for a in result if a is not None)
 
     def _usable(self, node: NodeFree, member: Member, end: float, ignore_holds: bool) -> bool:
-        return ignore_holds or not node.holds or node.fits_around_holds(member, end)
+        return (
+            ignore_holds
+            or not node.holds
+            or node.fits_around_holds(member.need, member.whole_node, end)
+        )
 
     def _place_whole(
         self,
@@ -360,8 +336,7 @@ class Ledger:
             member = request.members[i]
             node = None
             for key in classes:
-                gpus, cpus, memory = key[1]
-                if gpus < member.gpus or cpus + _EPS < member.cpus or memory < member.memory:
+                if not member.need.fits_in(key[1]):
                     continue
                 for idx in groups[key]:
                     candidate = self.nodes[idx]
@@ -385,31 +360,26 @@ class Ledger:
         end: float,
         ignore_holds: bool,
     ) -> NodeFree | None:
-        if scan or member.cpus <= _EPS:
+        need = member.need
+        if scan or need.mcpus <= 0:
             best: NodeFree | None = None
-            best_key: tuple[int, float, int, str] | None = None
+            best_key: tuple[Resources, str] | None = None
             for node in self.candidates(constraint):
                 if not self._fits_with(node, member, taken, end, ignore_holds):
                     continue
-                gpus, cpus, memory = _left(node, taken)
-                key = (
-                    len(gpus) - member.gpus,
-                    cpus - member.cpus,
-                    memory - member.memory,
-                    node.capacity.name,
-                )
+                key = (_left(node, taken)[1] - need, node.capacity.name)
                 if best_key is None or key < best_key:
                     best, best_key = node, key
             return best
         index = self._pools[constraint.pool]
-        nodes, cpus, memory = self.nodes, member.cpus - _EPS, member.memory
-        for k in range(member.gpus, index.max_gpus + 1):
+        nodes = self.nodes
+        for k in range(need.gpus, index.max_gpus + 1):
             for idx in index.by_free[k]:
                 node = nodes[idx]
                 if taken or node.holds:
                     if self._fits_with(node, member, taken, end, ignore_holds):
                         return node
-                elif node.free_cpus >= cpus and node.free_memory >= memory:
+                elif need.fits_in(node.free):
                     return node
         # Nodes this very placement already used sit in stale buckets: look at them too.
         for idx in taken:
@@ -433,19 +403,14 @@ class Ledger:
         mine = taken.get(node.index)
         if mine and any(a.exclusive for a in mine):
             return False
-        gpus, cpus, memory = _left(node, taken)
-        if len(gpus) < member.gpus or cpus + _EPS < member.cpus or memory < member.memory:
+        if not member.need.fits_in(_left(node, taken)[1]):
             return False
         if ignore_holds or not node.holds:
             return True
-        if not mine:
-            return node.fits_around_holds(member, end)
-        extra = Member(
-            member.gpus + sum(len(a.gpus) for a in mine),
-            member.cpus + sum(a.cpus for a in mine),
-            member.memory + sum(a.memory for a in mine),
-        )
-        return node.fits_around_holds(extra, end)
+        need = member.need
+        for a in mine or ():
+            need += a.amount
+        return node.fits_around_holds(need, member.whole_node, end)
 
     # -- the future -----------------------------------------------------------------------
 
@@ -509,22 +474,16 @@ class Ledger:
             when = _when_fits(node, member, used.get(idx, []))
             if when is not None and (best is None or (when, idx) < best):
                 best, best_node = (when, idx), node
-        need_g, need_c, need_m = member.gpus, member.cpus - _EPS, member.memory
-        acc: dict[int, tuple[int, float, int]] = {}
-        for end, idx, g, c, m in self._timeline():
+        need = member.need
+        acc: dict[int, Resources] = {}
+        for end, idx, amount in self._timeline():
             if best is not None and end >= best[0]:
                 break
             if idx not in allowed or idx in special:
                 continue
             node = self.nodes[idx]
-            gpus, cpus, memory = acc.get(idx) or (
-                len(node.free_gpus),
-                node.free_cpus,
-                node.free_memory,
-            )
-            gpus, cpus, memory = gpus + g, cpus + c, memory + m
-            acc[idx] = (gpus, cpus, memory)
-            if gpus >= need_g and cpus >= need_c and memory >= need_m:
+            room = acc[idx] = acc.get(idx, node.free) + amount
+            if need.fits_in(room):
                 best, best_node = (end, idx), node
                 break
         if best_node is None:
@@ -542,13 +501,13 @@ class Ledger:
             self._candidate_sets[constraint] = found
         return found
 
-    def _timeline(self) -> list[tuple[float, int, int, float, int]]:
+    def _timeline(self) -> list[tuple[float, int, Resources]]:
         """Every finite expected end on every node, soonest first (built on first use)."""
         if self._ends is None:
             self._ends = sorted(
-                (end, n.index, g, c, m)
+                (end, n.index, amount)
                 for n in self.nodes
-                for end, g, c, m in n.releases
+                for end, amount in n.releases
                 if not math.isinf(end)
             )
         return self._ends
@@ -582,7 +541,7 @@ class Ledger:
             return (max(n.idle_end, self.now), n.size, n.index)
 
         if uniform:  # the common gang: k alike members, so the k soonest fitting nodes
-            fitting = [n for n in nodes if _capacity_fits(n.capacity, members[0])]
+            fitting = [n for n in nodes if members[0].need.fits_in(n.size)]
             if len(fitting) < len(members):
                 return None
             return heapq.nsmallest(len(members), fitting, key=key)
@@ -590,7 +549,7 @@ class Ledger:
         picked: list[NodeFree] = []
         for member in members:
             fit = next(
-                (n for n in ordered if n not in picked and _capacity_fits(n.capacity, member)),
+                (n for n in ordered if n not in picked and member.need.fits_in(n.size)),
                 None,
             )
             if fit is None:
@@ -634,12 +593,12 @@ class Ledger:
             self._classes[constraint] = classes
         first = request.members[0]
         if len(request.members) == 1:
-            return any(_size_fits(size, first) for _, size in classes)
+            return any(first.need.fits_in(size) for _, size in classes)
         if not all(m == first for m in request.members) or not first.whole_node:
             return None
         per_zone: dict[str, int] = {}
         for (zone, size), count in classes.items():
-            if _size_fits(size, first):
+            if first.need.fits_in(size):
                 zone_key = zone if same_zone else ""
                 per_zone[zone_key] = per_zone.get(zone_key, 0) + count
         return any(count >= len(request.members) for count in per_zone.values())
@@ -650,16 +609,16 @@ class Ledger:
         return bool(self.held)
 
 
-def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], float, int]:
+def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], Resources]:
+    """The GPUs and the room left on ``node`` once this placement's own members are on it."""
     mine = taken.get(node.index)
     if not mine:
-        return node.free_gpus, node.free_cpus, node.free_memory
+        return node.free_gpus, node.free
     used = {g for a in mine for g in a.gpus}
-    return (
-        [g for g in node.free_gpus if g not in used],
-        node.free_cpus - sum(a.cpus for a in mine),
-        node.free_memory - sum(a.memory for a in mine),
-    )
+    room = node.free
+    for a in mine:
+        room -= a.amount
+    return [g for g in node.free_gpus if g not in used], room
 
 
 def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | None:
@@ -667,28 +626,24 @@ def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | No
     around its holds; None if never."""
     if any(h.whole for h in node.holds):
         return None
-    need_g = member.gpus + sum(m.gpus for m in also)
-    need_c = member.cpus + sum(m.cpus for m in also)
-    need_m = member.memory + sum(m.memory for m in also)
+    need = member.need
+    for m in also:
+        need += m.need
     for h in node.holds:
-        need_g, need_c, need_m = need_g + h.gpus, need_c + h.cpus, need_m + h.memory
-    cap = node.capacity
-    if cap.gpus < need_g or cap.cpus + _EPS < need_c or cap.memory < need_m:
+        need += h.amount
+    if not need.fits_in(node.size):
         return None
-    gpus, cpus, memory = len(node.free_gpus), node.free_cpus, node.free_memory
-    when = -INFINITY
-    for end, g, c, m in node.releases:
-        if gpus >= need_g and cpus + _EPS >= need_c and memory >= need_m:
+    room, when = node.free, -INFINITY
+    for end, amount in node.releases:
+        if need.fits_in(room):
             break
-        gpus, cpus, memory, when = gpus + g, cpus + c, memory + m, end
-    if gpus >= need_g and cpus + _EPS >= need_c and memory >= need_m:
-        return when
-    return None
+        room, when = room + amount, end
+    return when if need.fits_in(room) else None
 
 
 def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapacity]) -> str:
     for member in request.members:
-        if not any(_capacity_fits(n, member) for n in usable):
+        if not any(member.need.fits_in(n.total) for n in usable):
             return (
                 f"no node{_where(constraint)} has {member.gpus} GPUs, {member.cpus:g} CPUs "
                 f"and {format_bytes(member.memory)} memory (largest: "
@@ -698,7 +653,7 @@ def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapaci
     whole = [m for m in request.members if m.whole_node]
     if len(whole) == request.nodes:
         largest = max(whole, key=_size)
-        fitting = sum(1 for n in usable if _capacity_fits(n, largest))
+        fitting = sum(1 for n in usable if largest.need.fits_in(n.total))
         return (
             f"it needs {len(whole)} nodes but only {fitting} node(s){_where(constraint)} "
             "can hold its share"

@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpuyard.models.resources import Resources
 from gpuyard.scheduler.placement import Ledger, NodeFree
 from gpuyard.scheduler.snapshot import Allocation, Constraint, Member, Request, RunningJob
 
 __all__ = ["VictimPlan", "choose_victims"]
-
-_EPS = 1e-9
 
 Cost = tuple[float, float]
 """(work lost, minus service had): lower is cheaper."""
@@ -53,16 +52,18 @@ class _Scratch:
             -sum(j.attained_at(self.now) for j in victims),
         )
 
-    def free(self, node: NodeFree) -> tuple[int, float, int]:
-        gpus, cpus, memory = len(node.free_gpus), node.free_cpus, node.free_memory
+    def free(self, node: NodeFree) -> Resources:
+        """What is free on ``node`` once the gone jobs have left and the planned members are
+        on it."""
+        room = node.free
         for job in self.holders.get(node.capacity.name, ()):
             if job.id in self.gone:
                 for a in job.allocations:
                     if a.node == node.capacity.name:
-                        gpus, cpus, memory = _add(node, a, gpus, cpus, memory)
+                        room = _freed(node, a, room)
         for m in self.planned.get(node.capacity.name, ()):
-            gpus, cpus, memory = gpus - m.gpus, cpus - m.cpus, memory - m.memory
-        return gpus, cpus, memory
+            room -= m.need
+        return room
 
     def whole_cost(self, node: NodeFree) -> tuple[Cost, list[RunningJob]] | None:
         if node.capacity.name in self.planned or node.holds:
@@ -75,7 +76,7 @@ class _Scratch:
     def partial_cost(self, node: NodeFree, member: Member) -> tuple[Cost, list[RunningJob]] | None:
         if node.holds or any(m.whole_node for m in self.planned.get(node.capacity.name, ())):
             return None
-        gpus, cpus, memory = self.free(node)
+        room = self.free(node)
         chosen: list[RunningJob] = []
         others = sorted(
             (
@@ -86,28 +87,20 @@ class _Scratch:
             key=lambda j: (self.cost([j]), -j.started_at, j.id),
         )
         for job in others:
-            if _fits(member, gpus, cpus, memory):
+            if member.need.fits_in(room):
                 break
             chosen.append(job)
             for a in job.allocations:
                 if a.node == node.capacity.name:
-                    gpus, cpus, memory = _add(node, a, gpus, cpus, memory)
-        if not _fits(member, gpus, cpus, memory):
+                    room = _freed(node, a, room)
+        if not member.need.fits_in(room):
             return None
         return self.cost(chosen), chosen
 
 
-def _add(
-    node: NodeFree, a: Allocation, gpus: int, cpus: float, memory: int
-) -> tuple[int, float, int]:
-    if a.exclusive:
-        c = node.capacity
-        return c.gpus, c.cpus, c.memory
-    return gpus + len(a.gpus), cpus + a.cpus, memory + a.memory
-
-
-def _fits(member: Member, gpus: int, cpus: float, memory: int) -> bool:
-    return gpus >= member.gpus and cpus + _EPS >= member.cpus and memory >= member.memory
+def _freed(node: NodeFree, a: Allocation, room: Resources) -> Resources:
+    """``room`` on ``node`` once allocation ``a`` has left (all of it, if it was exclusive)."""
+    return node.size if a.exclusive else room + a.amount
 
 
 def choose_victims(
@@ -134,11 +127,7 @@ def choose_victims(
     scratch.gone.update(suspending)
     new: dict[int, RunningJob] = {}
     allocations: list[Allocation] = []
-    whole = sorted(
-        (m for m in request.members if m.whole_node),
-        key=lambda m: (m.gpus, m.cpus, m.memory),
-        reverse=True,
-    )
+    whole = sorted((m for m in request.members if m.whole_node), key=lambda m: m.need, reverse=True)
     if whole:
         picked = _pick_whole(scratch, whole, candidates, same_zone)
         if picked is None:
@@ -204,11 +193,7 @@ def _pick_whole(
         for member in whole:
             options = []
             for node in zones[zone]:
-                if node.index in used or not (
-                    node.capacity.gpus >= member.gpus
-                    and node.capacity.cpus + _EPS >= member.cpus
-                    and node.capacity.memory >= member.memory
-                ):
+                if node.index in used or not member.need.fits_in(node.size):
                     continue
                 found = scratch.whole_cost(node)
                 if found is None:

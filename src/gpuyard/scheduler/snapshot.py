@@ -9,10 +9,20 @@ scheduler could not know (the trace simulator relies on that).
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from gpuyard.models.request import (
+    ANYWHERE,
+    DEFAULT_POOL,
+    Constraint,
+    Member,
+    Request,
+    Shape,
+    choices,
+)
+from gpuyard.models.resources import Resources
 
 __all__ = [
     "ANYWHERE",
@@ -33,9 +43,6 @@ __all__ = [
     "Snapshot",
 ]
 
-DEFAULT_POOL = "default"
-"""The pool of nodes without a ``pool`` label, and of jobs that name none."""
-
 
 @dataclass(frozen=True, slots=True)
 class NodeCapacity:
@@ -46,6 +53,11 @@ class NodeCapacity:
     schedulable: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     """``pool``, ``zone``, ``driver``, ``gpu_model``, ``network``, and anything else."""
+    total: Resources = field(init=False, repr=False, compare=False, hash=False)
+    """Its GPUs, CPUs and memory as one value."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", Resources.of(self.gpus, self.cpus, self.memory))
 
     @property
     def pool(self) -> str:
@@ -94,90 +106,6 @@ class PoolPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
-    """What one worker of a job needs from the node it lands on."""
-
-    gpus: int = 0
-    cpus: float = 1.0
-    memory: int = 0
-    whole_node: bool = False
-    """Take a whole free node (and hold it exclusively), as multi-node jobs do."""
-
-
-Shape = tuple[tuple[int, float, int, bool], ...]
-"""A request's members as plain tuples."""
-
-_SHAPE_IDS: dict[Shape, int] = {}
-_shape_counter = itertools.count()
-
-
-def _shape_id(shape: Shape) -> int:
-    """A small int per distinct shape: the scheduler keys its per-cycle caches by shape many
-    times per job, and hashing a gang's nested tuple every time would cost more than the
-    lookups. Ids are never reused (the table is emptied if it grows large, which costs only
-    cache misses), so equal ids always mean equal shapes."""
-    found = _SHAPE_IDS.get(shape)
-    if found is None:
-        if len(_SHAPE_IDS) >= 100_000:
-            _SHAPE_IDS.clear()
-        found = _SHAPE_IDS[shape] = next(_shape_counter)
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """Everything a job needs at once: one member per worker, placed all or nothing."""
-
-    members: tuple[Member, ...]
-    shape: Shape = field(init=False, repr=False, compare=False, hash=False)
-    shape_id: int = field(init=False, repr=False, compare=False, hash=False)
-    """Equal for requests of equal shape (see :func:`_shape_id`)."""
-    """The members as plain tuples: a cheap dictionary key for caches keyed by shape."""
-
-    gpus: int = field(init=False, repr=False, compare=False, hash=False)
-    """GPUs of all members."""
-
-    def __post_init__(self) -> None:
-        shape = tuple((m.gpus, m.cpus, m.memory, m.whole_node) for m in self.members)
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "shape_id", _shape_id(shape))
-        object.__setattr__(self, "gpus", sum(m.gpus for m in self.members))
-
-    @classmethod
-    def uniform(cls, nodes: int = 1, gpus: int = 0, cpus: float = 1.0, memory: int = 0) -> Request:
-        """``nodes`` identical workers; more than one means whole nodes."""
-        return cls((Member(gpus, cpus, memory, whole_node=nodes > 1),) * nodes)
-
-    @property
-    def nodes(self) -> int:
-        return len(self.members)
-
-
-@dataclass(frozen=True, slots=True)
-class Constraint:
-    """Where a job may run. ``nodes`` and ``driver`` are mutually exclusive (reference 002);
-    both apply inside the job's pool."""
-
-    pool: str = DEFAULT_POOL
-    nodes: frozenset[str] = frozenset()
-    """Only these nodes (empty: any node of the pool)."""
-    driver: str | None = None
-    """Only nodes whose ``driver`` label is this version."""
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Constraints key the scheduler's caches, once per job per cycle: hash them once.
-        object.__setattr__(self, "_hash", hash((self.pool, self.nodes, self.driver)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
-ANYWHERE = Constraint()
-"""Any node of the default pool."""
-
-
-@dataclass(frozen=True, slots=True)
 class PendingJob:
     id: int
     version: int
@@ -201,23 +129,13 @@ class PendingJob:
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""
-        if self.min_nodes is None or self.min_nodes >= self.request.nodes:
-            if not self.alternatives:
-                return (self.request,)
-            return (self.request, *self.alternatives)
-        member = self.request.members[0]
-        sizes = range(self.request.nodes, self.min_nodes - 1, -1)
-        return tuple(Request((_resized(member, n),) * n) for n in sizes)
+        return choices(self.request, self.alternatives, self.min_nodes)
 
     def smallest(self) -> Request:
         """The least it could start with (what quotas are checked against)."""
         if not self.alternatives and self.min_nodes is None:
             return self.request
         return min(self.choices(), key=lambda r: (r.nodes, r.gpus))
-
-
-def _resized(member: Member, nodes: int) -> Member:
-    return Member(member.gpus, member.cpus, member.memory, whole_node=nodes > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +148,11 @@ class Allocation:
     memory: int = 0
     exclusive: bool = False
     """The job holds the whole node, whatever it uses of it."""
+    amount: Resources = field(init=False, repr=False, compare=False, hash=False)
+    """What it takes of its node, unless exclusive (then the whole node)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "amount", Resources.of(len(self.gpus), self.cpus, self.memory))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from gpuyard.errors import GpuyardError
+from gpuyard.models.validation import readable_validation_errors
 
-__all__ = ["install_error_handlers", "readable_validation_errors"]
+__all__ = ["install_error_handlers"]
 
 log = logging.getLogger(__name__)
-
-
-def readable_validation_errors(errors: list[Any]) -> str:
-    """One line per problem, e.g. ``resources.gpus: must be >= 0 (got -1)``."""
-    lines = []
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        got = err.get("input")
-        shown = "" if err.get("type") in ("value_error", "missing") else f" (got {got!r})"
-        # A check across fields has no location; its message names the field itself.
-        lines.append(f"{'.'.join(loc)}: {msg}{shown}" if loc else f"{msg}{shown}")
-    return "; ".join(lines)
 
 
 def install_error_handlers(app: FastAPI) -> None:

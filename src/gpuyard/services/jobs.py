@@ -28,16 +28,24 @@ from gpuyard.models import (
     Priority,
     Role,
 )
+from gpuyard.models.request import DEFAULT_POOL, Constraint, request_of
 from gpuyard.models.states import PENDING
+from gpuyard.models.validation import readable_validation_errors
 from gpuyard.scheduler.placement import Ledger
-from gpuyard.scheduler.snapshot import DEFAULT_POOL, Constraint, NodeCapacity, PendingJob, Request
-from gpuyard.server.errors import readable_validation_errors
+from gpuyard.scheduler.snapshot import NodeCapacity
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view
 from gpuyard.store.engine import Store
-from gpuyard.store.snapshot import request_for
-from gpuyard.store.tables import EventRow, JobRow, NodeRow, PoolRow, UserRow, WorkerRow
+from gpuyard.store.tables import (
+    EventRow,
+    JobRow,
+    NodeRow,
+    PoolRow,
+    UserRow,
+    WorkerRow,
+    request_columns,
+)
 
 __all__ = ["JobService"]
 
@@ -93,6 +101,7 @@ class JobService:
                 attempt=0,
                 created_at=now,
                 group_name=group,
+                **request_columns(request_of(spec)),
             )
             session.add(row)
             session.flush()
@@ -137,7 +146,7 @@ class JobService:
         present = [n for n in nodes.values() if n.state is not NodeState.GONE]
         if not present:
             return
-        usable = [n for n in present if _allows(constraint, n)]
+        usable = [n for n in present if constraint.allows(n.name, n.effective_labels())]
         if not usable:
             raise InvalidSpec(_no_nodes_for(constraint, present))
         ready = [n for n in usable if n.state is NodeState.READY]
@@ -151,7 +160,7 @@ class JobService:
         same_zone = bool(policy is not None and policy.same_zone)
         ledger = Ledger(capacities, running=())
         reasons = []
-        for choice in _choices(spec):
+        for choice in request_of(spec).choices():
             never = ledger.could_ever_fit(choice, constraint, same_zone=same_zone)
             if never is None:
                 return
@@ -350,16 +359,6 @@ class JobService:
         return row
 
 
-def _allows(constraint: Constraint, node: NodeRow) -> bool:
-    """Whether a job with ``constraint`` may use ``node`` (as the scheduler's candidates)."""
-    labels = node.effective_labels()
-    return (
-        (labels.get("pool") or DEFAULT_POOL) == constraint.pool
-        and (not constraint.nodes or node.name in constraint.nodes)
-        and (constraint.driver is None or labels.get("driver") == constraint.driver)
-    )
-
-
 def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
     """Why no node matches, and what to do about it."""
     if constraint.nodes:
@@ -373,7 +372,7 @@ def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
                 d
                 for n in nodes
                 if (d := n.effective_labels().get("driver"))
-                and _allows(Constraint(constraint.pool), n)
+                and Constraint(constraint.pool).allows(n.name, n.effective_labels())
             }
         )
         return (
@@ -391,20 +390,3 @@ def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
         f"pool: pool {constraint.pool} has no nodes yet; an admin adds some with `gpuyard "
         f"label NODE pool={constraint.pool}`"
     )
-
-
-def _choices(spec: JobSpec) -> tuple[Request, ...]:
-    """Every shape the job may start with: its resources, its alternative specs, or an
-    elastic job's sizes (what the scheduler tries, ``PendingJob.choices``)."""
-    stored = spec.model_dump(mode="json")
-    job = PendingJob(
-        id=0,
-        version=0,
-        priority=0,
-        seq=0,
-        owner="",
-        request=request_for(stored),
-        alternatives=tuple(request_for(stored, alt) for alt in stored["alternatives"]),
-        min_nodes=spec.min_nodes,
-    )
-    return job.choices()

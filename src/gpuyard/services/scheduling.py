@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from gpuyard.clock import Clock
 from gpuyard.errors import Conflict, NotFound, PermissionDenied
 from gpuyard.models import JobSpec, JobState, JobView, Prediction
+from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
 from gpuyard.services.suspension import begin_suspension
@@ -93,7 +94,8 @@ class SchedulingService:
             seq = (session.scalar(select(func.max(JobRow.id))) or 0) + 1
         job = hypothetical(
             snapshot,
-            spec.model_dump(mode="json"),
+            request_of(spec),
+            priority=spec.priority,
             owner=owner,
             group=(user.group_name or "") if user else "",
             seq=seq,

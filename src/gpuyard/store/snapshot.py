@@ -1,24 +1,21 @@
 """Load the scheduler's snapshot from the store (the "load" of load -> decide -> apply).
 
-Queued jobs are read as stored JSON, field by field, rather than validated into ``JobSpec``
-models: a pass may read 100,000 of them.
+Jobs are read as plain columns (their request is stored beside the spec, see
+:func:`gpuyard.store.tables.request_columns`), never as specs: a pass may read 100,000 of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpuyard.launch.topology import members
 from gpuyard.models import JobState, NodeState, Priority
-from gpuyard.models.job import JobMode, JobType
+from gpuyard.models.request import JobRequest
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.scheduler import (
-    DEFAULT_POOL,
     Allocation,
     Constraint,
     Limit,
@@ -26,15 +23,23 @@ from gpuyard.scheduler import (
     PendingJob,
     PoolPolicy,
     Preemption,
-    Request,
     RunningJob,
     Snapshot,
 )
-from gpuyard.store.tables import JobRow, NodeRow, PoolRow, QuotaRow, UserRow
+from gpuyard.store.tables import (
+    REQUEST_COLUMNS,
+    JobRow,
+    NodeRow,
+    PoolRow,
+    QuotaRow,
+    UserRow,
+    request_from_columns,
+)
 
-__all__ = ["allocations_of", "hypothetical", "load_snapshot", "pool_policies", "request_for"]
+__all__ = ["allocations_of", "hypothetical", "load_snapshot", "pool_policies"]
 
 _PENDING = tuple(sorted(PENDING))
+_REQUEST_WIDTH = len(REQUEST_COLUMNS)
 
 
 def allocations_of(placement: list[dict[str, Any]] | None) -> tuple[Allocation, ...]:
@@ -47,25 +52,6 @@ def allocations_of(placement: list[dict[str, Any]] | None) -> tuple[Allocation, 
             exclusive=bool(slot.get("exclusive", False)),
         )
         for slot in placement or []
-    )
-
-
-def request_for(spec: Mapping[str, Any], resources: Mapping[str, Any] | None = None) -> Request:
-    """The request of a stored spec (``model_dump`` of a validated JobSpec), optionally with
-    other per-node resources (an alternative spec). Fields added after a job was stored take
-    their defaults."""
-    resources = resources or spec["resources"]
-    batch = spec.get("type") == JobType.BATCH.value
-    tensorflow = spec.get("mode") == JobMode.TENSORFLOW.value
-    return Request(
-        members(
-            tasks=len(spec.get("tasks") or ()) if batch else 1,
-            nodes=int(spec["nodes"]),
-            gpus=int(resources["gpus"]),
-            cpus=float(resources["cpus"]),
-            memory=int(resources["memory"]),
-            parameter_servers=int(spec.get("parameter_servers", 0)) if tensorflow else 0,
-        )
     )
 
 
@@ -83,23 +69,43 @@ def pool_policies(session: Session) -> dict[str, PoolPolicy]:
     }
 
 
-class _Constraints:
-    """Constraints are keys of the scheduler's caches: hand out one object per distinct one."""
+class _Asks:
+    """Requests and constraints are keys of the scheduler's caches, and a queue holds few
+    distinct ones: build one object per distinct column tuple."""
 
     def __init__(self, node_pools: Mapping[str, str]) -> None:
         self.node_pools = node_pools
-        self.known: dict[tuple[str, frozenset[str], str | None], Constraint] = {}
+        self.known: dict[tuple[Any, ...], tuple[JobRequest, Constraint]] = {}
+        self.constraints: dict[Constraint, Constraint] = {}
 
-    def of(self, spec: Mapping[str, Any]) -> Constraint:
-        names = frozenset(spec.get("node_names") or ())
-        pool = spec.get("pool") or DEFAULT_POOL
-        if names:  # the pool of the named nodes (the service checked they share one)
-            pool = next((self.node_pools[n] for n in sorted(names) if n in self.node_pools), pool)
-        key = (pool, names, spec.get("driver_version"))
+    def of(self, columns: tuple[Any, ...]) -> tuple[JobRequest, Constraint]:
+        key = tuple(
+            tuple(map(tuple, c)) if isinstance(c, list) else c  # JSON lists are not hashable
+            for c in columns
+        )
         found = self.known.get(key)
         if found is None:
-            found = self.known[key] = Constraint(*key)
+            ask = request_from_columns(*columns)
+            constraint = ask.constraint(self.node_pools)
+            constraint = self.constraints.setdefault(constraint, constraint)
+            found = self.known[key] = (ask, constraint)
         return found
+
+    def job(self, ask: JobRequest, constraint: Constraint, row: Any) -> PendingJob:
+        return PendingJob(
+            id=row.id,
+            version=row.version,
+            priority=Priority(row.priority).rank,
+            seq=row.seq or row.id,
+            owner=row.owner,
+            request=ask.request,
+            group=row.group_name or "",
+            alternatives=ask.alternative_requests,
+            constraint=constraint,
+            max_runtime=ask.max_runtime,
+            min_nodes=ask.min_nodes,
+            attained=row.attained or 0.0,
+        )
 
 
 def load_snapshot(session: Session, now: float) -> Snapshot:
@@ -115,7 +121,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
         )
         for row in node_rows
     )
-    constraints = _Constraints({n.name: n.pool for n in nodes})
+    asks = _Asks({n.name: n.pool for n in nodes})
     running = tuple(
         _running(row)
         for row in session.execute(
@@ -129,7 +135,9 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
                 JobRow.version,
                 JobRow.started_at,
                 JobRow.created_at,
-                JobRow.spec,
+                JobRow.max_runtime,
+                JobRow.nodes,
+                JobRow.min_nodes,
                 JobRow.last_checkpoint_at,
                 JobRow.attained,
                 JobRow.listens,
@@ -137,16 +145,16 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
         )
     )
     pending = tuple(
-        _pending(row, constraints)
+        asks.job(*asks.of(tuple(row[:_REQUEST_WIDTH])), row)
         for row in session.execute(
             select(
+                *REQUEST_COLUMNS,
                 JobRow.id,
                 JobRow.version,
                 JobRow.priority,
                 JobRow.seq,
                 JobRow.owner,
                 JobRow.group_name,
-                JobRow.spec,
                 JobRow.attained,
             )
             .where(JobRow.state.in_(_PENDING))
@@ -174,9 +182,8 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
 
 
 def _running(row: Any) -> RunningJob:
-    spec = row.spec
-    state = JobState(row.state)
-    elastic = spec.get("min_nodes") is not None
+    state = row.state
+    elastic = row.min_nodes is not None
     return RunningJob(
         id=row.id,
         priority=Priority(row.priority).rank,
@@ -185,50 +192,32 @@ def _running(row: Any) -> RunningJob:
         group=row.group_name or "",
         version=row.version,
         started_at=row.started_at or row.created_at,
-        max_runtime=spec.get("max_runtime"),
+        max_runtime=row.max_runtime,
         last_checkpoint=row.last_checkpoint_at,
         # Draining, completing or suspending: its room comes back soon.
         suspending=state not in (JobState.RUNNING, JobState.STARTING),
         # A job being launched is not a victim: let it start first.
         preemptible=state is JobState.RUNNING,
-        min_nodes=int(spec["min_nodes"]) if elastic else None,
-        max_nodes=int(spec["nodes"]) if elastic else None,
+        min_nodes=row.min_nodes if elastic else None,
+        max_nodes=row.nodes if elastic else None,
         attained=row.attained or 0.0,
         saves_on_notice=bool(row.listens),
     )
 
 
 def hypothetical(
-    snapshot: Snapshot, spec: Mapping[str, Any], *, owner: str, group: str, seq: int
+    snapshot: Snapshot, ask: JobRequest, *, priority: Priority, owner: str, group: str, seq: int
 ) -> PendingJob:
     """A job as it would be queued if submitted now (for ``submit --dry-run``): id -1."""
-    constraints = _Constraints({n.name: n.pool for n in snapshot.nodes})
-    row = SimpleNamespace(
-        id=-1,
-        version=0,
-        priority=spec.get("priority", Priority.NORMAL.value),
-        seq=seq,
-        owner=owner,
-        group_name=group,
-        spec=spec,
-        attained=0.0,
-    )
-    return _pending(row, constraints)
+    asks = _Asks({n.name: n.pool for n in snapshot.nodes})
+    row = _Hypothetical(owner=owner, group_name=group, seq=seq, priority=priority)
+    return asks.job(ask, ask.constraint(asks.node_pools), row)
 
 
-def _pending(row: Any, constraints: _Constraints) -> PendingJob:
-    spec = row.spec
-    return PendingJob(
-        id=row.id,
-        version=row.version,
-        priority=Priority(row.priority).rank,
-        seq=row.seq or row.id,
-        owner=row.owner,
-        request=request_for(spec),
-        group=row.group_name or "",
-        alternatives=tuple(request_for(spec, alt) for alt in spec.get("alternatives") or ()),
-        constraint=constraints.of(spec),
-        max_runtime=spec.get("max_runtime"),
-        min_nodes=spec.get("min_nodes"),
-        attained=row.attained or 0.0,
-    )
+class _Hypothetical:
+    id = -1
+    version = 0
+    attained = 0.0
+
+    def __init__(self, *, owner: str, group_name: str, seq: int, priority: Priority) -> None:
+        self.owner, self.group_name, self.seq, self.priority = owner, group_name, seq, priority

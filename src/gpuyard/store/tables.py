@@ -21,10 +21,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from gpuyard.models.node import NodeState
+from gpuyard.models.request import JobRequest
+from gpuyard.models.resources import Resources
 from gpuyard.models.states import JobState
 from gpuyard.models.worker import WorkerState
 
 __all__ = [
+    "REQUEST_COLUMNS",
     "Base",
     "EventRow",
     "GroupRow",
@@ -34,6 +37,8 @@ __all__ = [
     "QuotaRow",
     "UserRow",
     "WorkerRow",
+    "request_columns",
+    "request_from_columns",
 ]
 
 
@@ -99,6 +104,42 @@ class JobRow(Base):
     """GPU-seconds of service in its earlier attempts (time-slicing ranks jobs by it)."""
     listens: Mapped[bool] = mapped_column(Boolean, default=False)
     """Its runtime listens for the preemption notice: it saves a checkpoint when told."""
+    prediction: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """While queued: when it should start and behind which jobs, as the controller last
+    forecast it (:class:`gpuyard.models.Prediction` fields)."""
+
+    # What it asks of the pool: its JobRequest (gpuyard.models.request), kept beside the spec
+    # so that a scheduling pass reads plain columns instead of parsing every queued spec.
+    nodes: Mapped[int] = mapped_column(Integer, default=1)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    mcpus: Mapped[int] = mapped_column(Integer, default=1000)
+    memory: Mapped[int] = mapped_column(BigInteger, default=0)
+    tasks: Mapped[int] = mapped_column(Integer, default=1)
+    parameter_servers: Mapped[int] = mapped_column(Integer, default=0)
+    alternatives: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    """[[gpus, mcpus, memory], ...] or None."""
+    min_nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pool: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    node_names: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    driver: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    max_runtime: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    def ask(self) -> JobRequest:
+        """The job's request, from its columns."""
+        return request_from_columns(
+            self.nodes,
+            self.gpus,
+            self.mcpus,
+            self.memory,
+            self.tasks,
+            self.parameter_servers,
+            self.alternatives,
+            self.min_nodes,
+            self.pool,
+            self.node_names,
+            self.driver,
+            self.max_runtime,
+        )
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
@@ -225,3 +266,67 @@ class PoolRow(Base):
     slices: Mapped[list[Any]] = mapped_column(JSON, default=list)
     """Time-slicing bands in GPU-seconds (see ``PoolPolicy.slices``); empty: none."""
     description: Mapped[str] = mapped_column(Text, default="")
+
+
+REQUEST_COLUMNS = (
+    JobRow.nodes,
+    JobRow.gpus,
+    JobRow.mcpus,
+    JobRow.memory,
+    JobRow.tasks,
+    JobRow.parameter_servers,
+    JobRow.alternatives,
+    JobRow.min_nodes,
+    JobRow.pool,
+    JobRow.node_names,
+    JobRow.driver,
+    JobRow.max_runtime,
+)
+"""The columns that hold a job's request, in :func:`request_from_columns`' order."""
+
+
+def request_columns(ask: JobRequest) -> dict[str, Any]:
+    """The values of the request columns for ``ask`` (to insert or update a job with)."""
+    return {
+        "nodes": ask.nodes,
+        "gpus": ask.per_node.gpus,
+        "mcpus": ask.per_node.mcpus,
+        "memory": ask.per_node.memory,
+        "tasks": ask.tasks,
+        "parameter_servers": ask.parameter_servers,
+        "alternatives": [[r.gpus, r.mcpus, r.memory] for r in ask.alternatives] or None,
+        "min_nodes": ask.min_nodes,
+        "pool": ask.pool,
+        "node_names": sorted(ask.node_names) or None,
+        "driver": ask.driver,
+        "max_runtime": ask.max_runtime,
+    }
+
+
+def request_from_columns(
+    nodes: int,
+    gpus: int,
+    mcpus: int,
+    memory: int,
+    tasks: int,
+    parameter_servers: int,
+    alternatives: list[Any] | None,
+    min_nodes: int | None,
+    pool: str | None,
+    node_names: list[Any] | None,
+    driver: str | None,
+    max_runtime: float | None,
+) -> JobRequest:
+    """The request that :func:`request_columns` stored."""
+    return JobRequest(
+        nodes=nodes,
+        per_node=Resources(gpus, mcpus, memory),
+        tasks=tasks,
+        parameter_servers=parameter_servers,
+        alternatives=tuple(Resources(int(g), int(c), int(m)) for g, c, m in alternatives or ()),
+        min_nodes=min_nodes,
+        pool=pool,
+        node_names=frozenset(str(n) for n in node_names or ()),
+        driver=driver,
+        max_runtime=max_runtime,
+    )

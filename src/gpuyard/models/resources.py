@@ -1,0 +1,64 @@
+"""``Resources``: GPUs, CPUs and memory as one value, with its arithmetic and its fit rule.
+
+What a worker needs, what a node has, what is free on it and what a running job holds are all
+this one type, so "does it fit" is written once. CPUs are counted in thousandths of a core
+(millicores, as Kubernetes does): fractions such as 0.1 + 0.2 add up exactly, and no comparison
+needs a tolerance. The one rounding rule is at the edge: :meth:`Resources.of` rounds a CPU
+amount to the nearest thousandth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuyard.quantities import format_bytes
+
+__all__ = ["MILLI", "ZERO", "Resources", "millicpus"]
+
+MILLI = 1000
+"""Millicores per CPU."""
+
+
+def millicpus(cpus: float) -> int:
+    """``cpus`` in thousandths of a core, rounded to the nearest (the one rounding rule)."""
+    return round(cpus * MILLI)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Resources:
+    """Ordered by GPUs, then CPUs, then memory (smallest first)."""
+
+    gpus: int = 0
+    mcpus: int = 0
+    """CPUs in thousandths of a core."""
+    memory: int = 0
+    """Bytes."""
+
+    @classmethod
+    def of(cls, gpus: int = 0, cpus: float = 0.0, memory: int = 0) -> Resources:
+        return cls(gpus, millicpus(cpus), memory)
+
+    @property
+    def cpus(self) -> float:
+        return self.mcpus / MILLI
+
+    def fits_in(self, room: Resources) -> bool:
+        """Whether this much fits in ``room`` (every amount at most the room's)."""
+        return self.gpus <= room.gpus and self.mcpus <= room.mcpus and self.memory <= room.memory
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus + other.gpus, self.mcpus + other.mcpus, self.memory + other.memory
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus - other.gpus, self.mcpus - other.mcpus, self.memory - other.memory
+        )
+
+    def __str__(self) -> str:
+        return f"{self.gpus} GPUs, {self.cpus:g} CPUs, {format_bytes(self.memory)} memory"
+
+
+ZERO = Resources()
+"""Nothing."""
