@@ -42,6 +42,7 @@ lint: setup
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy src
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)

@@ -26,6 +26,7 @@ from gpuyard.scheduler.decide import Start
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
 from gpuyard.store.engine import Store
+from gpuyard.store.guarded import current
 from gpuyard.store.snapshot import load_snapshot
 from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
@@ -90,8 +91,8 @@ class Applier:
         for job_id, version, why in asks:
             try:
                 with self.store.write() as session:
-                    row = session.get(JobRow, job_id)
-                    if row is None or row.version != version or row.state != JobState.RUNNING:
+                    row = current(session, job_id, version)
+                    if row is None or row.state is not JobState.RUNNING:
                         continue  # it moved on since the snapshot: the next pass decides again
                     begin_suspension(session, row, actor=SCHEDULER, why=why, now=now)
             except StaleWrite:
@@ -144,8 +145,8 @@ class Applier:
         placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
         try:
             with self.store.write() as session:
-                row = session.get(JobRow, start.job_id)
-                if row is None or row.version != start.version:
+                row = current(session, start.job_id, start.version)
+                if row is None:
                     return  # changed since the snapshot (stopped, deleted): drop the decision
                 spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
                 extra: dict[str, Any] = {}

@@ -49,6 +49,7 @@ from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
+from gpuyard.store.guarded import current
 from gpuyard.store.tables import JobRow, NodeRow, WorkerRow
 
 __all__ = ["Controller", "LaunchConfig"]
@@ -152,7 +153,7 @@ class Controller:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            now = time.monotonic()
+            now = self.clock.monotonic()
             due = (self._dirty and now >= self._next_schedule) or (
                 now - self._last_schedule >= SCHEDULE_EVERY
             )
@@ -168,7 +169,7 @@ class Controller:
                 self._health.last_error = message
             wait = self.interval
             if self._dirty:
-                wait = max(0.0, min(wait, self._next_schedule - time.monotonic()))
+                wait = max(0.0, min(wait, self._next_schedule - self.clock.monotonic()))
             self._wake.wait(wait)
 
     def tick(self, *, schedule: bool = True) -> None:
@@ -177,14 +178,14 @@ class Controller:
         to the queue, so passes are spaced at least twice their own duration apart."""
         self._sync_workers()
         self._advance_jobs()
-        if time.monotonic() - self._last_control_sync >= CONTROL_EVERY:
-            self._last_control_sync = time.monotonic()
+        if self.clock.monotonic() - self._last_control_sync >= CONTROL_EVERY:
+            self._last_control_sync = self.clock.monotonic()
             self._sync_control()
         if schedule:
             self._dirty = False
-            began = time.monotonic()
+            began = self.clock.monotonic()
             self.applier.run()
-            finished = time.monotonic()
+            finished = self.clock.monotonic()
             self._last_schedule = began
             self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - began))
         self._health.last_tick = self.clock.now()
@@ -592,10 +593,9 @@ class Controller:
 
     def _fresh(self, session: Any, job: JobRow) -> JobRow | None:
         """The job's row if nobody changed it since ``job`` was read, else None."""
-        row: JobRow | None = session.get(JobRow, job.id)
-        if row is None or row.version != job.version:
+        row = current(session, job.id, job.version)
+        if row is None:
             self._dirty = True
-            return None
         return row
 
     def _fresh_or_stale(self, session: Any, job: JobRow) -> JobRow:

@@ -11,12 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StaleWrite
+from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from gpuyard.models import (
     JobEvent,
     JobSpec,
@@ -37,6 +36,7 @@ from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view
 from gpuyard.store.engine import Store
+from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import (
     EventRow,
     JobRow,
@@ -307,21 +307,9 @@ class JobService:
             self.accounts.check_tier(session, actor, priority)
             group = row.group_name or self._group_of(session, row.owner)
             self.accounts.check_urgent_limit(session, group, priority)
-            values = {
-                "priority": priority.value,
-                "spec": {**row.spec, "priority": priority.value},
-                "version": row.version + 1,
-            }
-            result = session.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.version == row.version)
-                .values(**values)
-                .execution_options(synchronize_session=False)
+            guarded_update(
+                session, row, priority=priority, spec={**row.spec, "priority": priority.value}
             )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise StaleWrite(f"job {job_id} changed since it was read; try again")
-            for key, value in values.items():
-                set_committed_value(row, key, value)
             record_event(
                 session,
                 row,

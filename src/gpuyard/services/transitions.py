@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
-from gpuyard.errors import StaleWrite
 from gpuyard.models.states import JobState, check_transition
+from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import EventRow, JobRow
 
 __all__ = ["record_event", "transition"]
@@ -68,21 +66,10 @@ def transition(
     """
     current = JobState(job.state)
     check_transition(job.id, current, target)
-    values = {"state": target.value, "version": job.version + 1, **changes}
+    values: dict[str, Any] = {"state": target, **changes}
     if target.is_terminal() and "finished_at" not in values:
         values["finished_at"] = time
-    result = session.execute(
-        update(JobRow)
-        .where(JobRow.id == job.id, JobRow.version == job.version)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise StaleWrite(f"job {job.id} changed since it was read; nothing was applied")
-    for key, value in values.items():
-        # The row already holds these values; reflect them without marking the object dirty,
-        # or the ORM would flush an unguarded UPDATE of its own.
-        set_committed_value(job, key, value)
+    guarded_update(session, job, **values)
     record_event(
         session,
         job,
