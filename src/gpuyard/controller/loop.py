@@ -44,7 +44,7 @@ from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, NodeState, Slot
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, HOLDING
-from gpuyard.models.worker import WorkerState
+from gpuyard.models.worker import WorkerKey, WorkerState
 from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
@@ -122,7 +122,7 @@ class Controller:
     def _mark_dirty(self) -> None:
         self._dirty = True
 
-    def wake(self) -> None:
+    def wake(self, _worker: WorkerKey | None = None) -> None:
         """Something changed (a submission, a stop, a worker exit): run a pass soon."""
         self._dirty = True
         self._wake.set()

@@ -21,6 +21,7 @@ from gpuyard.models.worker import (
     NodeInfo,
     Notice,
     Tools,
+    WorkerKey,
     WorkerLaunch,
     WorkerStatus,
 )
@@ -82,8 +83,9 @@ class Executor(Protocol):
         """Delete what the executor keeps for a job (logs, work files)."""
         ...
 
-    def set_wakeup(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when a worker may have changed state (best effort)."""
+    def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
+        """Call ``callback`` when a worker may have changed state (best effort): with its key
+        when the executor knows which worker, with None when it does not (look at all)."""
         ...
 
     def close(self) -> None: ...

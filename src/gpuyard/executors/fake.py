@@ -125,7 +125,7 @@ class FakeExecutor:
             for key in [k for k in self.workers if k.job_id == job_id]:
                 del self.workers[key]
 
-    def set_wakeup(self, callback: Callable[[], None]) -> None:
+    def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
         pass
 
     def close(self) -> None:

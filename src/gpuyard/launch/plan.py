@@ -399,4 +399,5 @@ def plan_worker(
         role=seat.role.value,
         task=seat.task,
         primary=seat.role.primary,
+        limits=seat.member.need,
     )

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpuyard.models.resources import ZERO, Resources
+
 __all__ = [
     "PREEMPT_SIGNAL",
     "Bind",
@@ -117,6 +119,9 @@ class WorkerLaunch:
     task: int = 0
     primary: bool = True
     """Whether the worker's exit decides the job (False for helpers: MPI targets, PS)."""
+    limits: Resources = ZERO
+    """What its processes may use together: memory (bytes) and CPUs are enforced where the
+    executor can (cgroups); 0 means no limit. GPUs are given by ``CUDA_VISIBLE_DEVICES``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,10 @@ class WorkerStatus:
     """It did not exit within its graceful period after SIGTERM and was SIGKILLed."""
     finished_at: float | None = None
     message: str = ""
+    """Why it could not start, or why it was lost (set only then)."""
+    cause: str = ""
+    """What the executor knows about why a started worker ended, beyond its exit code, e.g.
+    "out of memory: limit 4 GiB"; empty when nothing is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +164,9 @@ class ControlState:
     """A process of the worker called ``suspend()`` (it exits to be requeued)."""
     listening: bool = False
     """A process of the worker listens for the notice (it will save a checkpoint when told)."""
+    invalid: tuple[str, ...] = ()
+    """Control files that were present but could not be read, each with why (too large, not
+    the expected shape, …); their content was ignored."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,7 +211,7 @@ def test_workers_outlive_the_process_that_launched_them(tmp_path: Path) -> None:
 
 def test_supervisors_poke_the_executor_on_start_and_exit(executor: LocalExecutor) -> None:
     pokes = threading.Semaphore(0)
-    executor.set_wakeup(pokes.release)
+    executor.set_wakeup(lambda _key: pokes.release())
     launch(executor, ["true"])
     assert pokes.acquire(timeout=10)  # started
     assert pokes.acquire(timeout=10)  # exited

@@ -45,6 +45,7 @@ from gpuyard.models.worker import (
     NodeInfo,
     Notice,
     Tools,
+    WorkerKey,
     WorkerLaunch,
     WorkerState,
     WorkerStatus,
@@ -250,7 +251,7 @@ class LocalExecutor:
 
     # -- notifications --------------------------------------------------------------------
 
-    def set_wakeup(self, callback: Callable[[], None]) -> None:
+    def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
         """Listen on an abstract unix socket that supervisors poke on start and exit."""
         if self._listener is not None:
             return
@@ -268,7 +269,7 @@ class LocalExecutor:
                     sock.recv(4096)
                 except OSError:
                     return
-                callback()
+                callback(None)
 
         threading.Thread(target=listen, name="gpuyard-executor-notify", daemon=True).start()
 
