@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from gpuyard.executors.local import cgroups
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.executors.local.machine import GpuDevice, Machine
 from gpuyard.models.worker import (
@@ -28,13 +31,7 @@ from gpuyard.models.worker import (
 )
 
 ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
-
-
-@pytest.fixture
-def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
-    ex = LocalExecutor(tmp_path / "home")
-    yield ex
-    ex.close()
+NO_CGROUPS = cgroups.Isolation(cgroups.NONE)
 
 
 def launch(
@@ -70,6 +67,14 @@ def wait_for(
 
 def log(ex: LocalExecutor, handle: Handle) -> str:
     return ex.read_log(handle, 0, 1 << 20)[0].decode()
+
+
+def state(handle: Handle) -> dict[str, Any]:
+    """The supervisor's state.json once the command runs."""
+    path = Path(handle["supervisor"]) / "state.json"
+    wait_until(lambda: path.exists() and "pid" in json.loads(path.read_text()))
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def test_runs_the_command_with_its_env_and_cwd_and_keeps_the_log(
@@ -124,7 +129,7 @@ def test_terminate_gives_the_graceful_period_then_sigkill(executor: LocalExecuto
 
 def test_terminate_of_a_cooperative_command_needs_no_sigkill(executor: LocalExecutor) -> None:
     handle = launch(executor, ["sleep", "60"], grace=30)
-    wait_until((Path(handle["dir"]) / "state.json").exists)
+    state(handle)
     executor.terminate(handle, grace=30)
     status = wait_for(executor, handle, timeout=5)
     assert (status.exit_code, status.signal, status.escalated) == (143, "SIGTERM", False)
@@ -147,7 +152,7 @@ def test_launching_the_same_worker_twice_starts_it_once(
 
 def test_a_new_executor_sees_workers_it_did_not_launch(executor: LocalExecutor) -> None:
     handle = launch(executor, ["sleep", "0.5"])
-    successor = LocalExecutor(executor.home)
+    successor = LocalExecutor(executor.home, isolation=executor.isolation)
     assert successor.status([handle])[0].state is WorkerState.RUNNING
     assert wait_for(successor, handle).exit_code == 0
 
@@ -162,24 +167,26 @@ def test_what_the_command_leaves_in_its_group_is_killed_at_exit(
     wait_until(lambda: not _running(pid))
 
 
-def test_a_supervisor_killed_with_its_worker_alive_is_lost_and_kill_cleans_up(
-    executor: LocalExecutor,
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "no-cgroup"])
+def test_a_supervisor_killed_with_its_worker_alive_is_lost_and_its_processes_killed(
+    make_executor: Callable[..., LocalExecutor], isolation_reason: str, cgroup: bool
 ) -> None:
+    if cgroup and isolation_reason:
+        pytest.skip(f"no writable cgroup on this machine: {isolation_reason}")
+    executor = make_executor(isolation=None if cgroup else NO_CGROUPS)
     handle = launch(executor, ["sleep", "300"])
-    state = Path(handle["dir"]) / "state.json"
-    wait_until(state.exists)
-    import json
-
-    info = json.loads(state.read_text())
+    info = state(handle)
+    assert executor.status([handle])[0].state is WorkerState.RUNNING
     os.kill(info["supervisor_pid"], signal.SIGKILL)
     status = wait_for(executor, handle, WorkerState.LOST)
     assert "supervisor ended without recording an exit" in status.message
-    assert _running(info["pid"])
-    executor.kill(handle)
-    wait_until(lambda: not _running(info["pid"]))
+    assert "1 process of the worker killed" in status.message
+    wait_until(lambda: not _running(info["pid"]))  # before the LOST was reported, in fact
 
 
-def test_workers_outlive_the_process_that_launched_them(tmp_path: Path) -> None:
+def test_workers_outlive_the_process_that_launched_them(
+    tmp_path: Path, make_executor: Callable[..., LocalExecutor]
+) -> None:
     """A control plane killed with SIGKILL, process group and all, leaves its workers running."""
     home = tmp_path / "home"
     code = textwrap.dedent(f"""
@@ -200,36 +207,65 @@ def test_workers_outlive_the_process_that_launched_them(tmp_path: Path) -> None:
     assert parent.stdout.readline().strip() == b"launched"
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait()
-    successor = LocalExecutor(home)
-    handle = {
-        "dir": str(successor.worker_dir(1, 0, 0)),
-        "log": str(successor.worker_dir(1, 0, 0) / "log"),
-    }
+    successor = make_executor(home)
+    # The handle never reached a store: a retried launch returns the running worker's.
+    handle = successor.launch(
+        WorkerLaunch(WorkerKey(1, 0, 0), "local", ["false"], {"PATH": os.environ["PATH"]}, "/", 5.0)
+    )
+    assert successor.status([handle])[0].state is WorkerState.RUNNING
     assert wait_for(successor, handle).exit_code == 0
     assert log(successor, handle) == "done\n"
 
 
-def test_supervisors_poke_the_executor_on_start_and_exit(executor: LocalExecutor) -> None:
-    pokes = threading.Semaphore(0)
-    executor.set_wakeup(lambda _key: pokes.release())
-    launch(executor, ["true"])
-    assert pokes.acquire(timeout=10)  # started
-    assert pokes.acquire(timeout=10)  # exited
+def test_supervisors_poke_the_executor_on_start_and_exit_naming_the_worker(
+    executor: LocalExecutor,
+) -> None:
+    pokes: queue.Queue[WorkerKey | None] = queue.Queue()
+    executor.set_wakeup(pokes.put)
+    handle = launch(executor, ["true"], job=4, rank=2)
+    assert pokes.get(timeout=10) == WorkerKey(4, 0, 2)  # started
+    assert pokes.get(timeout=10) == WorkerKey(4, 0, 2)  # exited
+    # Called back once the supervisor is gone: status believes the exit at once.
+    assert executor.status([handle])[0].state is WorkerState.EXITED
+
+
+def test_a_poke_from_anyone_but_the_supervisor_is_dropped(executor: LocalExecutor) -> None:
+    pokes: queue.Queue[WorkerKey | None] = queue.Queue()
+    executor.set_wakeup(pokes.put)
+    handle = launch(executor, ["sleep", "30"], job=5)
+    assert pokes.get(timeout=10) == WorkerKey(5, 0, 0)  # started
+    forge = (
+        "import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+        "s.sendto(sys.argv[2].encode(), '\\0' + sys.argv[1])"
+    )
+    for event in ("exited", "started"):
+        for job in (5, 6):  # a worker the executor knows, and one it does not
+            poke = json.dumps({"event": event, "job": job, "attempt": 0, "rank": 0})
+            name = f"gpuyard-{executor._name.removeprefix('gpuyard-')}"
+            subprocess.run([sys.executable, "-c", forge, name, poke], check=True)
+    with pytest.raises(queue.Empty):
+        pokes.get(timeout=0.5)
+    assert executor.status([handle])[0].state is WorkerState.RUNNING
 
 
 def test_virtual_nodes_split_the_machine() -> None:
     gpus = tuple(GpuDevice(i, "NVIDIA H100", f"GPU-{i}") for i in range(4))
     machine = Machine("box", cpus=16, memory=64 << 30, gpus=gpus, driver_version="550.1")
-    real = LocalExecutor(Path("/unused"), virtual_nodes=2, machine=machine).nodes()
+    real = LocalExecutor(
+        Path("/unused"), virtual_nodes=2, machine=machine, isolation=NO_CGROUPS
+    ).nodes()
     assert [(n.name, n.address, n.gpus, n.gpu_devices, n.cpus, n.memory) for n in real] == [
         ("node0", "127.0.0.2", 2, ("0", "1"), 8.0, 32 << 30),
         ("node1", "127.0.0.3", 2, ("2", "3"), 8.0, 32 << 30),
     ]
     assert real[0].labels["gpu.kind"] == "nvidia" and real[0].labels["driver"] == "550.1"
-    virtual = LocalExecutor(Path("/unused"), virtual_nodes=3, gpus_per_node=4, machine=machine)
+    assert real[0].labels["isolation"] == "none"
+    virtual = LocalExecutor(
+        Path("/unused"), virtual_nodes=3, gpus_per_node=4, machine=machine, isolation=NO_CGROUPS
+    )
     assert [n.gpu_model for n in virtual.nodes()] == ["virtual"] * 3
     assert virtual.nodes()[2].address == "127.0.0.4"
-    whole = LocalExecutor(Path("/unused"), machine=machine).nodes()
+    whole = LocalExecutor(Path("/unused"), machine=machine, isolation=NO_CGROUPS).nodes()
     assert [(n.name, n.address, n.gpus, n.gpu_model) for n in whole] == [
         ("box", "127.0.0.1", 4, "NVIDIA H100")
     ]
@@ -277,9 +313,7 @@ def test_the_workspace_is_bound_read_only_where_asked(
         )
     )
     assert wait_for(executor, handle).exit_code == 0
-    import json
-
-    mode = json.loads((Path(handle["dir"]) / "state.json").read_text())["workspace"]
+    mode = json.loads((Path(handle["supervisor"]) / "state.json").read_text())["workspace"]
     text = log(executor, handle)
     assert text.startswith("42\n") and "outputs-writable" in text
     assert (out / "result").exists()  # the output directory was created and written through

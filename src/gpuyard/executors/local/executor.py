@@ -1,43 +1,56 @@
 """The local executor: runs workers on this machine, each under its own supervisor.
 
-Worker files live under ``<home>/jobs/<job>/attempts/<attempt>/worker-<rank>/`` (see
-:mod:`gpuyard.executors.local.supervisor`); the truth about a worker is in those files and in
-the supervisor's lock, never in this process's memory, so a restarted control plane sees
-exactly what the one before it saw.
+Two directories per worker (:mod:`gpuyard.models.workerdir`, docs/runtime.md):
 
-With ``virtual_nodes=N`` the machine is presented as N nodes ``node0 … node{N-1}``, each with its
-own loopback address (127.0.0.2, 127.0.0.3, …) and its own slice of GPUs, CPUs and memory, so
-that multi-node jobs and gang logic run for real on one machine. When the machine has fewer
-GPUs than N x gpus_per_node, the nodes present virtual GPUs (labelled ``gpu.kind=virtual``):
-they are scheduled like real ones but no device stands behind them.
+- ``<home>/jobs/<job>/attempts/<attempt>/worker-<rank>/``: what the job sees, its ``log`` and
+  ``control/`` (``GPUYARD_CONTROL_DIR``, which this executor sets);
+- ``<home>/supervisors/<job>-<attempt>-<rank>/`` (0700): the supervisor's spec, state, exit
+  record and terminate request. The job is never pointed there.
+
+Jobs run as the pool's own user for now, so a job could rewrite either. What the pool believes
+about a worker's life therefore comes from processes, not files: the handle (stored by the
+controller, out of the job's reach) holds the supervisor's pid, start time and boot id, learned
+at launch. While that process lives the worker is RUNNING, whatever the files say. Once it is
+gone, its exit record is believed only if the worker's cgroup is empty (the supervisor empties it
+before it writes the record); otherwise, or without a record, the worker is LOST and the
+executor kills what is left of it before it says so. No pid read from a file is signalled
+without checking that the process belongs to the worker.
+
+Each worker runs in a cgroup of its own (:mod:`gpuyard.executors.local.cgroups`) with its memory,
+CPU and process limits; ``warnings()`` and the nodes' ``isolation`` label say what this machine
+allows (``cgroup-v2``, ``cgroup-v1`` or ``none``).
+
+A restarted control plane gets the same handles from its store and asks ``status``; ``launch``
+of a worker that already exists returns its handle instead of starting a second copy. So
+adoption after a restart is not a special code path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import hashlib
-import ipaddress
-import json
-import marshal
 import os
 import shutil
 import signal
-import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-import psutil
+from pydantic import ValidationError
 
 from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors.base import LaunchError
+from gpuyard.executors.local import cgroups, procfs, untrusted
 from gpuyard.executors.local import supervisor as supervisor_module
+from gpuyard.executors.local.control_state import listener_pids, read_control
+from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
+from gpuyard.executors.local.notifications import Listener
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     ControlState,
@@ -50,14 +63,26 @@ from gpuyard.models.worker import (
     WorkerState,
     WorkerStatus,
 )
+from gpuyard.models.workerdir import (
+    FILE_CAP,
+    BindSpec,
+    CgroupSpec,
+    ExitRecord,
+    FileSpec,
+    PreemptFile,
+    SupervisorSpec,
+    SupervisorState,
+    TerminateRequest,
+)
+from gpuyard.quantities import format_bytes
 
-__all__ = ["LocalExecutor"]
+__all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 
 SUPERVISOR = Path(supervisor_module.__file__).resolve()
 REXEC = Path(rexec_module.__file__).resolve()
-_STARTUP_GRACE = 15.0
-"""Seconds a supervisor may take to write state.json before it counts as lost."""
-_FIRST_VIRTUAL_ADDRESS = ipaddress.IPv4Address("127.0.0.2")
+DEFAULT_PIDS_LIMIT = 4096
+"""Processes (threads count too) a worker may have at once; a fork bomb stops there."""
+CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 
 
 class LocalExecutor:
@@ -72,23 +97,42 @@ class LocalExecutor:
         cpus_per_node: float | None = None,
         memory_per_node: int | None = None,
         machine: Machine | None = None,
+        pids_limit: int = DEFAULT_PIDS_LIMIT,
+        isolation: cgroups.Isolation | None = None,
     ) -> None:
+        """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
+        use; detected on this machine when not given (tests pass their own)."""
         self.home = home
         self.jobs_root = home / "jobs"
+        self.supervisors_root = home / "supervisors"
         self.machine = machine or detect_machine()
-        self._nodes = _layout(
-            self.machine, virtual_nodes, gpus_per_node, cpus_per_node, memory_per_node
-        )
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
-        self._children_lock = threading.Lock()
+        self.pids_limit = pids_limit
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
-        self._notify_name = f"gpuyard-{digest}"
-        self._listener: socket.socket | None = None
+        self._name = f"gpuyard-{digest}"
+        self.isolation = isolation or cgroups.detect(self._name)
+        self._nodes = layout(
+            self.machine,
+            virtual_nodes,
+            gpus_per_node,
+            cpus_per_node,
+            memory_per_node,
+            {"isolation": self.isolation.mode},
+        )
+        self._boot = procfs.boot_id()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._known: dict[WorkerKey, procfs.Identity] = {}
+        """Supervisors seen in launches and handles: whose pokes to believe."""
+        self._lock = threading.Lock()
+        self._listener: Listener | None = None
 
     # -- nodes and paths ------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
+
+    def warnings(self) -> list[str]:
+        """What this executor cannot enforce on this machine (empty when all is well)."""
+        return list(self.isolation.warnings)
 
     @property
     def interface(self) -> str:
@@ -107,323 +151,388 @@ class LocalExecutor:
         return str(self.jobs_root / str(job_id))
 
     def worker_dir(self, job_id: int, attempt: int, rank: int) -> Path:
+        """What the job sees: its log and control directory."""
         return self.jobs_root / str(job_id) / "attempts" / str(attempt) / f"worker-{rank}"
 
-    # -- lifecycle ------------------------------------------------------------------------
+    def supervisor_dir(self, key: WorkerKey) -> Path:
+        """The supervisor's own files; the job is never pointed here."""
+        return self.supervisors_root / f"{key.job_id}-{key.attempt}-{key.rank}"
+
+    def _command(self, key: WorkerKey) -> list[str]:
+        """The supervisor's argv after the interpreter: how its process is recognized."""
+        return ["-I", "-S", str(SUPERVISOR), str(self.supervisor_dir(key))]
+
+    # -- launch ---------------------------------------------------------------------------
 
     def launch(self, request: WorkerLaunch) -> Handle:
         key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
-        handle: Handle = {"dir": str(wd), "log": str(wd / "log")}
+        sdir = self.supervisor_dir(key)
         try:
             (wd / "control").mkdir(parents=True, exist_ok=True)
             job_dir = Path(self.job_dir(key.job_id))
             (job_dir / "outputs").mkdir(exist_ok=True)
             (job_dir / "checkpoints").mkdir(exist_ok=True)
-            if _exists(wd, "exit.json") or _exists(wd, "state.json") or _locked(wd):
-                return handle  # launched before (a retry after a crash): adopt, never duplicate
-            spec = {
-                "argv": list(request.argv),
-                "env": dict(request.env),
-                "cwd": request.cwd,
-                "grace": request.grace,
-                "log": str(wd / "log"),
-                "files": {path: (f.content, f.mode) for path, f in request.files.items()},
-                "binds": [(b.target, b.source, b.readonly) for b in request.binds],
-                "notify": self._notify_name,
-            }
-            _write_marshal(wd / "spec.marshal", spec)
-            with open(wd / "supervisor.err", "ab") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", str(SUPERVISOR), str(wd)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except OSError as exc:
+            self.supervisors_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                sdir.mkdir(mode=0o700)  # exactly one launch of a worker gets past this
+            except FileExistsError:
+                return self._adopt(key)  # launched before (a retry after a crash)
+            try:
+                return self._start(request, wd, sdir)
+            except BaseException:
+                shutil.rmtree(sdir, ignore_errors=True)  # so that a retry starts it
+                raise
+        except (OSError, untrusted.Unreadable) as exc:
             raise LaunchError(f"cannot launch {key} on {request.node}: {exc}") from exc
-        with self._children_lock:
-            self._children[str(wd)] = proc
-        handle["pid"] = proc.pid
-        handle["spawned_at"] = time.time()
-        return handle
+
+    def _start(self, request: WorkerLaunch, wd: Path, sdir: Path) -> Handle:
+        key = request.key
+        cgroup = self.isolation.cgroup(
+            f"{key.job_id}-{key.attempt}-{key.rank}",
+            memory=request.limits.memory,
+            mcpus=request.limits.mcpus,
+            pids=self.pids_limit,
+        )
+        spec = SupervisorSpec(
+            job=key.job_id,
+            attempt=key.attempt,
+            rank=key.rank,
+            argv=list(request.argv),
+            # The control directory is where this executor reads: the job is told so.
+            env={**request.env, CONTROL_DIR_VARIABLE: str(wd / "control")},
+            cwd=request.cwd,
+            grace=request.grace,
+            log=str(wd / "log"),
+            files={p: FileSpec(content=f.content, mode=f.mode) for p, f in request.files.items()},
+            binds=[
+                BindSpec(target=b.target, source=b.source, readonly=b.readonly)
+                for b in request.binds
+            ],
+            notify=self._name,
+            cgroup=None if cgroup is None else CgroupSpec.model_validate(cgroup.to_json()),
+        )
+        fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            untrusted.write_file(fd, "spec.json", spec.model_dump_json().encode(), mode=0o600)
+        finally:
+            os.close(fd)
+        with open(sdir / "supervisor.err", "ab") as err:
+            proc = subprocess.Popen(
+                [sys.executable, *self._command(key)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+        # Our child, not reaped yet: its /proc entry is there even if it has already exited.
+        identity = procfs.Identity.of(proc.pid, self._boot)
+        if identity is None:
+            raise LaunchError(f"cannot read the start time of supervisor {proc.pid}")
+        with self._lock:
+            self._children[proc.pid] = proc
+            self._known[key] = identity
+        return {
+            "dir": str(wd),
+            "log": str(wd / "log"),
+            "supervisor": str(sdir),
+            "pid": identity.pid,
+            "start_time": identity.start_time,
+            "boot_id": identity.boot_id,
+            "cgroup": None if cgroup is None else cgroup.to_json(),
+            "spawned_at": time.time(),
+        }
+
+    def _adopt(self, key: WorkerKey) -> Handle:
+        """The handle of a worker launched before: its supervisor is the earliest-started
+        process running its supervisor command (none if it has ended)."""
+        wd = self.worker_dir(key.job_id, key.attempt, key.rank)
+        identity = procfs.oldest_running([sys.executable, *self._command(key)][1:], self._boot)
+        # Where this executor puts the worker's cgroup (not what spec.json says: a file).
+        cgroup = self.isolation.cgroup(
+            f"{key.job_id}-{key.attempt}-{key.rank}", memory=0, mcpus=0, pids=0
+        )
+        return {
+            "dir": str(wd),
+            "log": str(wd / "log"),
+            "supervisor": str(self.supervisor_dir(key)),
+            "pid": None if identity is None else identity.pid,
+            "start_time": None if identity is None else identity.start_time,
+            "boot_id": self._boot,
+            "cgroup": None if cgroup is None else cgroup.to_json(),
+            "spawned_at": time.time(),
+        }
+
+    # -- status ---------------------------------------------------------------------------
 
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
-        self._reap()
         return [self._status(h) for h in handles]
 
     def _status(self, handle: Handle) -> WorkerStatus:
-        wd = Path(handle["dir"])
-        exit_info = _read_json(wd / "exit.json")
-        if exit_info is not None:
+        if "supervisor" not in handle:
+            return WorkerStatus(
+                WorkerState.LOST,
+                message="launched by an older gpuyard, whose worker files a job could forge; "
+                "it is no longer watched",
+            )
+        identity = procfs.Identity.from_handle(handle)
+        if identity is not None:
+            if identity.alive(self._boot):
+                self._remember(handle, identity)
+                return WorkerStatus(WorkerState.RUNNING)
+            self._reap(identity.pid)
+        return self._ended(handle)
+
+    def _ended(self, handle: Handle) -> WorkerStatus:
+        """The supervisor is gone: believe its exit record only if nothing of the worker is
+        left; otherwise kill what is left and report the worker lost."""
+        sdir = str(handle["supervisor"])
+        cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
+        record = self._read_record(sdir, "exit.json", ExitRecord)
+        if cgroup is not None:
+            left = cgroup.kill()
+            cgroup.remove()
+        else:
+            left = 0 if isinstance(record, ExitRecord) else self._kill_group(handle)
+        if isinstance(record, ExitRecord) and not left:
             return WorkerStatus(
                 WorkerState.EXITED,
-                exit_code=int(exit_info["exit_code"]),
-                signal=exit_info.get("signal"),
-                escalated=bool(exit_info.get("escalated")),
-                finished_at=exit_info.get("finished_at"),
-                message=exit_info.get("message", ""),
+                exit_code=record.exit_code,
+                signal=record.signal,
+                escalated=record.escalated,
+                finished_at=record.finished_at,
+                message=record.message,
+                cause=_cause(record),
             )
-        if _locked(wd):
-            return WorkerStatus(WorkerState.RUNNING)
-        if _read_json(wd / "exit.json") is not None:  # it exited between the two reads
-            return self._status(handle)
-        if not _exists(wd, "state.json"):
-            with self._children_lock:
-                child = self._children.get(str(wd))
-            if child is not None and child.poll() is None:
-                return WorkerStatus(WorkerState.RUNNING)  # still starting
-            if time.time() - float(handle.get("spawned_at", 0)) < _STARTUP_GRACE:
-                return WorkerStatus(WorkerState.RUNNING)
-        err = _tail(wd / "supervisor.err")
-        return WorkerStatus(
-            WorkerState.LOST,
-            message="the worker's supervisor ended without recording an exit"
-            + (f": {err}" if err else ""),
-        )
+        why = "the worker's supervisor ended without recording an exit"
+        if isinstance(record, str):
+            why += f" ({record})"
+        elif isinstance(record, ExitRecord):
+            why = "the worker's supervisor ended while processes of the worker still ran"
+        err = self._tail(sdir, "supervisor.err")
+        if err:
+            why += f": {err}"
+        if left:
+            why += f"; {left} process{'es' if left > 1 else ''} of the worker killed"
+        return WorkerStatus(WorkerState.LOST, message=why)
+
+    def _read_record(
+        self, sdir: str, name: str, schema: type[ExitRecord] | type[SupervisorState]
+    ) -> ExitRecord | SupervisorState | str | None:
+        """The record, None when absent, or why it cannot be believed."""
+        try:
+            fd = untrusted.open_dir(str(self.home), sdir)
+        except FileNotFoundError:
+            return None
+        except (untrusted.Unreadable, OSError) as exc:
+            return f"{Path(sdir).name}: {exc}"
+        try:
+            raw = untrusted.read_file(fd, name, FILE_CAP)
+        except untrusted.Unreadable as exc:
+            return f"{name}: {exc}"
+        finally:
+            os.close(fd)
+        if raw is None:
+            return None
+        try:
+            return schema.model_validate_json(raw)
+        except ValidationError as exc:
+            return f"{name}: {exc.errors(include_url=False)[0]['msg']}"
+
+    def _tail(self, sdir: str, name: str, limit: int = 500) -> str:
+        try:
+            fd = untrusted.open_dir(str(self.home), sdir)
+        except (OSError, untrusted.Unreadable):
+            return ""
+        try:
+            raw = untrusted.read_file(fd, name, 1 << 20) or b""
+        except untrusted.Unreadable:
+            return ""
+        finally:
+            os.close(fd)
+        return raw.decode(errors="replace")[-limit:].strip()
+
+    def _remember(self, handle: Handle, identity: procfs.Identity) -> None:
+        key = _key_of(handle)
+        if key is not None:
+            with self._lock:
+                self._known[key] = identity
+
+    def _reap(self, pid: int) -> None:
+        with self._lock:
+            child = self._children.get(pid)
+            if child is not None and child.poll() is not None:
+                del self._children[pid]
+
+    # -- stopping -------------------------------------------------------------------------
 
     def terminate(self, handle: Handle, grace: float) -> None:
-        wd = Path(handle["dir"])
-        _write_json(wd / "terminate.json", {"grace": grace})
-        state = _read_json(wd / "state.json") or {}
-        pid = state.get("supervisor_pid") or handle.get("pid")
-        if pid and _is_supervisor(int(pid), wd):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), 15)
+        """Tell the supervisor to stop the worker: SIGTERM now, SIGKILL of its whole cgroup
+        after ``grace``. Without a live supervisor there is nobody to wait for: the next
+        ``status`` reports the worker lost and kills what is left."""
+        identity = procfs.Identity.from_handle(handle)
+        if identity is None or "supervisor" not in handle:
             return
-        if "pgid" in state:  # no supervisor to escalate: signal the group directly
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(state["pgid"]), 15)
+        with contextlib.suppress(OSError, untrusted.Unreadable):
+            fd = untrusted.open_dir(str(self.home), str(handle["supervisor"]))
+            try:
+                data = TerminateRequest(grace=max(0.0, grace)).model_dump_json().encode()
+                untrusted.write_file(fd, "terminate.json", data)
+            finally:
+                os.close(fd)
+        identity.send(signal.SIGTERM, self._boot)
 
     def kill(self, handle: Handle) -> None:
-        state = _read_json(Path(handle["dir"]) / "state.json") or {}
-        if "pgid" in state:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(state["pgid"]), 9)
+        """SIGKILL every process of the worker now (its whole cgroup; its process group where
+        there is no cgroup). A live supervisor then records the exit."""
+        cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
+        if cgroup is not None:
+            cgroup.kill()
+        elif "supervisor" in handle:
+            self._kill_group(handle)
+
+    def _kill_group(self, handle: Handle) -> int:
+        """Without a cgroup: SIGKILL the command's process group, if its leader is really this
+        worker's (its environment names the worker's control directory). 1 if it was killed."""
+        leader = self._leader(handle)
+        if leader is None:
+            return 0
+        try:
+            os.killpg(leader, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return 0
+        return 1
+
+    def _leader(self, handle: Handle) -> int | None:
+        state = self._read_record(str(handle["supervisor"]), "state.json", SupervisorState)
+        if not isinstance(state, SupervisorState) or state.pid is None:
+            return None
+        pid = state.pid
+        if procfs.pgid(pid) != pid or not procfs.environ_has(pid, _marker(handle)):
+            return None
+        return pid
+
+    def _members(self, handle: Handle) -> Callable[[int], bool]:
+        """Whether a pid is a process of the worker: in its cgroup, or (without one) started
+        with its control directory in its environment."""
+        cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
+        if cgroup is not None:
+            members = set(cgroup.procs())
+            return members.__contains__
+        marker = _marker(handle)
+        return lambda pid: procfs.environ_has(pid, marker)
+
+    # -- the control directory ------------------------------------------------------------
 
     def notify(self, handle: Handle, notice: Notice) -> None:
         control = Path(handle["dir"]) / "control"
-        control.mkdir(parents=True, exist_ok=True)
-        _write_json(
-            control / "preempt.json",
-            {
-                "requested_at": notice.requested_at,
-                "deadline": notice.deadline,
-                "reason": notice.reason,
-                "by": notice.by,
-            },
+        content = PreemptFile(
+            requested_at=notice.requested_at,
+            deadline=notice.deadline,
+            reason=notice.reason,
+            by=notice.by,
         )
-        state = _read_json(Path(handle["dir"]) / "state.json") or {}
-        pgid = state.get("pgid")
         try:
-            listeners = list((control / "listeners").iterdir())
+            fd = untrusted.open_dir(str(self.home), str(control))
         except FileNotFoundError:
+            control.mkdir(parents=True, exist_ok=True)
+            fd = untrusted.open_dir(str(self.home), str(control))
+        try:
+            untrusted.write_file(fd, "preempt.json", content.model_dump_json().encode())
+            pids = listener_pids(fd, [])
+        finally:
+            os.close(fd)
+        if not pids:
             return
-        for entry in listeners:
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            # A listener file can outlive its process (os._exit), and pids are reused: signal
-            # only a live process that is still in the worker's process group.
-            try:
-                if pgid is None or os.getpgid(pid) != int(pgid):
-                    continue
-                os.kill(pid, getattr(signal, PREEMPT_SIGNAL))
-            except (ProcessLookupError, PermissionError):
-                continue
+        # A listener file can outlive its process (os._exit), pids are reused, and the job
+        # writes these names: signal only processes of this worker.
+        member = self._members(handle)
+        for pid in pids:
+            if member(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, getattr(signal, PREEMPT_SIGNAL))
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
-        return [_control_state(Path(h["dir"]) / "control") for h in handles]
+        return [
+            read_control(str(self.home), str(Path(h["dir"]) / "control"))
+            if "dir" in h
+            else ControlState()
+            for h in handles
+        ]
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
+        path = Path(handle["log"])
         try:
-            with open(handle["log"], "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                fh.seek(offset)
-                return fh.read(limit), size
-        except FileNotFoundError:
+            dir_fd = untrusted.open_dir(str(self.home), str(path.parent))
+        except (OSError, untrusted.Unreadable):
             return b"", 0
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError:
+            return b"", 0
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return b"", 0
+            fh.seek(offset)
+            return fh.read(limit), info.st_size
 
     def remove_job(self, job_id: int) -> None:
         shutil.rmtree(self.jobs_root / str(job_id), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            for sdir in self.supervisors_root.glob(f"{job_id}-*-*"):
+                shutil.rmtree(sdir, ignore_errors=True)
 
     # -- notifications --------------------------------------------------------------------
 
     def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
-        """Listen on an abstract unix socket that supervisors poke on start and exit."""
+        """Listen for supervisors' pokes and call ``callback`` with the worker each names."""
         if self._listener is not None:
             return
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            sock.bind("\0" + self._notify_name)
-        except OSError:
-            sock.close()
-            return  # another process listens for this home; we fall back to polling
-        self._listener = sock
+            self._listener = Listener(
+                self._name,
+                callback,
+                known=self._known_supervisor,
+                command=self._command,
+                on_exit=self._reap,
+            )
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            # Another process listens for this home; we fall back to polling.
 
-        def listen() -> None:
-            while True:
-                try:
-                    sock.recv(4096)
-                except OSError:
-                    return
-                callback(None)
-
-        threading.Thread(target=listen, name="gpuyard-executor-notify", daemon=True).start()
+    def _known_supervisor(self, key: WorkerKey) -> procfs.Identity | None:
+        with self._lock:
+            return self._known.get(key)
 
     def close(self) -> None:
         if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
-
-    def _reap(self) -> None:
-        with self._children_lock:
-            for key, child in list(self._children.items()):
-                if child.poll() is not None:
-                    del self._children[key]
+        self.isolation.remove_parents()  # only if no worker's cgroup is left in them
 
 
-def _layout(
-    machine: Machine,
-    virtual_nodes: int,
-    gpus_per_node: int | None,
-    cpus_per_node: float | None,
-    memory_per_node: int | None,
-) -> list[NodeInfo]:
-    real = machine.gpus
-    count = max(virtual_nodes, 1)
-    gpus = gpus_per_node if gpus_per_node is not None else len(real) // count
-    virtual_gpus = gpus * count > len(real)
-    kind = "virtual" if virtual_gpus and gpus else ("nvidia" if gpus else "none")
-    model = "virtual" if kind == "virtual" else (real[0].name if real and gpus else "")
-    cpus = cpus_per_node if cpus_per_node is not None else max(1.0, machine.cpus / count)
-    memory = memory_per_node if memory_per_node is not None else machine.memory // count
-    labels = {"executor": "local", "gpu.kind": kind}
-    if machine.driver_version and kind == "nvidia":
-        labels["driver"] = machine.driver_version
-    if virtual_nodes == 0:
-        devices = tuple(str(i) for i in range(gpus))
-        return [
-            NodeInfo(
-                name=machine.hostname,
-                address="127.0.0.1",
-                gpus=gpus,
-                cpus=cpus,
-                memory=memory,
-                gpu_model=model,
-                gpu_devices=devices,
-                labels=labels,
-            )
-        ]
-    nodes = []
-    for i in range(virtual_nodes):
-        if virtual_gpus:
-            devices = tuple(str(g) for g in range(gpus))
-        else:
-            devices = tuple(str(real[i * gpus + g].index) for g in range(gpus))
-        nodes.append(
-            NodeInfo(
-                name=f"node{i}",
-                address=str(_FIRST_VIRTUAL_ADDRESS + i),
-                gpus=gpus,
-                cpus=cpus,
-                memory=memory,
-                gpu_model=model,
-                gpu_devices=devices,
-                labels={**labels, "virtual": "true"},
-            )
-        )
-    return nodes
-
-
-def _control_state(control: Path) -> ControlState:
-    ack = _read_json(control / "ack.json") or {}
-    checkpoint = _read_json(control / "checkpoint.json") or {}
-    progress = _read_json(control / "progress.json") or {}
-    suspended = _read_json(control / "suspended.json") or {}
-    return ControlState(
-        acknowledged_at=_number(ack.get("time")),
-        checkpoint_at=_number(checkpoint.get("time")),
-        checkpoint_step=_integer(checkpoint.get("step")),
-        progress_at=_number(progress.get("time")),
-        step=_integer(progress.get("step")),
-        suspended_at=_number(suspended.get("time")),
-        listening=_any_entry(control / "listeners"),
-    )
-
-
-def _any_entry(directory: Path) -> bool:
-    try:
-        with os.scandir(directory) as entries:
-            return any(True for _ in entries)
-    except FileNotFoundError:
-        return False
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _integer(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _exists(wd: Path, name: str) -> bool:
-    return (wd / name).exists()
-
-
-def _locked(wd: Path) -> bool:
-    """True while a supervisor holds the worker's lock (i.e. is alive)."""
-    try:
-        fd = os.open(wd / "lock", os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
-def _is_supervisor(pid: int, wd: Path) -> bool:
-    try:
-        cmdline = psutil.Process(pid).cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    return str(wd) in cmdline
-
-
-def _write_marshal(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(marshal.dumps(data))
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data: dict[str, Any] = json.load(fh)
-            return data
-    except (FileNotFoundError, json.JSONDecodeError):
+def _key_of(handle: Handle) -> WorkerKey | None:
+    name = Path(str(handle.get("supervisor", ""))).name
+    parts = name.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
+    return WorkerKey(int(parts[0]), int(parts[1]), int(parts[2]))
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+def _marker(handle: Handle) -> str:
+    """The environment entry every process of the worker starts with (set at launch)."""
+    return f"{CONTROL_DIR_VARIABLE}={Path(handle['dir']) / 'control'}"
 
 
-def _tail(path: Path, limit: int = 500) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")[-limit:].strip()
-    except FileNotFoundError:
-        return ""
+def _cause(record: ExitRecord) -> str:
+    if record.oom_kills:
+        limit = f"limit {format_bytes(record.memory_limit)}" if record.memory_limit else "no limit"
+        return f"out of memory: {limit}"
+    if record.pids_limit_hits:
+        return f"reached its limit of {record.pids_limit} processes (a fork failed)"
+    return ""

@@ -1,38 +1,47 @@
 """The worker supervisor: one small process per worker, like Slurm's slurmstepd.
 
-It is started in a session of its own, so nothing that happens to the control plane (a crash,
-``kill -9`` of its process group, an OOM kill) reaches it. It
+It is started as ``python -I -S supervisor.py SUPERVISOR_DIR`` in a session of its own, so
+nothing that happens to the control plane (a crash, ``kill -9`` of its process group, an OOM
+kill) reaches it. The executor learns its pid and start time at launch and keeps them in the
+worker's handle: while this process lives, the worker is running, whatever any file says. It
 
-- takes an exclusive lock on the worker directory for its whole life (a second supervisor for
-  the same worker exits at once, so a retried launch never duplicates a job);
+- reads ``spec.json`` from its directory (written by the executor) before anything of the job
+  runs, and keeps that directory open, so later renames or links change nothing it writes;
+- creates the worker's cgroup with its limits (:mod:`cgroups`); the child joins it before it
+  execs, so no process of the job ever runs outside it;
 - starts the command in a process group of its own, with stdout and stderr going straight to
   the log file (no pipe to drain, so the log is complete even if nobody is watching);
-- records ``state.json`` (pids) once the command runs, and ``exit.json`` when it ends;
-- on SIGTERM, sends SIGTERM to the command's process group and, if it has not exited after the
-  graceful period, SIGKILL; after the command exits it kills what is left of its group;
-- pokes the executor's notification socket on start and exit, so the controller reacts
-  without waiting for its next pass (best effort: the files are the truth).
+- writes ``state.json`` (its own pid and start time, the command's pid) as a hint for adoption;
+- sleeps in ``sigwaitinfo`` until SIGCHLD or SIGTERM (or the end of a graceful period): an
+  idle supervisor never wakes up;
+- on SIGTERM, sends SIGTERM to the command's process group and, if the command has not exited
+  after the graceful period, SIGKILLs the whole cgroup;
+- when the command has exited, kills whatever is left in the cgroup (``setsid`` and double
+  forks included), reads the OOM kill count, removes the cgroup, and only then writes
+  ``exit.json`` and exits: no process of the job is left to forge the record;
+- pokes the executor's notification socket on start and exit, naming the worker, so the
+  controller reacts without waiting for its next pass (best effort).
 
-It is on the path of every launch, so it starts fast: ``python -I -S`` and builtin modules only
-(``_signal`` and ``_socket`` rather than ``signal`` and ``socket``, which pull in ``enum``;
-``marshal`` for its input rather than ``json``, which pulls in ``re``; ``fork``/``exec`` rather
-than ``subprocess``). That keeps its own start to a few milliseconds over a bare interpreter.
-
-Worker directory: ``spec.marshal`` (written by the executor: argv, env, cwd, grace, log path,
-files, notification address), ``lock``, ``state.json``, ``exit.json``, ``terminate.json``
-(optional graceful-period override), ``log``.
+It is on the path of every launch, so it starts fast: ``python -I -S`` and builtin modules
+only (``_signal``, ``_socket``, ``_json`` rather than ``signal``, ``socket`` and ``json``,
+which pull in ``enum`` and ``re``: docs/runtime.md has the measurement; ``fork``/``exec``
+rather than ``subprocess``).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
+if __name__ == "__main__":  # run as a script with -I -S: our package is not on the path
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+
+import _json
 import _socket
 import errno
-import fcntl
-import marshal
-import os
-import select
-import sys
 import time
+
+from gpuyard.executors.local import cgroups, untrusted
 
 TYPE_CHECKING = False  # typing itself costs an import
 if TYPE_CHECKING:
@@ -50,60 +59,87 @@ SIGNAL_NAMES = {
     and not name.startswith("SIG_")
     and name not in ("SIGCLD", "SIGIOT", "SIGPOLL")
 }
-
-Value = str | int | float | bool | None
-
-
-def _json(data: dict[str, Value]) -> str:
-    """JSON for a flat dict of scalars (the ``json`` module would cost its import)."""
-    parts = []
-    for key, value in data.items():
-        if value is None:
-            text = "null"
-        elif value is True or value is False:
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = repr(value)
-        else:
-            text = _json_string(value)
-        parts.append(f"{_json_string(key)}: {text}")
-    return "{" + ", ".join(parts) + "}"
+WAKE_SIGNALS = {_signal.SIGCHLD, _signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP}
+"""Blocked for the supervisor's life and waited for with sigwaitinfo (SIGHUP only so that a
+stray one does not end it)."""
 
 
-def _json_string(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+# -- JSON with the C accelerator only (the json package would import re) -----------------------
 
 
-def _write_json(path: str, data: dict[str, Value]) -> None:
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+class _Decoding:
+    """What ``_json.make_scanner`` reads from a JSONDecoder: strict JSON, no NaN."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        raise ValueError(f"{name} is not JSON")
+
+
+def _unserializable(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_decoding: Any = _Decoding()  # duck-typed: what the scanner reads is these attributes
+_scan = _json.make_scanner(_decoding)
+_encode = _json.make_encoder(
+    None, _unserializable, _json.encode_basestring_ascii, None, ": ", ", ", True, False, False
+)
+
+
+def loads(text: str) -> Any:
+    """Parse a JSON document; ValueError when it is not one."""
+    start = len(text) - len(text.lstrip())
     try:
-        os.write(fd, _json(data).encode())
-        os.fsync(fd)
+        value, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def dumps(value: Any) -> str:
+    return "".join(_encode(value, 0))
+
+
+def proc_start_time(pid: int | str = "self") -> int:
+    """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, a process's identity."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 4096)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    return int(data[data.rindex(b")") + 2 :].split()[19])
 
 
-def _notify(address: str, message: str) -> None:
+def boot_id() -> str:
+    try:
+        fd = os.open("/proc/sys/kernel/random/boot_id", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 64).decode().strip()
+    finally:
+        os.close(fd)
+
+
+def _notify(address: str, message: dict[str, Any]) -> None:
     if not address:
         return
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
         try:
-            sock.sendto(message.encode(), "\0" + address)
+            sock.sendto(dumps(message).encode(), "\0" + address)
         finally:
             sock.close()
     except OSError:
-        pass  # nobody listening: the controller reads the files on its next pass
+        pass  # nobody listening: the controller asks on its next pass
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -111,19 +147,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _take_lock(fd: int) -> bool:
-    # The executor probes the lock for a few microseconds to see if a supervisor is alive;
-    # retry briefly so such a probe is never mistaken for a live owner.
-    for _ in range(40):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            time.sleep(0.025)
-        else:
-            return True
-    return False
 
 
 class SpawnError(Exception):
@@ -200,118 +223,161 @@ def ctypes_errno(libc: Any) -> int:  # pragma: no cover - child side
     return ctypes.get_errno() or errno.EPERM
 
 
-def _spawn(argv: list[str], env: dict[str, str], cwd: str, log_fd: int, binder: Binder) -> int:
-    """fork + exec in a new process group; raise SpawnError if a step before exec fails."""
-    read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child either execs or exits
+class Child:
+    """What the forked child does before it execs the command."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: str, cgroup: cgroups.Cgroup | None
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.cgroup = cgroup
+
+    def spawn(self, log_fd: int, binder: Binder) -> int:
+        """fork + exec in a new process group; raise SpawnError if a step before exec fails."""
+        read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child either execs or exits
+            self._exec(write_fd, devnull, log_fd, binder)
+        os.close(write_fd)
+        os.close(devnull)
+        try:  # noqa: SIM105 - as above
+            os.setpgid(pid, pid)  # also in the parent, so no signal can race the child's call
+        except OSError:
+            pass
+        report = os.read(read_fd, 512).decode()
+        os.close(read_fd)
+        if report:
+            os.waitpid(pid, 0)
+            step, code, where = [*report.split(":", 2), "", ""][:3]
+            raise SpawnError(step, int(code or 0), where)
+        return pid
+
+    def _exec(
+        self, report_fd: int, devnull: int, log_fd: int, binder: Binder
+    ) -> None:  # pragma: no cover
         step = "setup"
         try:
-            os.setpgid(0, 0)
-            # Python ignores SIGPIPE and SIGXFSZ; an exec'd program must get the defaults.
+            # The command gets no blocked signals, and the defaults Python changed.
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, set())
             _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
             _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+            if self.cgroup is not None:
+                step = "cgroup"
+                self.cgroup.join()
+            os.setpgid(0, 0)
             step = "mount"
             binder.apply()
             step = "chdir"
-            os.chdir(cwd)
+            os.chdir(self.cwd)
             os.dup2(devnull, 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
             step = "exec"
-            os.execvpe(argv[0], argv, env)  # noqa: S606 - argv, never a shell string
+            os.execvpe(self.argv[0], self.argv, self.env)  # noqa: S606 - argv, never a shell
         except OSError as exc:
-            where = exc.strerror if step == "mount" else ""
-            os.write(write_fd, f"{step}:{exc.errno or 0}:{where}".encode())
+            where = exc.strerror if step in ("mount", "cgroup") else ""
+            os.write(report_fd, f"{step}:{exc.errno or 0}:{where}".encode())
         finally:
             os._exit(EXIT_NOT_FOUND)
-    os.close(write_fd)
-    os.close(devnull)
-    try:  # noqa: SIM105 - as above
-        os.setpgid(pid, pid)  # also in the parent, so no signal can race the child's call
-    except OSError:
-        pass
-    report = os.read(read_fd, 256).decode()
-    os.close(read_fd)
-    if report:
-        os.waitpid(pid, 0)
-        step, code, where = [*report.split(":", 2), "", ""][:3]
-        raise SpawnError(step, int(code or 0), where)
-    return pid
 
 
 class Supervisor:
-    def __init__(self, worker_dir: str) -> None:
-        self.dir = worker_dir
-        with open(os.path.join(worker_dir, "spec.marshal"), "rb") as fh:
-            # Written by our executor into a directory only the pool writes.
-            self.spec: dict[str, Any] = marshal.load(fh)  # noqa: S302
+    def __init__(self, directory: str) -> None:
+        # Opened before anything of the job runs: what the job later does to the path (a
+        # rename, a link) cannot redirect what we read or write here.
+        self.dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.dir = directory
+        raw = untrusted.read_file(self.dir_fd, "spec.json", 16 << 20)
+        if raw is None:
+            raise SystemExit(f"no spec.json in {directory}")
+        self.spec: dict[str, Any] = loads(raw.decode())
+        self.key = {k: self.spec[k] for k in ("job", "attempt", "rank")}
         self.argv: list[str] = self.spec["argv"]
         self.cwd: str = self.spec["cwd"]
         self.notify_address: str = self.spec.get("notify", "")
-        self.term_requested = False
+        self.cgroup = cgroups.Cgroup.from_json(self.spec.get("cgroup"))
+        self.pgid = 0
+        self.identity = {
+            "supervisor_pid": os.getpid(),
+            "supervisor_start_time": proc_start_time(),
+            "boot_id": boot_id(),
+        }
 
-    def path(self, name: str) -> str:
-        return os.path.join(self.dir, name)
+    def write(self, name: str, data: dict[str, Any], *, sync: bool = False) -> None:
+        untrusted.write_file(self.dir_fd, name, dumps(data).encode(), sync=sync)
+
+    def notify(self, event: str) -> None:
+        _notify(self.notify_address, {"event": event, **self.key})
 
     def run(self) -> int:
-        lock_fd = os.open(self.path("lock"), os.O_CREAT | os.O_RDWR, 0o600)
-        if not _take_lock(lock_fd):
-            return 0  # another supervisor owns this worker
-        if os.path.exists(self.path("exit.json")):
-            return 0  # already ran to the end
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        _signal.set_wakeup_fd(write_fd)
-        _signal.signal(_signal.SIGTERM, self._on_term)
-        _signal.signal(_signal.SIGINT, self._on_term)
-        # Handlers, not SIG_IGN: an ignored signal would stay ignored in the command.
-        _signal.signal(_signal.SIGHUP, self._on_other)
-        _signal.signal(_signal.SIGCHLD, self._on_other)
+        if untrusted.read_file(self.dir_fd, "exit.json") is not None:
+            return 0  # already ran to the end (a second start by mistake)
+        self.write("state.json", self.identity)
         self._write_files()
-        log_fd = os.open(self.spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        binder = Binder(self.spec.get("binds") or [])
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        log_fd = os.open(self.spec["log"], flags, 0o644)
+        binder = Binder([(b["target"], b["source"], b["readonly"]) for b in self.spec["binds"]])
+        child = Child(self.argv, self.spec["env"], self.cwd, self.cgroup)
         try:
+            if self.cgroup is not None:
+                try:
+                    self.cgroup.create()
+                except cgroups.CgroupError as exc:
+                    raise SpawnError(
+                        "cgroup", exc.errno or errno.EPERM, exc.strerror or ""
+                    ) from None
             binder.prepare()
-            pid = _spawn(self.argv, self.spec["env"], self.cwd, log_fd, binder)
+            pid = child.spawn(log_fd, binder)
         except SpawnError as exc:
             return self._cannot_start(log_fd, exc)
+        self.pgid = pid
         started_at = time.time()
-        _write_json(
-            self.path("state.json"),
-            {
-                "supervisor_pid": os.getpid(),
-                "pid": pid,
-                "pgid": pid,
-                "started_at": started_at,
-                "workspace": binder.mode,
-            },
+        self.write(
+            "state.json",
+            {**self.identity, "pid": pid, "started_at": started_at, "workspace": binder.mode},
         )
-        _notify(self.notify_address, f"started {self.dir}")
-        code, escalated, terminated = self._wait(pid, read_fd)
-        _killpg(pid, _signal.SIGKILL)  # whatever the command left behind in its group
-        _write_json(
-            self.path("exit.json"),
-            {
-                "exit_code": code if code >= 0 else 128 - code,
-                "signal": SIGNAL_NAMES.get(-code, f"signal {-code}") if code < 0 else None,
-                "terminated": terminated,
-                "escalated": escalated,
-                "started_at": started_at,
-                "finished_at": time.time(),
-            },
-        )
+        self.notify("started")
+        code, escalated, terminated = self._wait(pid)
+        record = {
+            "exit_code": code if code >= 0 else 128 - code,
+            "signal": SIGNAL_NAMES.get(-code, f"signal {-code}") if code < 0 else None,
+            "terminated": terminated,
+            "escalated": escalated,
+            "started_at": started_at,
+            **self._end(),
+        }
         os.close(log_fd)
-        _notify(self.notify_address, f"exited {self.dir}")
+        self.write("exit.json", {**record, "finished_at": time.time()}, sync=True)
+        self.notify("exited")
         return 0
 
+    def _end(self) -> dict[str, Any]:
+        """Kill every process of the worker that is left, and say what the cgroup saw."""
+        if self.cgroup is None:
+            _killpg(self.pgid, _signal.SIGKILL)  # a process that called setsid escapes this
+            return {}
+        leftovers = self.cgroup.kill()
+        facts = {
+            "leftovers": leftovers,
+            "oom_kills": self.cgroup.oom_kills(),
+            "memory_limit": self.cgroup.memory,
+            "pids_limit_hits": self.cgroup.pids_limit_hits(),
+            "pids_limit": self.cgroup.pids,
+        }
+        self.cgroup.remove()
+        return facts
+
     def _write_files(self) -> None:
-        files: dict[str, tuple[str, int]] = self.spec.get("files") or {}
-        for path, (content, mode) in files.items():
+        files: dict[str, dict[str, Any]] = self.spec.get("files") or {}
+        for path, file in files.items():
+            content, mode = file["content"], file["mode"]
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"  # workers of one job on one host share the files
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, mode)
             try:
                 os.write(fd, content.encode())
             finally:
@@ -325,6 +391,8 @@ class Supervisor:
             what = f"the directory to mount, {exc.where!r}, does not exist"
         elif exc.step == "mount":
             what = f"cannot mount the workspace at {exc.where!r}: {os.strerror(exc.errno)}"
+        elif exc.step == "cgroup":
+            what = f"cannot set up the worker's cgroup: {exc.where or os.strerror(exc.errno)}"
         elif exc.step == "chdir" and exc.errno == errno.ENOENT:
             what = f"working directory {self.cwd!r} does not exist"
         elif exc.step == "chdir":
@@ -335,69 +403,68 @@ class Supervisor:
             what = f"cannot execute {argv0!r}: {os.strerror(exc.errno)}"
         os.write(log_fd, f"gpuyard: {what}\n".encode())
         code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
+        if self.cgroup is not None:
+            self.cgroup.kill()
+            self.cgroup.remove()
         now = time.time()
-        _write_json(
-            self.path("exit.json"),
-            {
-                "exit_code": code,
-                "signal": None,
-                "terminated": False,
-                "escalated": False,
-                "started_at": now,
-                "finished_at": now,
-                "message": what,
-            },
-        )
+        record = {"exit_code": code, "started_at": now, "finished_at": now, "message": what}
         os.close(log_fd)
-        _notify(self.notify_address, f"exited {self.dir}")
+        self.write("exit.json", record, sync=True)
+        self.notify("exited")
         return 0
 
-    def _on_term(self, _signum: int, _frame: object) -> None:
-        self.term_requested = True
-
-    def _on_other(self, _signum: int, _frame: object) -> None:
-        pass  # SIGCHLD just wakes the loop; a stray SIGHUP must not end the supervisor
-
     def _grace(self) -> float:
+        """The graceful period: the executor's terminate.json if it is sound, else the spec's."""
         try:
-            with open(self.path("terminate.json"), encoding="utf-8") as fh:
-                text = fh.read()
-            # {"grace": N} written by the executor; parsed without the json module.
-            return float(text.split(":", 1)[1].strip(" }\n"))
-        except (OSError, ValueError, IndexError):
-            return float(self.spec.get("grace", 30.0))
+            raw = untrusted.read_file(self.dir_fd, "terminate.json", 4096)
+            grace = loads(raw.decode())["grace"] if raw is not None else None
+        except (untrusted.Unreadable, ValueError, TypeError, KeyError, UnicodeDecodeError):
+            grace = None
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and 0 <= grace < 1e9:
+            return float(grace)
+        return float(self.spec.get("grace", 30.0))
 
-    def _wait(self, pid: int, read_fd: int) -> tuple[int, bool, bool]:
+    def _kill_all(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        else:
+            _killpg(self.pgid, _signal.SIGKILL)
+
+    def _wait(self, pid: int) -> tuple[int, bool, bool]:
         deadline: float | None = None
         terminated = escalated = False
+        term_requested = False
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return os.waitstatus_to_exitcode(status), escalated, terminated
-            if self.term_requested and not terminated:
+            if term_requested and not terminated:
                 terminated = True
                 _killpg(pid, _signal.SIGTERM)
                 deadline = time.monotonic() + self._grace()
             if deadline is not None and not escalated and time.monotonic() >= deadline:
                 escalated = True
-                _killpg(pid, _signal.SIGKILL)
-            timeout = 1.0
-            if deadline is not None and not escalated:
-                timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-            try:
-                ready, _, _ = select.select([read_fd], [], [], timeout)
-            except InterruptedError:
-                continue
-            if ready:
-                os.read(read_fd, 512)
+                self._kill_all()
+            info: _signal.struct_siginfo | None
+            if deadline is None or escalated:
+                info = _signal.sigwaitinfo(WAKE_SIGNALS)
+            else:
+                info = _signal.sigtimedwait(WAKE_SIGNALS, max(0.0, deadline - time.monotonic()))
+            if info is not None and info.si_signo in (_signal.SIGTERM, _signal.SIGINT):
+                term_requested = True
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: supervisor.py WORKER_DIR\n")
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv if argv is None else argv
+    # First of all: a SIGTERM that arrives while we start must wait for us, not end us.
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, WAKE_SIGNALS)
+    if len(argv) != 2:
+        sys.stderr.write("usage: supervisor.py SUPERVISOR_DIR\n")
         return 2
-    return Supervisor(sys.argv[1]).run()
+    return Supervisor(argv[1]).run()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)  # at once: the executor waits for this exit before it reports the poke

@@ -1,0 +1,566 @@
+"""cgroups for workers: find a hierarchy we may write, give each worker a cgroup with its
+limits, kill everything in it, and tell whether the OOM killer struck.
+
+Both cgroup versions are supported, because both are still deployed:
+
+- **v2** (the unified hierarchy): one directory per worker; it is used when ``memory`` and
+  ``pids`` can be delegated to our cgroup's children. Killing uses ``cgroup.kill`` (Linux 5.14),
+  else ``cgroup.freeze``.
+- **v1**: one directory per worker in each of the ``memory``, ``freezer`` (both required),
+  ``pids`` and ``cpu`` hierarchies. Killing freezes the cgroup, SIGKILLs every member, thaws it,
+  and repeats until it is empty: a frozen process cannot fork, so no child is missed.
+- **none**: no writable cgroup. Workers run without limits, and killing falls back to the
+  worker's process group, which a process that calls ``setsid`` leaves.
+
+Worker cgroups live under ``gpuyard-<digest of the pool's home>`` inside the cgroup of the
+process that detects them (``gpuyard up``), so two pools on one machine never collide.
+
+The executor uses this module to detect what it may use and to kill the workers of a dead
+supervisor; the supervisor uses it to create, join, kill and remove its worker's cgroup. The
+supervisor starts fast with ``python -I -S``, so this module imports only cheap builtin
+modules, like the supervisor itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+TYPE_CHECKING = False  # typing itself costs an import in the supervisor
+if TYPE_CHECKING:
+    import signal as _signal
+    from collections.abc import Iterable
+else:
+    import _signal
+
+__all__ = ["CGROUP_V1", "CGROUP_V2", "NONE", "Cgroup", "Isolation", "detect"]
+
+CGROUP_V2 = "cgroup-v2"
+CGROUP_V1 = "cgroup-v1"
+NONE = "none"
+
+V2_REQUIRED = ("memory", "pids")
+V1_REQUIRED = ("memory", "freezer")
+OPTIONAL = ("pids", "cpu")
+"""Used where present; a warning says what is not enforced where they are not."""
+CPU_PERIOD_US = 100_000
+KILL_TIMEOUT = 10.0
+"""Seconds a kill keeps trying before it gives up (a process stuck in the kernel)."""
+
+# A cgroup's files, named once.
+PROCS = "cgroup.procs"
+
+
+class CgroupError(OSError):
+    """A cgroup could not be created, limited or joined; the message says which file."""
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(fd)
+
+
+def _keyed(path: str) -> dict[str, int]:
+    """A flat-keyed file (``memory.events``, ``memory.oom_control``): name -> number."""
+    try:
+        text = _read(path)
+    except OSError:
+        return {}
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            values[name] = int(value)
+    return values
+
+
+class Cgroup:
+    """One worker's cgroup: one directory (v2) or one per controller (v1).
+
+    ``dirs`` maps a controller (``unified`` for v2) to its directory; ``limits`` are what
+    :meth:`create` writes (bytes of memory, thousandths of a CPU, processes; 0 is none).
+    """
+
+    def __init__(
+        self, version: int, dirs: dict[str, str], *, memory: int = 0, mcpus: int = 0, pids: int = 0
+    ) -> None:
+        self.version = version
+        self.dirs = dirs
+        self.memory = memory
+        self.mcpus = mcpus
+        self.pids = pids
+
+    @property
+    def main(self) -> str:
+        """The directory whose ``cgroup.procs`` lists the worker's processes."""
+        return self.dirs["unified"] if self.version == 2 else self.dirs["freezer"]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "dirs": dict(self.dirs),
+            "memory": self.memory,
+            "mcpus": self.mcpus,
+            "pids": self.pids,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Cgroup | None:
+        """The cgroup a handle or a spec names, or None when it names none (or nonsense)."""
+        if not isinstance(data, dict):
+            return None
+        version, dirs = data.get("version"), data.get("dirs")
+        if version not in (1, 2) or not isinstance(dirs, dict):
+            return None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in dirs.items()):
+            return None
+        if ("unified" if version == 2 else "freezer") not in dirs:
+            return None
+        limits = [data.get(k, 0) for k in ("memory", "mcpus", "pids")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits):
+            return None
+        return cls(version, dirs, memory=limits[0], mcpus=limits[1], pids=limits[2])
+
+    def _file(self, controller: str, name: str) -> str | None:
+        directory = self.dirs.get("unified" if self.version == 2 else controller)
+        return None if directory is None else os.path.join(directory, name)
+
+    # -- the supervisor's side ------------------------------------------------------------
+
+    def create(self) -> None:
+        """Make the directories and write the limits. A cgroup left by an earlier life of this
+        worker is emptied first."""
+        for directory in self.dirs.values():
+            try:
+                os.mkdir(directory, 0o755)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise CgroupError(exc.errno, f"cannot create {directory}: {exc.strerror}") from None
+        if self.procs():
+            self.kill()
+        for path, value in self._limits():
+            try:
+                _write(path, value)
+            except OSError as exc:
+                raise CgroupError(
+                    exc.errno, f"cannot write {value} to {path}: {exc.strerror}"
+                ) from None
+
+    def _limits(self) -> list[tuple[str, str]]:
+        limits: list[tuple[str | None, str]] = []
+        if self.version == 2:
+            if self.memory:
+                limits.append((self._file("memory", "memory.max"), str(self.memory)))
+                swap = self._file("memory", "memory.swap.max")  # the limit is memory, not RAM
+                if swap and os.path.exists(swap):
+                    limits.append((swap, "0"))
+            if self.pids:
+                limits.append((self._file("pids", "pids.max"), str(self.pids)))
+            if self.mcpus:
+                weight = min(10_000, max(1, round(self.mcpus / 10)))  # 1 CPU = the default 100
+                quota = max(1000, self.mcpus * CPU_PERIOD_US // 1000)
+                limits.append((self._file("cpu", "cpu.weight"), str(weight)))
+                limits.append((self._file("cpu", "cpu.max"), f"{quota} {CPU_PERIOD_US}"))
+        else:
+            if self.memory:
+                limits.append((self._file("memory", "memory.limit_in_bytes"), str(self.memory)))
+                memsw = self._file("memory", "memory.memsw.limit_in_bytes")  # swap accounting
+                if memsw and os.path.exists(memsw):
+                    limits.append((memsw, str(self.memory)))
+            if self.pids:
+                limits.append((self._file("pids", "pids.max"), str(self.pids)))
+            if self.mcpus:
+                shares = max(2, self.mcpus * 1024 // 1000)  # 1 CPU = the default 1024
+                quota = max(1000, self.mcpus * CPU_PERIOD_US // 1000)
+                limits.append((self._file("cpu", "cpu.shares"), str(shares)))
+                limits.append((self._file("cpu", "cpu.cfs_period_us"), str(CPU_PERIOD_US)))
+                limits.append((self._file("cpu", "cpu.cfs_quota_us"), str(quota)))
+        missing = [value for path, value in limits if path is None]
+        if missing:
+            raise CgroupError(errno.ENOENT, f"this cgroup has no controller for {missing}")
+        return [(path, value) for path, value in limits if path is not None]
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (the child does, before it execs)."""
+        for directory in self.dirs.values():
+            try:
+                _write(os.path.join(directory, PROCS), "0")
+            except OSError as exc:
+                raise CgroupError(exc.errno, f"cannot join {directory}: {exc.strerror}") from None
+
+    def remove(self) -> None:
+        """Remove the (empty) directories; what cannot be removed is left."""
+        for directory in self.dirs.values():
+            for _ in range(50):  # a process that just died may still be leaving it
+                try:
+                    os.rmdir(directory)
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        break
+                    time.sleep(0.002)
+                else:
+                    break
+
+    # -- both sides -----------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.main)
+
+    def procs(self) -> list[int]:
+        """The worker's processes now (none when the cgroup is gone)."""
+        try:
+            text = _read(os.path.join(self.main, PROCS))
+        except OSError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def holds(self, pid: int) -> bool:
+        return pid in self.procs()
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to every process in it (best effort: one that forks meanwhile may
+        leave a child unsignalled; :meth:`kill` is exact)."""
+        _signal_all(self.procs(), signum)
+
+    def kill(self, timeout: float = KILL_TIMEOUT) -> int:
+        """SIGKILL every process in the cgroup, until it is empty. Returns how many there were
+        at first (0 when it was already empty or gone)."""
+        first = self.procs()
+        if not first:
+            return 0
+        deadline = time.monotonic() + timeout
+        kill_file = self._file("", "cgroup.kill") if self.version == 2 else None
+        if kill_file is not None and os.path.exists(kill_file):
+            try:
+                _write(kill_file, "1")
+            except OSError:
+                pass
+            else:
+                self._wait_empty(deadline)
+                return len(first)
+        while self.procs() and time.monotonic() < deadline:
+            self._freeze(True, deadline)
+            _signal_all(self.procs(), _signal.SIGKILL)
+            self._freeze(False, deadline)
+            self._wait_empty(min(deadline, time.monotonic() + 0.05))
+        return len(first)
+
+    def _freeze(self, frozen: bool, deadline: float) -> None:
+        if self.version == 2:
+            self._freeze_v2(frozen, deadline)
+            return
+        path = os.path.join(self.dirs["freezer"], "freezer.state")
+        want = "FROZEN" if frozen else "THAWED"
+        try:
+            _write(path, want)
+        except OSError:
+            return
+        while frozen and time.monotonic() < deadline:  # FREEZING until every task stopped
+            try:
+                if _read(path).strip() == want:
+                    return
+            except OSError:
+                return
+            time.sleep(0.001)
+
+    def _freeze_v2(self, frozen: bool, deadline: float) -> None:
+        path = os.path.join(self.main, "cgroup.freeze")
+        try:
+            _write(path, "1" if frozen else "0")
+        except OSError:
+            return
+        events = os.path.join(self.main, "cgroup.events")
+        want = "frozen 1" if frozen else "frozen 0"
+        while time.monotonic() < deadline:
+            try:
+                if want in _read(events):
+                    return
+            except OSError:
+                return
+            time.sleep(0.001)
+
+    def _wait_empty(self, deadline: float) -> None:
+        pause = 0.0005
+        while self.procs() and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer ended in this cgroup (read before removing it)."""
+        if self.version == 2:
+            path = self._file("memory", "memory.events")
+            return _keyed(path).get("oom_kill", 0) if path else 0
+        memory = self.dirs.get("memory")
+        if memory is None:
+            return 0
+        control = _keyed(os.path.join(memory, "memory.oom_control"))
+        if "oom_kill" in control:  # Linux 4.13
+            return control["oom_kill"]
+        # Older kernels: the limit was hit and the peak reached it; count one kill.
+        try:
+            failed = int(_read(os.path.join(memory, "memory.failcnt")))
+            peak = int(_read(os.path.join(memory, "memory.max_usage_in_bytes")))
+        except (OSError, ValueError):
+            return 0
+        return int(failed > 0 and self.memory > 0 and peak >= self.memory - 4096)
+
+    def pids_limit_hits(self) -> int:
+        """Forks refused because the worker reached its process limit."""
+        path = self._file("pids", "pids.events")
+        return _keyed(path).get("max", 0) if path else 0
+
+
+def _signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        try:  # noqa: SIM105 - contextlib would cost the supervisor an import
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# -- detection --------------------------------------------------------------------------------
+
+
+class Isolation:
+    """What this machine lets the pool use, found once by :func:`detect`.
+
+    ``parents`` maps a controller (``unified`` for v2) to the pool's parent cgroup directory,
+    ``controllers`` the controllers worker cgroups have, ``warnings`` what is not enforced.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        parents: dict[str, str] | None = None,
+        controllers: Iterable[str] = (),
+        warnings: Iterable[str] = (),
+    ) -> None:
+        self.mode = mode
+        self.parents = dict(parents or {})
+        self.controllers = frozenset(controllers)
+        self.warnings = list(warnings)
+
+    def cgroup(self, name: str, *, memory: int, mcpus: int, pids: int) -> Cgroup | None:
+        """The cgroup of worker ``name`` (not created yet), limited to what can be enforced."""
+        if self.mode == NONE:
+            return None
+        version = 2 if self.mode == CGROUP_V2 else 1
+        dirs = {c: os.path.join(p, name) for c, p in self.parents.items()}
+        return Cgroup(
+            version,
+            dirs,
+            memory=memory if "memory" in self.controllers else 0,
+            mcpus=mcpus if "cpu" in self.controllers else 0,
+            pids=pids if "pids" in self.controllers else 0,
+        )
+
+    def remove_parents(self) -> None:
+        """Remove the pool's parent cgroups if no worker cgroup is left in them."""
+        for directory in self.parents.values():
+            try:  # noqa: SIM105 - as above
+                os.rmdir(directory)
+            except OSError:
+                pass
+
+    @classmethod
+    def unified(cls, parent: str, base: str | None = None) -> Isolation | str:
+        """v2 with ``parent`` as the pool's cgroup: created if needed, with every controller we
+        use that ``base`` (its parent) can give it enabled for the workers below. Returns why
+        not when ``parent`` cannot be created."""
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            return f"cgroup v2: cannot create {parent}: {exc.strerror}"
+        wanted = ("memory", "pids", "cpu")
+        have = set(_read_words(os.path.join(parent, "cgroup.controllers")))
+        missing = [c for c in wanted if c not in have]
+        if missing and base is not None:
+            _enable(base, [c for c in missing if c in _read_words(f"{base}/cgroup.controllers")])
+            have = set(_read_words(os.path.join(parent, "cgroup.controllers")))
+        _enable(parent, [c for c in wanted if c in have])
+        enabled = set(_read_words(os.path.join(parent, "cgroup.subtree_control")))
+        return cls(CGROUP_V2, {"unified": parent}, enabled)
+
+
+def _read_words(path: str) -> list[str]:
+    try:
+        return _read(path).split()
+    except OSError:
+        return []
+
+
+def _enable(directory: str, controllers: list[str]) -> None:
+    for controller in controllers:  # one at a time: one refused must not stop the others
+        try:  # noqa: SIM105 - as above
+            _write(os.path.join(directory, "cgroup.subtree_control"), f"+{controller}")
+        except OSError:
+            pass
+
+
+def detect(name: str, *, proc: str = "/proc/self") -> Isolation:
+    """The isolation this process may give workers: cgroup v2 if it can delegate ``memory``
+    and ``pids`` to its children, else cgroup v1 if ``memory`` and ``freezer`` are writable,
+    else none. ``name`` is the pool's parent cgroup (``gpuyard-<digest>``)."""
+    mounts = _mounts(os.path.join(proc, "mountinfo"))
+    own = _own_cgroups(os.path.join(proc, "cgroup"))
+    reasons = []
+    found = _detect_v2(name, mounts, own)
+    if isinstance(found, Isolation):
+        return found
+    reasons.append(found)
+    found = _detect_v1(name, mounts, own)
+    if isinstance(found, Isolation):
+        return found
+    reasons.append(found)
+    return Isolation(
+        NONE,
+        warnings=[
+            "no writable cgroup ("
+            + "; ".join(reasons)
+            + "): workers run without memory, CPU and process limits, out-of-memory kills are "
+            "not reported as such, and a worker's processes that leave its process group "
+            "(setsid, daemons) can outlive it"
+        ],
+    )
+
+
+def _detect_v2(
+    name: str, mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str]
+) -> Isolation | str:
+    unified = [m for m in mounts if m[2] == "cgroup2"]
+    if not unified or "" not in own:
+        return "cgroup v2: not mounted"
+    root, mountpoint = unified[0][0], unified[0][1]
+    base = _own_dir(mountpoint, root, own[""])
+    if base is None:
+        return "cgroup v2: our cgroup is not visible"
+    found = Isolation.unified(os.path.join(base, name), base)
+    if isinstance(found, str):
+        return found
+    missing = [c for c in V2_REQUIRED if c not in found.controllers]
+    if missing:
+        found.remove_parents()
+        return (
+            f"cgroup v2: {' and '.join(missing)} cannot be delegated below {base} (a cgroup "
+            "that holds processes cannot delegate; run gpuyard up where they are, e.g. a "
+            "systemd service with Delegate=yes and DelegateSubgroup=)"
+        )
+    if "cpu" not in found.controllers:
+        found.warnings.append(
+            "cgroup v2: the cpu controller is not delegated; CPU limits are not enforced"
+        )
+    return found
+
+
+def _detect_v1(
+    name: str, mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str]
+) -> Isolation | str:
+    parents: dict[str, str] = {}
+    problems = []
+    for controller in (*V1_REQUIRED, *OPTIONAL):
+        mount = next((m for m in mounts if m[2] == "cgroup" and controller in m[3]), None)
+        if mount is None or controller not in own:
+            problems.append(f"{controller} is not mounted")
+            continue
+        base = _own_dir(mount[1], mount[0], own[controller])
+        if base is None:
+            problems.append(f"{controller}: our cgroup is not visible")
+            continue
+        parent = os.path.join(base, name)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            problems.append(f"{controller}: cannot create {parent}: {exc.strerror}")
+            continue
+        if not os.access(os.path.join(parent, PROCS), os.W_OK):
+            problems.append(f"{controller}: {parent} is not writable")
+            continue
+        parents[controller] = parent
+    missing = [c for c in V1_REQUIRED if c not in parents]
+    if missing:
+        Isolation(CGROUP_V1, parents).remove_parents()
+        return "cgroup v1: " + "; ".join(problems)
+    warnings = [
+        f"cgroup v1: {p}; {'process' if p.startswith('pids') else 'CPU'} limits are not enforced"
+        for p in problems
+    ]
+    return Isolation(CGROUP_V1, parents, parents, warnings)
+
+
+def _mounts(path: str) -> list[tuple[str, str, str, set[str]]]:
+    """cgroup mounts from mountinfo: (root, mount point, fs type, super options)."""
+    try:
+        text = _read_all(path)
+    except OSError:
+        return []
+    mounts = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        options = set(tail[2].split(","))
+        mounts.append((_unescape(fields[3]), _unescape(fields[4]), tail[0], options))
+    return mounts
+
+
+def _own_cgroups(path: str) -> dict[str, str]:
+    """This process's cgroup per controller ("" for v2) from /proc/self/cgroup."""
+    try:
+        text = _read_all(path)
+    except OSError:
+        return {}
+    own = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for controller in parts[1].split(",") if parts[1] else [""]:
+            own[controller] = parts[2]
+    return own
+
+
+def _own_dir(mountpoint: str, root: str, path: str) -> str | None:
+    """Where cgroup ``path`` appears under a mount of hierarchy subtree ``root``."""
+    if root != "/" and (path == root or path.startswith(root + "/")):
+        path = path[len(root) :]
+    directory = os.path.normpath(mountpoint + "/" + path.lstrip("/"))
+    return directory if os.path.isdir(directory) else None
+
+
+def _read_all(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)

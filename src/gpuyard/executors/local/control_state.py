@@ -1,0 +1,117 @@
+"""What a worker's runtime wrote to its control directory, read as untrusted input.
+
+The job writes ``control/`` (docs/runtime.md, "The worker directory"); each file is parsed
+with its schema from :mod:`gpuyard.models.workerdir`, at most ``FILE_CAP`` bytes, without
+following links or blocking on a FIFO. A file that is not what it should be is ignored and
+named in :attr:`ControlState.invalid` ("progress.json: larger than 64 KiB"); nothing a job
+writes there makes the executor raise or hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from pydantic import ValidationError
+
+from gpuyard.executors.local import untrusted
+from gpuyard.models.worker import ControlState
+from gpuyard.models.workerdir import (
+    CONTROL_FILES,
+    FILE_CAP,
+    MAX_LISTENERS,
+    AckFile,
+    CheckpointFile,
+    ControlFile,
+    ProgressFile,
+    SuspendedFile,
+)
+
+__all__ = ["LISTENERS", "listener_pids", "read_control"]
+
+LISTENERS = "listeners"
+_PID_MAX = 1 << 22
+
+
+def read_control(home: str, control_dir: str) -> ControlState:
+    """The control state of the worker whose control directory is ``control_dir`` (below
+    ``home``); empty when the directory is absent."""
+    try:
+        fd = untrusted.open_dir(home, control_dir)
+    except FileNotFoundError:
+        return ControlState()
+    except (untrusted.Unreadable, OSError) as exc:
+        return ControlState(invalid=(f"control: {exc}",))
+    try:
+        invalid: list[str] = []
+        files = {name: _parse(fd, name, schema, invalid) for name, schema in CONTROL_FILES.items()}
+        pids = listener_pids(fd, invalid)
+    finally:
+        os.close(fd)
+    ack, checkpoint = files["ack.json"], files["checkpoint.json"]
+    progress, suspended = files["progress.json"], files["suspended.json"]
+    return ControlState(
+        acknowledged_at=ack.time if isinstance(ack, AckFile) else None,
+        checkpoint_at=checkpoint.time if isinstance(checkpoint, CheckpointFile) else None,
+        checkpoint_step=checkpoint.step if isinstance(checkpoint, CheckpointFile) else None,
+        progress_at=progress.time if isinstance(progress, ProgressFile) else None,
+        step=progress.step if isinstance(progress, ProgressFile) else None,
+        suspended_at=suspended.time if isinstance(suspended, SuspendedFile) else None,
+        listening=bool(pids),
+        invalid=tuple(invalid),
+    )
+
+
+def _parse(
+    dir_fd: int, name: str, schema: type[ControlFile], invalid: list[str]
+) -> ControlFile | None:
+    try:
+        raw = untrusted.read_file(dir_fd, name, FILE_CAP)
+    except untrusted.Unreadable as exc:
+        invalid.append(f"{name}: {exc}")
+        return None
+    if raw is None:
+        return None
+    try:
+        return schema.model_validate_json(raw)
+    except ValidationError as exc:
+        invalid.append(f"{name}: {_why(exc)}")
+        return None
+
+
+def _why(exc: ValidationError) -> str:
+    """The first problem, in a form that stays the same from one read to the next."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def listener_pids(control_fd: int, invalid: list[str]) -> list[int]:
+    """The pids named in ``listeners/`` (at most ``MAX_LISTENERS`` entries are looked at)."""
+    try:
+        fd = os.open(LISTENERS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=control_fd)
+    except FileNotFoundError:
+        return []
+    except OSError:
+        invalid.append(f"{LISTENERS}: not a directory")
+        return []
+    pids: list[int] = []
+    try:
+        with os.scandir(fd) as entries:
+            for count, entry in enumerate(entries):
+                if count == MAX_LISTENERS:
+                    invalid.append(f"{LISTENERS}: more than {MAX_LISTENERS} entries")
+                    break
+                name = entry.name
+                if name.startswith("."):
+                    continue  # a temporary name
+                if not (name.isascii() and name.isdigit()) or not 0 < int(name) <= _PID_MAX:
+                    invalid.append(f"{LISTENERS}/{name[:40]!r}: not a pid")
+                    continue
+                pids.append(int(name))
+    except OSError:
+        invalid.append(f"{LISTENERS}: cannot be listed")
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return pids

@@ -1,0 +1,152 @@
+"""Processes as /proc shows them, read cheaply: who a pid is, and whether it is still the same
+process.
+
+A pid alone names a process only until it exits and the number is reused; a pid with the
+process's start time (field 22 of ``/proc/<pid>/stat``, clock ticks after boot) and the boot id
+names it for good. The executor learns its supervisors' identities when it starts them and
+keeps them in the handles the controller stores, so it never needs a pid from a file a job can
+write. Everything here is a read of one small /proc file: :meth:`Identity.alive` is what
+``status`` costs per running worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Identity", "boot_id", "cmdline", "environ_has", "oldest_running", "pgid", "start_time"]
+
+_ENDED_STATES = (b"Z", b"X")
+"""A zombie has exited (only its exit status waits for its parent); X is dead."""
+
+
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """(state, start time) from /proc/<pid>/stat, or None when there is no such process."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    found = _stat(pid)
+    return None if found is None else found[1]
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def cmdline(pid: int) -> list[str]:
+    """The process's argv (empty for a zombie, a kernel thread, or no such process)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            data = fh.read(1 << 16)
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in data.split(b"\0")[:-1]]
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """Whether the environment the process started with holds ``entry`` (``NAME=value``)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError:
+        return False
+    return entry.encode() in data.split(b"\0")
+
+
+def oldest_running(argv_tail: list[str], boot: str) -> Identity | None:
+    """The earliest-started live process whose argv ends with ``argv_tail`` (one scan of
+    /proc). A process that copies another's command line necessarily started after it."""
+    found: Identity | None = None
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        argv = cmdline(pid)
+        if argv[-len(argv_tail) :] != argv_tail or len(argv) != len(argv_tail) + 1:
+            continue
+        identity = Identity.of(pid, boot)
+        if identity is not None and (found is None or identity.start_time < found.start_time):
+            found = identity
+    return found
+
+
+def pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """One process, for good: its pid, start time and the boot it started in."""
+
+    pid: int
+    start_time: int
+    boot_id: str
+
+    @classmethod
+    def of(cls, pid: int, boot: str) -> Identity | None:
+        found = start_time(pid)
+        return None if found is None else cls(pid, found, boot)
+
+    @classmethod
+    def from_handle(cls, handle: dict[str, Any]) -> Identity | None:
+        pid, start, boot = handle.get("pid"), handle.get("start_time"), handle.get("boot_id")
+        if not (isinstance(pid, int) and isinstance(start, int) and isinstance(boot, str)):
+            return None
+        return cls(pid, start, boot)
+
+    def alive(self, current_boot: str) -> bool:
+        """Whether this very process still runs (a zombie has ended)."""
+        if self.boot_id != current_boot:
+            return False
+        found = _stat(self.pid)
+        return found is not None and found[1] == self.start_time and found[0] not in _ENDED_STATES
+
+    def send(self, signum: signal.Signals, current_boot: str) -> bool:
+        """Signal this process if it still runs; whether it was signalled. With a pidfd, a pid
+        reused between the check and the signal cannot be hit."""
+        if self.boot_id != current_boot:
+            return False
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            pidfd = -1
+        try:
+            if not self.alive(current_boot):
+                return False
+            if pidfd >= 0:
+                signal.pidfd_send_signal(pidfd, signum)
+            else:
+                os.kill(self.pid, signum)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+        finally:
+            if pidfd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(pidfd)

@@ -1,0 +1,215 @@
+"""The worker directory protocol: what each file holds and who writes it (docs/runtime.md,
+"The worker directory").
+
+Each worker has two directories on its node:
+
+- the **worker directory** the job is pointed at, ``<job dir>/attempts/<attempt>/worker-<rank>``,
+  with the ``log`` and ``control/``, which the job's runtime writes (ack, checkpoint, progress,
+  suspended, listeners) and the pool reads, and where the pool writes the notice
+  (``preempt.json``);
+- the **supervisor directory**, ``<home>/supervisors/<job>-<attempt>-<rank>`` (mode 0700), with
+  the supervisor's spec, state and exit record and the executor's terminate request. The job is
+  never told where it is.
+
+Jobs run as the pool's own user for now, so either may be rewritten by a job: everything here
+is parsed as untrusted input (strict types, finite numbers, unknown keys ignored, files capped
+at :data:`FILE_CAP` bytes), and what the pool believes about a worker's life comes from its
+supervisor process, not from these files (docs/runtime.md says how).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CONTROL_FILES",
+    "FILE_CAP",
+    "MAX_LISTENERS",
+    "AckFile",
+    "BindSpec",
+    "CgroupSpec",
+    "CheckpointFile",
+    "ControlFile",
+    "ExitRecord",
+    "FileSpec",
+    "Poke",
+    "PreemptFile",
+    "ProgressFile",
+    "SupervisorSpec",
+    "SupervisorState",
+    "SuspendedFile",
+    "TerminateRequest",
+]
+
+FILE_CAP = 64 * 1024
+"""Bytes any file of either directory may have; a larger one is ignored as invalid."""
+MAX_LISTENERS = 256
+"""Entries of ``control/listeners`` looked at; more are ignored (and reported)."""
+
+Pid = Annotated[int, Field(ge=1, le=(1 << 22))]
+"""Linux's largest pid_max is 2^22."""
+Count = Annotated[int, Field(ge=0)]
+
+
+class _Record(BaseModel):
+    """Strict: a number is not a string, a bool is not a number, NaN and infinities are not
+    numbers; keys this version does not know are ignored (a newer writer may add some)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+# -- control/: written by the job's runtime (gpuyard.runtime), read by the pool --------------
+
+
+class ControlFile(_Record):
+    time: float
+    """When the runtime wrote it (Unix time)."""
+
+
+class AckFile(ControlFile):
+    """``ack.json``: a process of the worker saw the preemption notice."""
+
+    pid: Pid | None = None
+    rank: Count | None = None
+
+
+class CheckpointFile(ControlFile):
+    """``checkpoint.json``: a checkpoint is complete."""
+
+    step: Count | None = None
+    path: str | None = None
+
+
+class ProgressFile(ControlFile):
+    """``progress.json``: the training loop's last reported step."""
+
+    step: Count
+    metrics: dict[str, float | int | str | None] = Field(default_factory=dict)
+
+
+class SuspendedFile(ControlFile):
+    """``suspended.json``: a process called ``suspend()`` and exits to be requeued."""
+
+    pid: Pid | None = None
+
+
+CONTROL_FILES: dict[str, type[ControlFile]] = {
+    "ack.json": AckFile,
+    "checkpoint.json": CheckpointFile,
+    "progress.json": ProgressFile,
+    "suspended.json": SuspendedFile,
+}
+"""The control files the pool reads, by name. ``listeners/<pid>`` (empty files named by the
+pids that handle the notice signal) is the other thing it reads there."""
+
+
+class PreemptFile(_Record):
+    """``control/preempt.json``: the notice, written by the pool, read by the job."""
+
+    requested_at: float
+    deadline: float
+    reason: str
+    by: str
+
+
+# -- the supervisor directory: written by the executor or the supervisor ---------------------
+
+
+class FileSpec(_Record):
+    content: str
+    mode: int
+
+
+class BindSpec(_Record):
+    target: str
+    source: str
+    readonly: bool
+
+
+class CgroupSpec(_Record):
+    """The worker's cgroup: its directories (by controller; ``unified`` for v2) and limits."""
+
+    version: Literal[1, 2]
+    dirs: dict[str, str]
+    memory: Count = 0
+    """Bytes; 0 is no limit."""
+    mcpus: Count = 0
+    """Thousandths of a CPU; 0 is no limit."""
+    pids: Count = 0
+    """Processes; 0 is no limit."""
+
+
+class SupervisorSpec(_Record):
+    """``spec.json``: what the supervisor runs; written by the executor before it starts."""
+
+    job: int
+    attempt: Count
+    rank: Count
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str]
+    cwd: str
+    grace: Annotated[float, Field(ge=0)]
+    log: str
+    files: dict[str, FileSpec] = Field(default_factory=dict)
+    binds: list[BindSpec] = Field(default_factory=list)
+    notify: str = ""
+    """The executor's notification socket (an abstract unix address); empty for none."""
+    cgroup: CgroupSpec | None = None
+
+
+class SupervisorState(_Record):
+    """``state.json``: written by the supervisor when it starts and again once the command
+    runs. A hint only: the executor verifies every pid in it before using it."""
+
+    supervisor_pid: Pid
+    supervisor_start_time: Count
+    """Field 22 of ``/proc/<pid>/stat``: clock ticks after boot."""
+    boot_id: str = ""
+    pid: Pid | None = None
+    """The command's pid, which leads its process group."""
+    started_at: float | None = None
+    workspace: str = ""
+    """How the workspace was made: ``bind`` (mounts), ``link`` (symbolic links) or empty."""
+
+
+class ExitRecord(_Record):
+    """``exit.json``: how the command ended, written by the supervisor after it has killed
+    every process of the worker. Believed only once that supervisor has exited."""
+
+    exit_code: int
+    signal: str | None = None
+    """The name of the signal that ended the command (``SIGKILL``), if one did."""
+    terminated: bool = False
+    """It was asked to stop (SIGTERM from the executor)."""
+    escalated: bool = False
+    """It did not exit within its graceful period and was SIGKILLed."""
+    started_at: float
+    finished_at: float
+    message: str = ""
+    """Why it could not start; empty when it started."""
+    oom_kills: Count = 0
+    """Processes the kernel's OOM killer ended in the worker's cgroup."""
+    memory_limit: Count = 0
+    pids_limit_hits: Count = 0
+    """Forks refused because the worker had reached ``pids_limit`` processes."""
+    pids_limit: Count = 0
+    leftovers: Count = 0
+    """Processes still running when the command exited, killed by the supervisor."""
+
+
+class TerminateRequest(_Record):
+    """``terminate.json``: the graceful period for this stop, written by the executor just
+    before it sends SIGTERM to the supervisor (the spec's ``grace`` otherwise)."""
+
+    grace: Annotated[float, Field(ge=0)]
+
+
+class Poke(_Record):
+    """A datagram from a supervisor on the executor's notification socket."""
+
+    event: Literal["started", "exited"]
+    job: int
+    attempt: Count
+    rank: Count
