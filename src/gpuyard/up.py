@@ -129,6 +129,8 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             cpus_per_node=settings.cpus_per_node,
             memory_per_node=settings.memory_per_node,
         )
+        for warning in executor.warnings():
+            log.warning("%s", warning)
         clock = SystemClock()
         controller = Controller(
             store,

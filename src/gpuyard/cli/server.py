@@ -180,3 +180,9 @@ def nodes(as_json: JsonOpt = False) -> None:
             ",".join(map(str, n.jobs)) or "-",
         )
     console().print(table)
+    if bare := [n.name for n in items if n.labels.get("isolation") == "none"]:
+        console().print(
+            f"[yellow]warning:[/] no cgroup isolation on {', '.join(bare)}: no memory, CPU or "
+            "process limits, and processes that leave a worker's process group can outlive it "
+            "(see the log of `gpuyard up`)"
+        )
