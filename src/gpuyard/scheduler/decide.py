@@ -32,10 +32,11 @@ from enum import StrEnum
 
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.order import FairShare
-from gpuyard.scheduler.placement import INFINITY, Ledger
+from gpuyard.scheduler.placement import INFINITY, Ledger, Topology
 from gpuyard.scheduler.preemption import choose_victims
 from gpuyard.scheduler.quota import QuotaBook
 from gpuyard.scheduler.snapshot import (
+    ANYWHERE,
     Allocation,
     Constraint,
     Member,
@@ -47,9 +48,6 @@ from gpuyard.scheduler.snapshot import (
     Snapshot,
 )
 
-Key = tuple[Constraint, int, bool]
-"""(constraint, shape id, same zone): what decides whether a request fits."""
-
 __all__ = [
     "MAX_PREEMPTIONS",
     "MAX_RESERVATIONS",
@@ -60,6 +58,7 @@ __all__ = [
     "Wait",
     "WaitCode",
     "decide",
+    "decide_on",
 ]
 
 MAX_RESERVATIONS = 16
@@ -104,13 +103,27 @@ class WaitCode(StrEnum):
     """Larger than the pool could ever offer."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Start:
     job_id: int
     version: int
     allocations: tuple[Allocation, ...]
     choice: int = 0
     """Which of the job's choices (``PendingJob.choices()``) it starts with."""
+
+    def __init__(
+        self, job_id: int, version: int, allocations: tuple[Allocation, ...], choice: int = 0
+    ) -> None:
+        # Set the slots directly (see Resources.__init__): a cycle makes thousands.
+        _set_start_job_id(self, job_id)
+        _set_start_version(self, version)
+        _set_start_allocations(self, allocations)
+        _set_start_choice(self, choice)
+
+
+_set_start_job_id, _set_start_version, _set_start_allocations, _set_start_choice = (
+    vars(Start)[name].__set__ for name in ("job_id", "version", "allocations", "choice")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +144,27 @@ class Grow:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Wait:
     job_id: int
     code: WaitCode
     message: str
     start_at: float | None = None
     """When it is expected to start, where a reservation says so."""
+
+    def __init__(
+        self, job_id: int, code: WaitCode, message: str, start_at: float | None = None
+    ) -> None:
+        # Set the slots directly (see Resources.__init__): a cycle makes one per waiting job.
+        _set_job_id(self, job_id)
+        _set_code(self, code)
+        _set_message(self, message)
+        _set_start_at(self, start_at)
+
+
+_set_job_id, _set_code, _set_message, _set_start_at = (
+    vars(Wait)[name].__set__ for name in ("job_id", "code", "message", "start_at")
+)
 
 
 @dataclass(slots=True)
@@ -155,38 +182,66 @@ class _Reservation:
     nodes: frozenset[str]
 
 
+@dataclass(slots=True)
+class _Shape:
+    """What one cycle knows about one request shape under one constraint."""
+
+    fit: Fit
+    policy: PoolPolicy
+    """The policy of the constraint's pool."""
+    waiting: str | None = None
+    """Why a job of this shape waits, once the cycle makes no more reservations (the same
+    for every such job from then on)."""
+    dead: str | None = None
+    """``waiting``, once every later job of this shape waits with it: the shape did not fit,
+    and the cycle makes no more reservations and looks for no more victims in its pool (see
+    :meth:`_Cycle.settle`)."""
+
+
 class _Cycle:
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, topology: Topology | None = None) -> None:
         self.snapshot = snapshot
         self.now = snapshot.now
-        self.ledger = Ledger(snapshot.nodes, snapshot.running, snapshot.now)
+        self.ledger = Ledger(snapshot.nodes, snapshot.running, snapshot.now, topology=topology)
         self.quotas = QuotaBook(snapshot.quotas, snapshot.running)
         self.fair = FairShare(snapshot.running, snapshot.shares)
         self.decisions = Decisions()
+        self.waits = self.decisions.waits
         self.running = list(snapshot.running)
         self.leaving: set[int] = {j.id for j in snapshot.running if j.suspending}
-        self.fits: dict[Key, Fit] = {}
-        """What this cycle knows of each shape (see :class:`Fit`)."""
+        self.shapes: dict[Constraint, dict[int, _Shape]] = {}
+        """What this cycle knows of each shape, per constraint (see :class:`_Shape`)."""
+        self._last: tuple[Constraint, dict[int, _Shape]] = (ANYWHERE, {})
+        """The last constraint looked up and its shapes: jobs share constraint objects (the
+        loader makes one per distinct constraint), and an identity test is cheaper than the
+        hash of a constraint (a Python method)."""
+        self.shapes[ANYWHERE] = self._last[1]
         self.short: dict[int, str] = {}
-        self.resource_waits: dict[tuple[Constraint, int], str] = {}
         """Waiting messages by request shape ("waiting for a node with …")."""
         self.reservations: list[_Reservation] = []
         self.candidate_names: dict[Constraint, frozenset[str]] = {}
         self.policies: dict[str, PoolPolicy] = {}
         self.preemption_tries = 0
         self.slicing = any(p.slices for p in snapshot.pools.values())
-        self.lowest_running: dict[str, tuple[int, int]] = {}
+        self._lowest_running: dict[str, tuple[int, int]] | None = None
+
+    @property
+    def lowest_running(self) -> dict[str, tuple[int, int]]:
         """Per pool, the lowest (tier, -band) of its running jobs: nobody ranked at or below
-        it can suspend anyone there."""
-        for job in snapshot.running:
-            # Suspending jobs count too: a job may be waiting for them to leave.
-            if job.preemptible or job.suspending:
-                for a in job.allocations[:1]:
-                    node = self.ledger.by_name.get(a.node)
-                    if node is not None:
-                        rank = self.running_rank(job, node.pool)
-                        low = self.lowest_running.get(node.pool)
-                        self.lowest_running[node.pool] = rank if low is None else min(low, rank)
+        it can suspend anyone there (computed when a job first looks for victims)."""
+        if self._lowest_running is None:
+            lowest: dict[str, tuple[int, int]] = {}
+            for job in self.snapshot.running:
+                # Suspending jobs count too: a job may be waiting for them to leave.
+                if job.preemptible or job.suspending:
+                    for a in job.allocations[:1]:
+                        node = self.ledger.by_name.get(a.node)
+                        if node is not None:
+                            rank = self.running_rank(job, node.pool)
+                            low = lowest.get(node.pool)
+                            lowest[node.pool] = rank if low is None else min(low, rank)
+            self._lowest_running = lowest
+        return self._lowest_running
 
     def pending_band(self, job: PendingJob) -> int:
         return self.policy(job.constraint.pool).band(job.attained)
@@ -210,30 +265,146 @@ class _Cycle:
 
     def run(self) -> Decisions:
         band = self.pending_band if self.slicing else None
-        for job in self.fair.order(self.snapshot.pending, band):
-            self.consider(job)
+        self.fair.visit(self.snapshot.pending, self.consider, band=band, settle=self.settle)
         self.grow_elastic()
         return self.decisions
 
-    def consider(self, job: PendingJob) -> None:
+    def settle(self, job: PendingJob) -> bool:
+        """Decide ``job`` at once if its decision is known already, changes nothing, and would
+        be the same at its turn; the fair-share order may ask before the job's turn, as soon
+        as it is next in its owner's line (:meth:`FairShare.visit`). The common job only, of a
+        shape seen before:
+
+        * a shape that can never fit;
+        * a shape that did not fit, once the cycle makes no more reservations and looks for
+          no more victims (:attr:`_Shape.dead`): resources only shrink within a cycle, so it
+          waits, with the same message, whenever it comes;
+        * and, for an owner with a quota, see :meth:`settle_limited`.
+        """
+        if job.alternatives or job.min_nodes is not None:
+            return False
         constraint = job.constraint
-        policy = self.policies.get(constraint.pool) or self.policy(constraint.pool)
+        last, shapes = self._last
+        if constraint is not last:
+            shapes = self.shapes_of(constraint)
+        shape = shapes.get(job.request.shape_id)
+        if shape is None:
+            return False
+        if not shape.fit.may_fit:
+            self.never_fits(job, [shape.fit.never])
+            return True
+        quotas = self.quotas
+        if quotas.limits and (job.owner in quotas.users or job.group in quotas.groups):
+            return self.settle_limited(job, shape)
+        dead = shape.dead
+        if dead is None:
+            return False
+        self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, dead)
+        return True
+
+    def settle_limited(self, job: PendingJob, shape: _Shape) -> bool:
+        """:meth:`settle` for a job whose owner or group has a quota. Over its owner's quota,
+        it waits: nobody else's start changes what the owner holds at the tier, and the
+        owner's next start would be this job. Not so for a group's quota: it is left to its
+        turn."""
+        quotas = self.quotas
+        if quotas.group_limited(job.group, job.priority):
+            return False
+        if quotas.user_limited(job.owner, job.priority):
+            over = quotas.check(job.owner, job.group, job.priority, job.request)
+            if over is not None:
+                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                return True
+        dead = shape.dead
+        if dead is None:
+            return False
+        self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, dead)
+        return True
+
+    def refresh(self, shape: _Shape) -> None:
+        """Whether jobs of ``shape`` can only wait now (:attr:`_Shape.dead`)."""
+        shape.dead = (
+            shape.waiting
+            if shape.fit is FULL
+            and (
+                shape.policy.preemption is not Preemption.SUSPEND
+                or self.preemption_tries >= MAX_PREEMPTIONS
+            )
+            else None
+        )
+
+    def shapes_of(self, constraint: Constraint) -> dict[int, _Shape]:
+        """What the cycle knows of the shapes of jobs with this constraint, by shape id."""
+        last, shapes = self._last
+        if constraint is not last:
+            found = self.shapes.get(constraint)
+            if found is None:
+                found = self.shapes[constraint] = {}
+            shapes = found
+            self._last = (constraint, shapes)
+        return shapes
+
+    def consider(self, job: PendingJob) -> None:
+        if job.alternatives or job.min_nodes is not None:
+            self.consider_choices(job)
+            return
+        # The common job, one request: the steps of consider_choices, without the lists.
+        request = job.request
+        constraint = job.constraint
+        last, shapes = self._last
+        if constraint is not last:
+            shapes = self.shapes_of(constraint)
+        shape = shapes.get(request.shape_id) or self.shape(constraint, request)
+        fit = shape.fit
+        if not fit.may_fit:
+            self.never_fits(job, [fit.never])
+            return
+        quotas = self.quotas
+        if quotas.limits:
+            over = quotas.check(job.owner, job.group, job.priority, request)
+            if over is not None:
+                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                return
+        held_back = False
+        policy = shape.policy
+        if fit is MAY_FIT:
+            end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
+            same_zone = policy.same_zone
+            allocations = self.ledger.place(request, constraint, same_zone=same_zone, end=end)
+            if allocations is not None:
+                self.start(job, request, allocations, 0, end)
+                return
+            if self.ledger.holds and self.ledger.place(
+                request, constraint, same_zone=same_zone, ignore_holds=True
+            ):
+                held_back = True
+            else:
+                shape.fit = FULL
+                self.refresh(shape)
+        if policy.preemption is Preemption.SUSPEND and self.try_preemption(job, (request,)):
+            return
+        self.reserve(job, (request,), held_back)
+
+    def consider_choices(self, job: PendingJob) -> None:
+        """A job with alternative specs or elastic sizes: each choice in order."""
+        constraint = job.constraint
+        policy = self.policy(constraint.pool)
         same_zone = policy.same_zone
         choices = job.choices()
-        keys = [(constraint, r.shape_id, same_zone) for r in choices]
-        fits = [self.fits.get(k) or self.fit(k, r) for k, r in zip(keys, choices, strict=True)]
-        if not any(f.may_fit for f in fits):
-            self.never_fits(job, [f.never for f in fits])
+        known = self.shapes_of(constraint)
+        shapes = [known.get(r.shape_id) or self.shape(constraint, r) for r in choices]
+        if not any(s.fit.may_fit for s in shapes):
+            self.never_fits(job, [s.fit.never for s in shapes])
             return
         if self.quotas.limits:
             over = self.quotas.check(job.owner, job.group, job.priority, job.smallest())
             if over is not None:
-                self.decisions.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
                 return
         end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
         held_back = False
         for i, request in enumerate(choices):
-            if fits[i] is not MAY_FIT or (
+            if shapes[i].fit is not MAY_FIT or (
                 i and self.quotas.check(job.owner, job.group, job.priority, request)
             ):
                 continue
@@ -244,7 +415,8 @@ class _Cycle:
                 ):
                     held_back = True
                 else:
-                    self.fits[keys[i]] = FULL
+                    shapes[i].fit = FULL
+                    self.refresh(shapes[i])
                 continue
             self.start(job, request, allocations, i, end)
             return
@@ -252,11 +424,14 @@ class _Cycle:
             return
         self.reserve(job, choices, held_back)
 
-    def fit(self, key: Key, request: Request) -> Fit:
-        """Whether the request could ever fit (computed once per cycle and shape)."""
-        reason = self.ledger.could_ever_fit(request, key[0], same_zone=key[2])
-        fit = self.fits[key] = MAY_FIT if reason is None else Fit(may_fit=False, never=reason)
-        return fit
+    def shape(self, constraint: Constraint, request: Request) -> _Shape:
+        """What the cycle knows of a new (constraint, shape): whether it could ever fit
+        (computed once per cycle and shape)."""
+        policy = self.policy(constraint.pool)
+        reason = self.ledger.could_ever_fit(request, constraint, same_zone=policy.same_zone)
+        fit = MAY_FIT if reason is None else Fit(may_fit=False, never=reason)
+        shape = self.shapes_of(constraint)[request.shape_id] = _Shape(fit, policy)
+        return shape
 
     def never_fits(self, job: PendingJob, reasons: list[str]) -> None:
         code = WaitCode.POOL if job.constraint.narrowed else WaitCode.UNSATISFIABLE
@@ -278,7 +453,7 @@ class _Cycle:
     def wait(
         self, job: PendingJob, code: WaitCode, message: str, start_at: float | None = None
     ) -> None:
-        self.decisions.waits[job.id] = Wait(job.id, code, message, start_at)
+        self.waits[job.id] = Wait(job.id, code, message, start_at)
 
     # -- preemption -----------------------------------------------------------------------
 
@@ -289,6 +464,10 @@ class _Cycle:
         if lowest is None or lowest >= rank or self.preemption_tries >= MAX_PREEMPTIONS:
             return False
         self.preemption_tries += 1
+        if self.preemption_tries == MAX_PREEMPTIONS:  # no victims from now on: more dead shapes
+            for shapes in self.shapes.values():
+                for shape in shapes.values():
+                    self.refresh(shape)
         policy = self.policy(job.constraint.pool)
         order = sorted(choices, key=lambda r: (r.nodes, r.gpus)) if job.min_nodes else choices
         for request in order:
@@ -348,11 +527,12 @@ class _Cycle:
         full = len(self.reservations) >= MAX_RESERVATIONS
         if full and not held_back:
             # No more reservations this cycle, so nothing below changes for this shape.
-            key = (job.constraint, request.shape_id)
-            known = self.resource_waits.get(key)
+            shape = self.shapes_of(job.constraint)[request.shape_id]
+            known = shape.waiting
             if known is None:
-                known = self.resource_waits[key] = self.resources_reason(job, request)
-            self.decisions.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, known)
+                known = shape.waiting = self.resources_reason(job, request)
+                self.refresh(shape)
+            self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, known)
             return
         blocker = self.blocker(job)
         if held_back and blocker is not None:
@@ -487,6 +667,13 @@ def _not_enough(request: Request) -> str:
 
 
 def decide(snapshot: Snapshot) -> Decisions:
+    """The decisions of one scheduling cycle over ``snapshot``."""
+    return decide_on(snapshot, None)
+
+
+def decide_on(snapshot: Snapshot, topology: Topology | None) -> Decisions:
+    """:func:`decide`, given the :class:`Topology` of ``snapshot.nodes`` if the caller keeps
+    one (a forward replay decides many snapshots of the same nodes)."""
     # A cycle allocates a few objects per job on top of a snapshot of a million; the cyclic
     # garbage collector, triggered by those allocations, would walk the whole snapshot again
     # and again and more than double the cycle's time. Nothing here makes reference cycles,
@@ -494,7 +681,7 @@ def decide(snapshot: Snapshot) -> Decisions:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Cycle(snapshot).run()
+        return _Cycle(snapshot, topology).run()
     finally:
         if enabled:
             gc.enable()

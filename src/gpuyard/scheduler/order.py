@@ -9,8 +9,11 @@ starts during a cycle its owner's usage grows at once, so one cycle already alte
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter, lt
+from typing import Any
 
 from gpuyard.scheduler.snapshot import PendingJob, RunningJob
 
@@ -30,34 +33,73 @@ class FairShare:
     def _key(self, owner: str) -> float:
         return self.usage.get(owner, 0.0) / (self.shares.get(owner) or 1.0)
 
-    def order(
+    def visit(
         self,
-        pending: Iterable[PendingJob],
+        pending: Sequence[PendingJob],
+        consider: Callable[[PendingJob], None],
+        *,
         band: Callable[[PendingJob], int] | None = None,
-    ) -> Iterator[PendingJob]:
-        """Jobs in the order to consider them; reads usage as it goes, so charge a start
-        before asking for the next job. ``band`` splits each tier (time-slicing: the least
-        served band first)."""
-        tiers: dict[tuple[int, int], dict[str, list[PendingJob]]] = {}
+        settle: Callable[[PendingJob], bool] | None = None,
+    ) -> None:
+        """Call ``consider`` on each job, in order. It reads usage as it goes, so ``consider``
+        charges a start before it returns. ``band`` splits each tier (time-slicing: the least
+        served band first).
+
+        ``settle(job)``, when given, is asked about a job as soon as it is next in its owner's
+        line, which may be before its turn: it returns True if it has decided the job itself.
+        It may do so only for a job whose decision changes nothing (no start, no usage) and
+        would be the same at its turn; taking such a job out changes neither the order nor the
+        usage the others are ordered by, and saves turning the heap once per job."""
+        seqs = list(map(_SEQ, pending))
+        if not all(map(lt, seqs, itertools.islice(seqs, 1, None))):
+            # Each owner's line is in submission order: sort once (it usually is already).
+            pending = sorted(pending, key=_SUBMISSION)
+        # Tiers by rank: (priority, -band), or the priority alone (the same order) unbanded.
+        tiers: dict[Any, dict[str, list[PendingJob]]] = {}
         for job in pending:
-            rank = (job.priority, -band(job) if band else 0)
-            tiers.setdefault(rank, {}).setdefault(job.owner, []).append(job)
-        for tier in sorted(tiers, reverse=True):
-            queues = {
-                owner: deque(sorted(jobs, key=lambda j: (j.seq, j.id)))
-                for owner, jobs in tiers[tier].items()
-            }
-            if len(queues) == 1:  # one owner: plain submission order, no heap needed
-                yield from next(iter(queues.values()))
-                continue
-            heap = [(self._key(o), q[0].seq, o) for o, q in queues.items()]
-            heapq.heapify(heap)
-            usage, shares = self.usage, self.shares
-            pop, push = heapq.heappop, heapq.heappush
-            while heap:
-                _, _, owner = pop(heap)
-                queue = queues[owner]
-                yield queue.popleft()
-                if queue:
-                    share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
-                    push(heap, (share, queue[0].seq, owner))
+            rank = job.priority if band is None else (job.priority, -band(job))
+            owners = tiers.get(rank)
+            if owners is None:
+                owners = tiers[rank] = {}
+            line = owners.get(job.owner)
+            if line is None:
+                owners[job.owner] = [job]
+            else:
+                line.append(job)
+        for rank in sorted(tiers, reverse=True):
+            self._visit_tier(tiers[rank], consider, settle)
+
+    def _visit_tier(
+        self,
+        owners: dict[str, list[PendingJob]],
+        consider: Callable[[PendingJob], None],
+        settle: Callable[[PendingJob], bool] | None,
+    ) -> None:
+        """One tier: a merge of the owners' lines on (usage / share, seq, owner)."""
+        if len(owners) == 1:  # one owner: plain submission order, no heap needed
+            for job in next(iter(owners.values())):
+                if settle is None or not settle(job):
+                    consider(job)
+            return
+        lines = {owner: deque(jobs) for owner, jobs in owners.items()}
+        heap = [(self._key(owner), line[0].seq, owner) for owner, line in lines.items()]
+        heapq.heapify(heap)
+        usage, shares = self.usage, self.shares
+        pop, replace = heapq.heappop, heapq.heapreplace
+        while heap:
+            owner = heap[0][2]
+            line = lines[owner]
+            consider(line.popleft())
+            if settle is not None:
+                while line and settle(line[0]):
+                    line.popleft()
+            if line:
+                # Read now: consider() may have charged a start to this owner.
+                share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
+                replace(heap, (share, line[0].seq, owner))
+            else:
+                pop(heap)
+
+
+_SEQ = attrgetter("seq")
+_SUBMISSION = attrgetter("seq", "id")

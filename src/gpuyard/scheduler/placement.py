@@ -15,6 +15,11 @@ time it is expected to start (:meth:`Ledger.reserve`). Every later job is placed
 holds: it may use held resources only if it will have ended (its max runtime) before the hold
 begins. Each node keeps the expected end of what runs on it, so the ledger can answer "when
 could this member start here?" (:meth:`Ledger.earliest`).
+
+What does not depend on what runs (each node's pool, zone and size class, the nodes a
+constraint allows, whether a request could ever fit) is a :class:`Topology` of the nodes. A
+ledger makes its own unless given one: queue prediction replays many cycles over the same nodes
+and gives every cycle's ledger the same topology.
 """
 
 from __future__ import annotations
@@ -37,12 +42,17 @@ from gpuyard.scheduler.snapshot import (
     RunningJob,
 )
 
-__all__ = ["INFINITY", "Hold", "Ledger", "NodeFree"]
+__all__ = ["INFINITY", "Hold", "Ledger", "NodeFree", "Topology"]
 
 INFINITY = math.inf
 
 SizeClass = Resources
 """A node's total: nodes of one size class are interchangeable for a whole-node member."""
+
+Release = tuple[float, int, int, int, Resources]
+"""(expected end, GPUs, millicores, memory, what it frees): in the order of (end, amount)
+with the amounts spelled out, so that sorting compares ints, not Resources (whose order is a
+Python method)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +72,19 @@ class NodeFree:
     free_gpus: list[int]
     """Which of its GPUs are free (their count is ``free.gpus``)."""
     free: Resources
+    pool: str
+    zone: str
+    rank: int
+    """Its size class: the rank of its total among the distinct totals of the nodes, so that
+    sizes compare as small ints (the order is that of :class:`Resources`)."""
     holders: int = 0
     """How many allocations sit on the node."""
-    releases: list[tuple[float, Resources]] = field(default_factory=list)
-    """(expected end, what it frees) of each allocation on the node, soonest first."""
+    releases: list[Release] = field(default_factory=list)
+    """(expected end, what it frees) of each allocation on the node, soonest first (see
+    :data:`Release`)."""
     holds: list[Hold] = field(default_factory=list)
     idle_end: float = -INFINITY
     """When every allocation on the node will have ended (INFINITY if one has no end)."""
-
-    @property
-    def pool(self) -> str:
-        return self.capacity.pool
 
     @property
     def size(self) -> SizeClass:
@@ -100,7 +112,7 @@ class NodeFree:
     def free_at(self, when: float) -> Resources:
         """What is free at ``when``, counting expected ends (not holds)."""
         room = self.free
-        for end, amount in self.releases:
+        for end, _, _, _, amount in self.releases:
             if end > when:
                 break
             room += amount
@@ -113,11 +125,17 @@ class NodeFree:
             taken = self.free
             self.free_gpus, self.free = [], ZERO
         else:
-            used = set(alloc.gpus)
-            self.free_gpus = [g for g in self.free_gpus if g not in used]
+            gpus = alloc.gpus
+            free_gpus = self.free_gpus
+            if free_gpus[: len(gpus)] == list(gpus):
+                # The usual case: a placement takes the first free GPUs.
+                self.free_gpus = free_gpus[len(gpus) :]
+            else:
+                used = set(gpus)
+                self.free_gpus = [g for g in free_gpus if g not in used]
             taken = alloc.amount
             self.free -= taken
-        bisect.insort(self.releases, (end, taken))
+        bisect.insort(self.releases, (end, taken.gpus, taken.mcpus, taken.memory, taken))
         self.idle_end = max(self.idle_end, end)
         return taken
 
@@ -127,58 +145,175 @@ def _size(member: Member) -> Resources:
 
 
 class _PoolIndex:
-    """The schedulable nodes of one pool, by free GPUs and, when idle, by (zone, size)."""
+    """The schedulable nodes of one pool, by free GPUs and, when idle, by (zone, size class)."""
 
     def __init__(self, max_gpus: int) -> None:
         self.by_free: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
-        self.idle: dict[tuple[str, SizeClass], dict[int, None]] = {}
+        self.idle: dict[tuple[str, int], dict[int, None]] = {}
         self.max_gpus = max_gpus
 
     def add(self, node: NodeFree) -> None:
         # A node without a free CPU can host no member (every member needs some): leaving it
         # out of the buckets keeps full nodes from being scanned again and again.
-        if node.free.mcpus > 0:
-            self.by_free[node.free.gpus][node.index] = None
+        free = node.free
+        if free.mcpus > 0:
+            self.by_free[free.gpus][node.index] = None
         if node.holders == 0:
-            self.idle.setdefault((node.capacity.zone, node.size), {})[node.index] = None
+            key = (node.zone, node.rank)
+            group = self.idle.get(key)
+            if group is None:
+                group = self.idle[key] = {}
+            group[node.index] = None
 
     def remove(self, node: NodeFree) -> None:
         self.by_free[node.free.gpus].pop(node.index, None)
         if node.holders == 0:
-            self.idle.get((node.capacity.zone, node.size), {}).pop(node.index, None)
+            group = self.idle.get((node.zone, node.rank))
+            if group is not None:
+                group.pop(node.index, None)
+
+
+class Topology:
+    """What a list of nodes offers apart from what runs on it: each node's pool, zone and size
+    class, the nodes each constraint allows, and whether a request could ever fit them. It
+    depends on nothing that changes during a replay, so every ledger of a replay shares one
+    (its caches fill as constraints and shapes are asked about)."""
+
+    def __init__(self, nodes: Iterable[NodeCapacity]) -> None:
+        self.nodes = tuple(nodes)
+        self.pools = [n.pool for n in self.nodes]
+        self.zones = [n.zone for n in self.nodes]
+        totals = {(t.gpus, t.mcpus, t.memory): t for t in (n.total for n in self.nodes)}
+        order = sorted(totals)  # the order of Resources: GPUs, CPUs, memory
+        rank = {amounts: i for i, amounts in enumerate(order)}
+        self.sizes: list[SizeClass] = [totals[amounts] for amounts in order]
+        """The distinct node totals, smallest first: a size rank's size."""
+        self.ranks = [rank[(t.gpus, t.mcpus, t.memory)] for t in (n.total for n in self.nodes)]
+        self.max_gpus: dict[str, int] = {}
+        """Per pool, the most GPUs of a schedulable node."""
+        for n, pool in zip(self.nodes, self.pools, strict=True):
+            if n.schedulable:
+                self.max_gpus[pool] = max(self.max_gpus.get(pool, 0), n.gpus)
+        self._candidates: dict[Constraint, list[int]] = {}
+        self._classes: dict[Constraint, dict[tuple[str, int], int]] = {}
+        self._never: dict[tuple[Constraint, tuple[Member, ...], bool], str | None] = {}
+        self._holding: dict[Resources, frozenset[int]] = {}
+        self._empty: Ledger | None = None
+
+    def candidates(self, constraint: Constraint) -> list[int]:
+        """The indices of the schedulable nodes a job with this constraint may use."""
+        found = self._candidates.get(constraint)
+        if found is None:
+            found = self._candidates[constraint] = [
+                i
+                for i, n in enumerate(self.nodes)
+                if n.schedulable and constraint.allows(n.name, n.labels)
+            ]
+        return found
+
+    def holding(self, need: Resources) -> frozenset[int]:
+        """The size ranks that could hold ``need`` on an empty node."""
+        found = self._holding.get(need)
+        if found is None:
+            found = self._holding[need] = frozenset(
+                r for r, size in enumerate(self.sizes) if need.fits_in(size)
+            )
+        return found
+
+    def could_ever_fit(
+        self, request: Request, constraint: Constraint, *, same_zone: bool
+    ) -> str | None:
+        """None if the nodes, all empty, could hold ``request``; otherwise why they never can.
+        Remembered per constraint and members (the reason names the members' amounts)."""
+        key = (constraint, request.members, same_zone)
+        if key in self._never:
+            return self._never[key]
+        found = self._never[key] = self._could_ever_fit(request, constraint, same_zone)
+        return found
+
+    def _could_ever_fit(
+        self, request: Request, constraint: Constraint, same_zone: bool
+    ) -> str | None:
+        usable = [self.nodes[i] for i in self.candidates(constraint)]
+        if not usable:
+            return _no_nodes(constraint)
+        quick = self._fits_empty(request, constraint, same_zone)
+        if quick:
+            return None
+        if self._empty is None:
+            self._empty = Ledger(self.nodes, (), topology=self)
+        if self._empty.place(request, constraint, same_zone=same_zone) is not None:
+            return None
+        if same_zone and self._empty.place(request, constraint) is not None:
+            return (
+                f"its {request.nodes} nodes must be in one network zone, and no zone"
+                f"{_where(constraint)} has enough nodes that can hold it"
+            )
+        return _why_never(request, constraint, usable)
+
+    def _fits_empty(self, request: Request, constraint: Constraint, same_zone: bool) -> bool | None:
+        """Whether the empty nodes could hold ``request``, from counts of node sizes alone, for
+        the common shapes (one member, or a gang of alike whole-node members); None when the
+        counts cannot tell."""
+        classes = self._classes.get(constraint)
+        if classes is None:
+            classes = {}
+            for i in self.candidates(constraint):
+                key = (self.zones[i], self.ranks[i])
+                classes[key] = classes.get(key, 0) + 1
+            self._classes[constraint] = classes
+        sizes = self.sizes
+        first = request.members[0]
+        if len(request.members) == 1:
+            return any(first.need.fits_in(sizes[rank]) for _, rank in classes)
+        if not all(m == first for m in request.members) or not first.whole_node:
+            return None
+        per_zone: dict[str, int] = {}
+        for (zone, rank), count in classes.items():
+            if first.need.fits_in(sizes[rank]):
+                zone_key = zone if same_zone else ""
+                per_zone[zone_key] = per_zone.get(zone_key, 0) + count
+        return any(count >= len(request.members) for count in per_zone.values())
 
 
 class Ledger:
     def __init__(
-        self, nodes: Iterable[NodeCapacity], running: Iterable[RunningJob] = (), now: float = 0.0
+        self,
+        nodes: Iterable[NodeCapacity],
+        running: Iterable[RunningJob] = (),
+        now: float = 0.0,
+        *,
+        topology: Topology | None = None,
     ) -> None:
+        """``topology``: the nodes' :class:`Topology`, if the caller keeps one (it is used only
+        if it was made from this very sequence of nodes)."""
+        if topology is None or topology.nodes is not nodes:
+            topology = Topology(nodes)
+        self.topology = topology
         self.now = now
+        pools, zones, ranks = topology.pools, topology.zones, topology.ranks
         self.nodes: list[NodeFree] = [
-            NodeFree(i, n, list(range(n.gpus)), n.total) for i, n in enumerate(nodes)
+            NodeFree(i, n, list(range(n.gpus)), n.total, pools[i], zones[i], ranks[i], 0, [], [])
+            for i, n in enumerate(topology.nodes)
         ]
         self.by_name = {n.capacity.name: n for n in self.nodes}
-        self._pools: dict[str, _PoolIndex] = {}
         self._candidates: dict[Constraint, list[NodeFree]] = {}
-        self._empty: Ledger | None = None
-        """The same nodes with nothing running, to tell "not now" from "never"."""
         self.held: dict[int, NodeFree] = {}
         """Nodes that carry holds."""
         self._ends: list[tuple[float, int, Resources]] | None = None
+        self._ends_added: list[tuple[float, int, Resources]] = []
+        """Expected ends committed since :meth:`_timeline` last sorted them in."""
         self._candidate_sets: dict[Constraint, frozenset[int]] = {}
-        self._classes: dict[Constraint, dict[tuple[str, SizeClass], int]] = {}
-        max_gpus: dict[str, int] = {}
-        for n in self.nodes:
-            if n.capacity.schedulable:
-                max_gpus[n.pool] = max(max_gpus.get(n.pool, 0), n.capacity.gpus)
-        self._pools = {pool: _PoolIndex(g) for pool, g in max_gpus.items()}
+        self._pools = {pool: _PoolIndex(g) for pool, g in topology.max_gpus.items()}
         for job in running:
             end = INFINITY if job.expected_end is None else job.expected_end
             if job.suspending:
                 end = now  # on its way out: its resources are the first to come back
             self._take_all(job.allocations, end)
+        pool_indexes = self._pools
         for n in self.nodes:
             if n.capacity.schedulable:
-                self._pools[n.pool].add(n)
+                pool_indexes[n.pool].add(n)
 
     # -- changes --------------------------------------------------------------------------
 
@@ -190,6 +325,7 @@ class Ledger:
 
     def commit(self, allocations: Iterable[Allocation], end: float = INFINITY) -> None:
         """Take ``allocations`` (from :meth:`place`) for a job that runs until ``end``."""
+        timed = self._ends is not None and end != INFINITY
         for alloc in allocations:
             node = self.by_name.get(alloc.node)
             if node is None:
@@ -200,8 +336,8 @@ class Ledger:
             taken = node.take(alloc, end)
             if index is not None:
                 index.add(node)
-            if self._ends is not None and not math.isinf(end):
-                bisect.insort(self._ends, (end, node.index, taken))
+            if timed:
+                self._ends_added.append((end, node.index, taken))
 
     def reserve(self, job_id: int, start: float, allocations: Iterable[Allocation]) -> None:
         """Hold what ``allocations`` need from ``start`` on, for a job that waits."""
@@ -216,11 +352,8 @@ class Ledger:
         """The schedulable nodes a job with this constraint may use."""
         found = self._candidates.get(constraint)
         if found is None:
-            found = [
-                n
-                for n in self.nodes
-                if n.capacity.schedulable and constraint.allows(n.capacity.name, n.capacity.labels)
-            ]
+            nodes = self.nodes
+            found = [nodes[i] for i in self.topology.candidates(constraint)]
             self._candidates[constraint] = found
         return found
 
@@ -238,12 +371,19 @@ class Ledger:
         ``end`` is when the job will have ended at the latest: it decides which holds the
         placement must leave room for (none with ``ignore_holds``)."""
         scan = bool(constraint.nodes) or constraint.driver is not None
-        index = self._pools.get(constraint.pool)
-        if index is None and not scan:
+        if not scan and constraint.pool not in self._pools:
             return None
+        members = request.members
+        if len(members) == 1 and not members[0].whole_node:  # the common job: one worker
+            member = members[0]
+            node = self._best_fit(member, constraint, scan, _NONE_TAKEN, end, ignore_holds)
+            if node is None:
+                return None
+            first = tuple(node.free_gpus[: member.gpus])
+            return (Allocation(node.capacity.name, first, member.cpus, member.memory),)
         taken: dict[int, list[Allocation]] = {}
-        result: list[Allocation | None] = [None] * len(request.members)
-        whole = [i for i, m in enumerate(request.members) if m.whole_node]
+        result: list[Allocation | None] = [None] * len(members)
+        whole = [i for i, m in enumerate(members) if m.whole_node]
         if whole:
             chosen = self._place_whole(
                 request, whole, constraint, scan, same_zone, end, ignore_holds
@@ -251,7 +391,7 @@ class Ledger:
             if chosen is None:
                 return None
             for i, whole_node in chosen.items():
-                member = request.members[i]
+                member = members[i]
                 alloc = Allocation(
                     whole_node.capacity.name,
                     tuple(range(member.gpus)),
@@ -261,7 +401,7 @@ class Ledger:
                 )
                 result[i] = alloc
                 taken[whole_node.index] = [alloc]
-        for i, member in enumerate(request.members):
+        for i, member in enumerate(members):
             if member.whole_node:
                 continue
             node = self._best_fit(member, constraint, scan, taken, end, ignore_holds)
@@ -311,36 +451,45 @@ class Ledger:
 
     def _idle_groups(
         self, constraint: Constraint, scan: bool
-    ) -> dict[tuple[str, SizeClass], Collection[int]]:
+    ) -> dict[tuple[str, int], Collection[int]]:
         if not scan:
             return dict(self._pools[constraint.pool].idle)
-        groups: dict[tuple[str, SizeClass], list[int]] = {}
+        groups: dict[tuple[str, int], list[int]] = {}
         for n in self.candidates(constraint):
             if n.holders == 0:
-                groups.setdefault((n.capacity.zone, n.size), []).append(n.index)
+                groups.setdefault((n.zone, n.rank), []).append(n.index)
         return dict(groups)
 
     def _whole_in(
         self,
         request: Request,
         whole: list[int],
-        groups: dict[tuple[str, SizeClass], Collection[int]],
+        groups: dict[tuple[str, int], Collection[int]],
         end: float,
         ignore_holds: bool,
     ) -> dict[int, NodeFree] | None:
         # Size classes smallest first; largest members first, each on the smallest that holds it.
         classes = sorted(groups, key=lambda k: (k[1], k[0]))
+        sizes = self.topology.sizes
+        nodes = self.nodes
+        first = request.members[whole[0]]
+        if all(request.members[i] == first for i in whole):
+            return self._whole_alike(first.need, whole, classes, groups, end, ignore_holds)
         used: set[int] = set()
         chosen: dict[int, NodeFree] = {}
         for i in sorted(whole, key=lambda i: _size(request.members[i]), reverse=True):
             member = request.members[i]
             node = None
             for key in classes:
-                if not member.need.fits_in(key[1]):
+                if not member.need.fits_in(sizes[key[1]]):
                     continue
                 for idx in groups[key]:
-                    candidate = self.nodes[idx]
-                    if idx not in used and self._usable(candidate, member, end, ignore_holds):
+                    candidate = nodes[idx]
+                    if idx not in used and (
+                        ignore_holds
+                        or not candidate.holds
+                        or candidate.fits_around_holds(member.need, True, end)
+                    ):
                         node = candidate
                         break
                 if node is not None:
@@ -350,6 +499,34 @@ class Ledger:
             used.add(node.index)
             chosen[i] = node
         return chosen
+
+    def _whole_alike(
+        self,
+        need: Resources,
+        whole: list[int],
+        classes: list[tuple[str, int]],
+        groups: dict[tuple[str, int], Collection[int]],
+        end: float,
+        ignore_holds: bool,
+    ) -> dict[int, NodeFree] | None:
+        """:meth:`_whole_in` for alike members (the common gang): each would take the next
+        usable node of the same walk, so walk once."""
+        sizes, nodes = self.topology.sizes, self.nodes
+        picked: list[NodeFree] = []
+        for key in classes:
+            if not need.fits_in(sizes[key[1]]):
+                continue
+            for idx in groups[key]:
+                candidate = nodes[idx]
+                if (
+                    ignore_holds
+                    or not candidate.holds
+                    or candidate.fits_around_holds(need, True, end)
+                ):
+                    picked.append(candidate)
+                    if len(picked) == len(whole):
+                        return dict(zip(whole, picked, strict=True))
+        return None
 
     def _best_fit(
         self,
@@ -373,17 +550,20 @@ class Ledger:
             return best
         index = self._pools[constraint.pool]
         nodes = self.nodes
-        for k in range(need.gpus, index.max_gpus + 1):
-            for idx in index.by_free[k]:
+        gpus, mcpus, memory = need.gpus, need.mcpus, need.memory
+        for bucket in index.by_free[gpus:]:
+            for idx in bucket:
                 node = nodes[idx]
                 if taken or node.holds:
                     if self._fits_with(node, member, taken, end, ignore_holds):
                         return node
-                elif need.fits_in(node.free):
-                    return node
+                else:
+                    free = node.free
+                    if gpus <= free.gpus and mcpus <= free.mcpus and memory <= free.memory:
+                        return node
         # Nodes this very placement already used sit in stale buckets: look at them too.
         for idx in taken:
-            node = self.nodes[idx]
+            node = nodes[idx]
             if node.pool == constraint.pool and self._fits_with(
                 node, member, taken, end, ignore_holds
             ):
@@ -497,19 +677,25 @@ class Ledger:
     def _candidate_set(self, constraint: Constraint) -> frozenset[int]:
         found = self._candidate_sets.get(constraint)
         if found is None:
-            found = frozenset(n.index for n in self.candidates(constraint))
+            found = frozenset(self.topology.candidates(constraint))
             self._candidate_sets[constraint] = found
         return found
 
     def _timeline(self) -> list[tuple[float, int, Resources]]:
-        """Every finite expected end on every node, soonest first (built on first use)."""
+        """Every finite expected end on every node, soonest first (built on first use; the
+        ends committed since are sorted in when it is next asked for)."""
         if self._ends is None:
             self._ends = sorted(
                 (end, n.index, amount)
                 for n in self.nodes
-                for end, amount in n.releases
-                if not math.isinf(end)
+                for end, _, _, _, amount in n.releases
+                if end != INFINITY
             )
+            self._ends_added.clear()
+        elif self._ends_added:
+            self._ends += self._ends_added
+            self._ends.sort()  # two sorted runs: one merge
+            self._ends_added.clear()
         return self._ends
 
     def _earliest_whole(
@@ -517,10 +703,13 @@ class Ledger:
     ) -> tuple[float, list[NodeFree]] | None:
         members = sorted(whole, key=_size, reverse=True)
         zones: dict[str, list[NodeFree]] = {}
-        for node in candidates:
-            if node.holds:
-                continue  # already promised to a waiting job
-            zones.setdefault(node.capacity.zone if same_zone else "", []).append(node)
+        # A node with holds is already promised to a waiting job (_soonest_idle skips it).
+        if same_zone:
+            for node in candidates:
+                if not node.holds:
+                    zones.setdefault(node.zone, []).append(node)
+        else:
+            zones[""] = candidates
         best: tuple[float, list[NodeFree]] | None = None
         uniform = all(m == members[0] for m in members)
         for zone in sorted(zones):
@@ -535,26 +724,31 @@ class Ledger:
     def _soonest_idle(
         self, members: list[Member], nodes: list[NodeFree], uniform: bool
     ) -> list[NodeFree] | None:
-        """Nodes for ``members`` (largest first) that are whole soonest, the smallest first."""
-
-        def key(n: NodeFree) -> tuple[float, SizeClass, int]:
-            return (max(n.idle_end, self.now), n.size, n.index)
-
+        """Nodes for ``members`` (largest first) that are whole soonest, the smallest first;
+        nodes with holds are left out."""
+        now = self.now
         if uniform:  # the common gang: k alike members, so the k soonest fitting nodes
-            fitting = [n for n in nodes if members[0].need.fits_in(n.size)]
-            if len(fitting) < len(members):
+            holding = self.topology.holding(members[0].need)
+            keys = [
+                (n.idle_end if n.idle_end > now else now, n.rank, n.index)
+                for n in nodes
+                if n.rank in holding and not n.holds
+            ]
+            if len(keys) < len(members):
                 return None
-            return heapq.nsmallest(len(members), fitting, key=key)
-        ordered = sorted(nodes, key=key)
+            return [self.nodes[key[2]] for key in heapq.nsmallest(len(members), keys)]
+        ordered = sorted(
+            (n for n in nodes if not n.holds), key=lambda n: (max(n.idle_end, now), n.rank, n.index)
+        )
         picked: list[NodeFree] = []
+        chosen: set[int] = set()
         for member in members:
-            fit = next(
-                (n for n in ordered if n not in picked and member.need.fits_in(n.size)),
-                None,
-            )
+            holding = self.topology.holding(member.need)
+            fit = next((n for n in ordered if n.index not in chosen and n.rank in holding), None)
             if fit is None:
                 return None
             picked.append(fit)
+            chosen.add(fit.index)
         return picked
 
     # -- never ----------------------------------------------------------------------------
@@ -563,50 +757,16 @@ class Ledger:
         self, request: Request, constraint: Constraint = ANYWHERE, *, same_zone: bool = False
     ) -> str | None:
         """None if the job's nodes, all empty, could hold it; otherwise why they never can."""
-        usable = [n.capacity for n in self.candidates(constraint)]
-        if not usable:
-            return _no_nodes(constraint)
-        quick = self._fits_empty(request, constraint, same_zone)
-        if quick:
-            return None
-        if self._empty is None:
-            self._empty = Ledger([n.capacity for n in self.nodes], ())
-        if self._empty.place(request, constraint, same_zone=same_zone) is not None:
-            return None
-        if same_zone and self._empty.place(request, constraint) is not None:
-            return (
-                f"its {request.nodes} nodes must be in one network zone, and no zone"
-                f"{_where(constraint)} has enough nodes that can hold it"
-            )
-        return _why_never(request, constraint, usable)
-
-    def _fits_empty(self, request: Request, constraint: Constraint, same_zone: bool) -> bool | None:
-        """Whether the empty nodes could hold ``request``, from counts of node sizes alone, for
-        the common shapes (one member, or a gang of alike whole-node members); None when the
-        counts cannot tell."""
-        classes = self._classes.get(constraint)
-        if classes is None:
-            classes = {}
-            for n in self.candidates(constraint):
-                key = (n.capacity.zone, n.size)
-                classes[key] = classes.get(key, 0) + 1
-            self._classes[constraint] = classes
-        first = request.members[0]
-        if len(request.members) == 1:
-            return any(first.need.fits_in(size) for _, size in classes)
-        if not all(m == first for m in request.members) or not first.whole_node:
-            return None
-        per_zone: dict[str, int] = {}
-        for (zone, size), count in classes.items():
-            if first.need.fits_in(size):
-                zone_key = zone if same_zone else ""
-                per_zone[zone_key] = per_zone.get(zone_key, 0) + count
-        return any(count >= len(request.members) for count in per_zone.values())
+        return self.topology.could_ever_fit(request, constraint, same_zone=same_zone)
 
     @property
     def holds(self) -> bool:
         """Whether any room is held for a waiting job."""
         return bool(self.held)
+
+
+_NONE_TAKEN: dict[int, list[Allocation]] = {}
+"""What a one-member placement has already taken: nothing (never written to)."""
 
 
 def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], Resources]:
@@ -634,7 +794,7 @@ def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | No
     if not need.fits_in(node.size):
         return None
     room, when = node.free, -INFINITY
-    for end, amount in node.releases:
+    for end, _, _, _, amount in node.releases:
         if need.fits_in(room):
             break
         room, when = room + amount, end

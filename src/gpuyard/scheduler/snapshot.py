@@ -22,7 +22,7 @@ from gpuyard.models.request import (
     Shape,
     choices,
 )
-from gpuyard.models.resources import Resources
+from gpuyard.models.resources import Resources, millicpus
 
 __all__ = [
     "ANYWHERE",
@@ -138,7 +138,7 @@ class PendingJob:
         return min(self.choices(), key=lambda r: (r.nodes, r.gpus))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Allocation:
     """One worker's use of one node."""
 
@@ -151,8 +151,27 @@ class Allocation:
     amount: Resources = field(init=False, repr=False, compare=False, hash=False)
     """What it takes of its node, unless exclusive (then the whole node)."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "amount", Resources.of(len(self.gpus), self.cpus, self.memory))
+    def __init__(
+        self,
+        node: str,
+        gpus: tuple[int, ...] = (),
+        cpus: float = 0.0,
+        memory: int = 0,
+        exclusive: bool = False,
+    ) -> None:
+        # Set the slots directly (see Resources.__init__): a cycle makes one per placed worker.
+        _set_node(self, node)
+        _set_gpus(self, gpus)
+        _set_cpus(self, cpus)
+        _set_memory(self, memory)
+        _set_exclusive(self, exclusive)
+        _set_amount(self, Resources(len(gpus), millicpus(cpus), memory))
+
+
+_set_node, _set_gpus, _set_cpus, _set_memory, _set_exclusive, _set_amount = (
+    vars(Allocation)[name].__set__
+    for name in ("node", "gpus", "cpus", "memory", "exclusive", "amount")
+)
 
 
 @dataclass(frozen=True, slots=True)
