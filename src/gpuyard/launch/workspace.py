@@ -29,12 +29,15 @@ def attempt_dir(job_dir: str, attempt: int) -> str:
 
 
 def worker_dir(job_dir: str, attempt: int, rank: int) -> str:
-    """Where a worker's files live (log, state); the same layout on every executor."""
+    """What a worker's job sees of its files (its log, its control dir, its workspace); the same
+    layout on every executor. The supervisor's own files (spec, state, exit record) are kept
+    out of this tree, where the job is not pointed (docs/runtime.md, "The worker directory")."""
     return posixpath.join(attempt_dir(job_dir, attempt), f"worker-{rank}")
 
 
 def control_dir(job_dir: str, attempt: int, rank: int) -> str:
-    """Where the platform and the job's runtime exchange notices (docs/preemption.md)."""
+    """Where the platform and the job's runtime exchange notices (docs/preemption.md). The
+    local executor sets ``GPUYARD_CONTROL_DIR`` to the same path, computed from its job dir."""
     return posixpath.join(worker_dir(job_dir, attempt, rank), "control")
 
 

@@ -93,6 +93,13 @@ def processes_under(root: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.fixture
+def worker_processes() -> Callable[[Path], list[psutil.Process]]:
+    """``processes_under``: the live processes of the workers whose control dirs lie below a
+    path (a worker's dir: that worker's)."""
+    return processes_under
+
+
 def kill_processes_under(root: Path) -> None:
     for proc in processes_under(root):
         with contextlib.suppress(psutil.Error):

@@ -71,7 +71,6 @@ from gpuyard.models.workerdir import (
     FileSpec,
     PreemptFile,
     SupervisorSpec,
-    SupervisorState,
     TerminateRequest,
 )
 from gpuyard.quantities import format_bytes
@@ -289,13 +288,17 @@ class LocalExecutor:
         left; otherwise kill what is left and report the worker lost."""
         sdir = str(handle["supervisor"])
         cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
-        record = self._read_record(sdir, "exit.json", ExitRecord)
+        record = self._exit_record(sdir)
         if cgroup is not None:
             left = cgroup.kill()
             cgroup.remove()
+            believed = isinstance(record, ExitRecord) and not left
         else:
-            left = 0 if isinstance(record, ExitRecord) else self._kill_group(handle)
-        if isinstance(record, ExitRecord) and not left:
+            # Without a cgroup, processes that left the group may outlive a normal exit, so
+            # what is left proves nothing; they are killed all the same.
+            left = self._kill_marked(handle)
+            believed = isinstance(record, ExitRecord)
+        if isinstance(record, ExitRecord) and believed:
             return WorkerStatus(
                 WorkerState.EXITED,
                 exit_code=record.exit_code,
@@ -305,11 +308,16 @@ class LocalExecutor:
                 message=record.message,
                 cause=_cause(record),
             )
+        if record is not None:
+            self._reject_record(sdir)
         why = "the worker's supervisor ended without recording an exit"
         if isinstance(record, str):
             why += f" ({record})"
         elif isinstance(record, ExitRecord):
-            why = "the worker's supervisor ended while processes of the worker still ran"
+            why = (
+                "the worker's supervisor ended while processes of the worker still ran (its "
+                "exit record is not believed)"
+            )
         err = self._tail(sdir, "supervisor.err")
         if err:
             why += f": {err}"
@@ -317,10 +325,9 @@ class LocalExecutor:
             why += f"; {left} process{'es' if left > 1 else ''} of the worker killed"
         return WorkerStatus(WorkerState.LOST, message=why)
 
-    def _read_record(
-        self, sdir: str, name: str, schema: type[ExitRecord] | type[SupervisorState]
-    ) -> ExitRecord | SupervisorState | str | None:
-        """The record, None when absent, or why it cannot be believed."""
+    def _exit_record(self, sdir: str) -> ExitRecord | str | None:
+        """The exit record, None when absent, or why it cannot be read."""
+        name = "exit.json"
         try:
             fd = untrusted.open_dir(str(self.home), sdir)
         except FileNotFoundError:
@@ -336,9 +343,19 @@ class LocalExecutor:
         if raw is None:
             return None
         try:
-            return schema.model_validate_json(raw)
+            return ExitRecord.model_validate_json(raw)
         except ValidationError as exc:
             return f"{name}: {exc.errors(include_url=False)[0]['msg']}"
+
+    def _reject_record(self, sdir: str) -> None:
+        """Set aside an exit record that was not believed, so that the next ``status`` does not
+        believe it either once the cgroup is empty (nothing of the job is left to write it)."""
+        with contextlib.suppress(OSError, untrusted.Unreadable):
+            fd = untrusted.open_dir(str(self.home), sdir)
+            try:
+                os.rename("exit.json", "exit.json.rejected", src_dir_fd=fd, dst_dir_fd=fd)
+            finally:
+                os.close(fd)
 
     def _tail(self, sdir: str, name: str, limit: int = 500) -> str:
         try:
@@ -384,38 +401,27 @@ class LocalExecutor:
         identity.send(signal.SIGTERM, self._boot)
 
     def kill(self, handle: Handle) -> None:
-        """SIGKILL every process of the worker now (its whole cgroup; its process group where
-        there is no cgroup). A live supervisor then records the exit."""
+        """SIGKILL every process of the worker now: its whole cgroup, or without one every
+        process started with its environment. A live supervisor then records the exit."""
         cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
         if cgroup is not None:
             cgroup.kill()
-        elif "supervisor" in handle:
-            self._kill_group(handle)
+        elif "dir" in handle:
+            self._kill_marked(handle)
 
-    def _kill_group(self, handle: Handle) -> int:
-        """Without a cgroup: SIGKILL the command's process group, if its leader is really this
-        worker's (its environment names the worker's control directory). 1 if it was killed."""
-        leader = self._leader(handle)
-        if leader is None:
-            return 0
-        try:
-            os.killpg(leader, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            return 0
-        return 1
-
-    def _leader(self, handle: Handle) -> int | None:
-        state = self._read_record(str(handle["supervisor"]), "state.json", SupervisorState)
-        if not isinstance(state, SupervisorState) or state.pid is None:
-            return None
-        pid = state.pid
-        if procfs.pgid(pid) != pid or not procfs.environ_has(pid, _marker(handle)):
-            return None
-        return pid
+    def _kill_marked(self, handle: Handle) -> int:
+        """Without a cgroup: SIGKILL every process that started with this worker's control
+        directory in its environment (its process group, and children that left the group but
+        kept the environment). How many there were."""
+        pids = procfs.with_environ(_marker(handle))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
 
     def _members(self, handle: Handle) -> Callable[[int], bool]:
         """Whether a pid is a process of the worker: in its cgroup, or (without one) started
-        with its control directory in its environment."""
+        with its environment."""
         cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
         if cgroup is not None:
             members = set(cgroup.procs())

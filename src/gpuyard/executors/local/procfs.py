@@ -17,7 +17,15 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Identity", "boot_id", "cmdline", "environ_has", "oldest_running", "pgid", "start_time"]
+__all__ = [
+    "Identity",
+    "boot_id",
+    "cmdline",
+    "environ_has",
+    "oldest_running",
+    "start_time",
+    "with_environ",
+]
 
 _ENDED_STATES = (b"Z", b"X")
 """A zombie has exited (only its exit status waits for its parent); X is dead."""
@@ -93,11 +101,13 @@ def oldest_running(argv_tail: list[str], boot: str) -> Identity | None:
     return found
 
 
-def pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
+def with_environ(entry: str) -> list[int]:
+    """Live processes that started with ``entry`` in their environment (one scan of /proc)."""
+    return [
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isdigit() and int(name) != os.getpid() and environ_has(int(name), entry)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,214 @@
+"""Each worker in a cgroup of its own: limits, OOM kills reported, and nothing of a worker left
+once it has ended, however its processes tried to leave."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpuyard.executors.local import cgroups, procfs
+from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.models.resources import Resources
+from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState, WorkerStatus
+
+ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+NO_LIMITS = Resources()
+WorkerProcesses = Callable[[Path], list[psutil.Process]]
+
+# Children that leave the worker's process group: a setsid'd sleeper, a double fork (its
+# parent exits, so it is reparented), and a Python daemon that does both.
+ESCAPERS = """
+setsid sleep 1000 &
+(sleep 1000 &) &
+python3 -c 'import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1000)
+' &
+sleep 0.3
+echo ready
+"""
+
+
+@pytest.fixture(params=["cgroup", "cgroup-v2-unified", "none"])
+def isolated(
+    request: pytest.FixtureRequest, make_executor: Callable[..., LocalExecutor]
+) -> LocalExecutor:
+    if request.param == "none":
+        return make_executor(isolation=cgroups.Isolation(cgroups.NONE))
+    if request.param == "cgroup":
+        request.getfixturevalue("needs_cgroup")
+        return make_executor()
+    return make_executor(isolation=request.getfixturevalue("unified_isolation"))
+
+
+def launch(
+    ex: LocalExecutor,
+    argv: list[str],
+    *,
+    limits: Resources = NO_LIMITS,
+    grace: float = 5.0,
+) -> Handle:
+    return ex.launch(
+        WorkerLaunch(WorkerKey(1, 0, 0), "local", argv, ENV, "/", grace, limits=limits)
+    )
+
+
+def log(ex: LocalExecutor, handle: Handle) -> str:
+    return ex.read_log(handle, 0, 1 << 20)[0].decode()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.02)
+
+
+def ended(ex: LocalExecutor, handle: Handle, timeout: float = 10) -> WorkerStatus:
+    deadline = time.monotonic() + timeout
+    while (status := ex.status([handle])[0]).state is WorkerState.RUNNING:
+        assert time.monotonic() < deadline, "still running"
+        time.sleep(0.01)
+    return status
+
+
+@pytest.mark.parametrize("end", ["command exits", "terminate", "kill"])
+def test_nothing_of_a_worker_outlives_it(
+    isolated: LocalExecutor, worker_processes: WorkerProcesses, end: str, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    if end == "command exits":
+        script = ESCAPERS + f"while [ ! -e {go} ]; do sleep 0.02; done; exit 3"
+    else:
+        script = ESCAPERS + "trap '' TERM; sleep 1000"
+    handle = launch(isolated, ["bash", "-c", script], grace=0.3)
+    wait_until(lambda: "ready" in log(isolated, handle))
+    wait_until(lambda: len(worker_processes(Path(handle["dir"]))) >= 4)  # and its 3 escapers
+    if end == "command exits":
+        go.touch()
+    elif end == "terminate":
+        isolated.terminate(handle, grace=0.3)
+    elif end == "kill":
+        isolated.kill(handle)
+    status = ended(isolated, handle)
+    expected = {
+        "command exits": (3, None, False),
+        "terminate": (137, "SIGKILL", True),
+        "kill": (137, "SIGKILL", False),
+    }
+    assert (status.exit_code, status.signal, status.escalated) == expected[end]
+    assert status.state is WorkerState.EXITED
+    # Without a cgroup, the escapers survive the supervisor; the executor kills them when it
+    # reports the end (those that keep the worker's environment).
+    assert worker_processes(Path(handle["dir"])) == []
+
+
+def test_the_command_runs_in_its_cgroup_from_the_start(isolated: LocalExecutor) -> None:
+    handle = launch(isolated, ["cat", "/proc/self/cgroup"])
+    assert ended(isolated, handle).exit_code == 0
+    lines = log(isolated, handle).splitlines()
+    if isolated.isolation.mode == cgroups.NONE:
+        assert not any(line.endswith("/1-0-0") for line in lines)
+        return
+    cgroup = cgroups.Cgroup.from_json(handle["cgroup"])
+    assert cgroup is not None
+    for controller in cgroup.dirs:
+        name = "" if controller == "unified" else controller
+        [line] = [x for x in lines if name in x.split(":")[1].split(",")]
+        parent = Path(isolated.isolation.parents[controller]).name
+        assert line.endswith(f"/{parent}/1-0-0"), line
+    assert not cgroup.exists()  # removed once the worker ended
+
+
+def test_a_worker_past_its_memory_limit_ends_out_of_memory(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    ex = make_executor()
+    code = "x = bytearray(300 << 20); print('survived')"
+    handle = launch(ex, [sys.executable, "-c", code], limits=Resources(memory=64 << 20))
+    status = ended(ex, handle)
+    assert (status.exit_code, status.signal) == (137, "SIGKILL")
+    assert status.cause == "out of memory: limit 64Mi"
+    assert "survived" not in log(ex, handle)
+
+
+def test_a_worker_within_its_memory_limit_is_not_killed(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    ex = make_executor()
+    code = "x = bytearray(20 << 20); print('survived')"
+    handle = launch(ex, [sys.executable, "-c", code], limits=Resources(memory=256 << 20))
+    status = ended(ex, handle)
+    assert (status.exit_code, status.cause) == (0, "")
+
+
+def test_a_fork_bomb_stops_at_the_process_limit(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    ex = make_executor(pids_limit=20)
+    if "pids" not in ex.isolation.controllers:
+        pytest.skip("the pids controller is not available here")
+    handle = launch(ex, ["bash", "-c", "for i in $(seq 40); do sleep 2 & done; wait; exit 1"])
+    status = ended(ex, handle)
+    assert status.cause == "reached its limit of 20 processes (a fork failed)"
+
+
+def test_cpu_limits_are_written(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    ex = make_executor()
+    if "cpu" not in ex.isolation.controllers:
+        pytest.skip("the cpu controller is not available here")
+    handle = launch(ex, ["sleep", "30"], limits=Resources.of(cpus=0.5))
+    cgroup = cgroups.Cgroup.from_json(handle["cgroup"])
+    assert cgroup is not None
+    wait_until(lambda: bool(cgroup.procs()))
+    if cgroup.version == 2:
+        assert Path(cgroup.dirs["unified"], "cpu.max").read_text().split() == ["50000", "100000"]
+    else:
+        assert Path(cgroup.dirs["cpu"], "cpu.cfs_quota_us").read_text().strip() == "50000"
+        assert Path(cgroup.dirs["cpu"], "cpu.shares").read_text().strip() == "512"
+    ex.kill(handle)
+    assert ended(ex, handle).signal == "SIGKILL"
+
+
+def test_a_lost_workers_cgroup_is_emptied_and_removed(
+    make_executor: Callable[..., LocalExecutor],
+    needs_cgroup: None,
+    worker_processes: WorkerProcesses,
+) -> None:
+    ex = make_executor()
+    handle = launch(ex, ["bash", "-c", ESCAPERS + "sleep 1000"])
+    wait_until(lambda: "ready" in log(ex, handle))
+    identity = procfs.Identity.from_handle(handle)
+    assert identity is not None
+    os.kill(identity.pid, 9)
+    status = ended(ex, handle)
+    assert status.state is WorkerState.LOST
+    assert "processes of the worker killed" in status.message
+    assert worker_processes(Path(handle["dir"])) == []
+    cgroup = cgroups.Cgroup.from_json(handle["cgroup"])
+    assert cgroup is not None and not cgroup.exists()
+
+
+def test_the_executor_says_what_it_enforces(
+    make_executor: Callable[..., LocalExecutor], isolation_reason: str
+) -> None:
+    bare = make_executor(isolation=cgroups.Isolation(cgroups.NONE, warnings=["no cgroup here"]))
+    assert bare.warnings() == ["no cgroup here"]
+    assert {n.labels["isolation"] for n in bare.nodes()} == {"none"}
+    found = make_executor()
+    assert {n.labels["isolation"] for n in found.nodes()} == {found.isolation.mode}
+    if isolation_reason:
+        assert found.isolation.mode == cgroups.NONE and found.warnings()
+    else:
+        assert found.isolation.mode in (cgroups.CGROUP_V1, cgroups.CGROUP_V2)
