@@ -358,3 +358,47 @@ def test_files_are_written_with_their_modes(executor: LocalExecutor, tmp_path: P
     )
     assert wait_for(executor, handle).exit_code == 0
     assert log(executor, handle) == "from a file\n"
+
+
+RUNTIME_JOB = """
+import time
+import gpuyard.runtime as gr
+gr.preemption_requested()  # installs the handler, registers listeners/<pid>
+gr.report_progress(3, loss=float("nan"))
+gr.record_checkpoint("/ckpt/checkpoint.pt", step=3)
+print("ready", flush=True)
+while not gr.preemption_requested():
+    time.sleep(0.01)
+print("notice:", gr.preemption_notice().source, flush=True)
+gr.acknowledge()
+gr.suspend()
+"""
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "no-cgroup"])
+def test_the_runtime_and_the_executor_agree_on_the_control_files(
+    make_executor: Callable[..., LocalExecutor], isolation_reason: str, cgroup: bool
+) -> None:
+    if cgroup and isolation_reason:
+        pytest.skip(f"no writable cgroup on this machine: {isolation_reason}")
+    from gpuyard.models.worker import Notice
+
+    executor = make_executor(isolation=None if cgroup else NO_CGROUPS)
+    handle = launch(executor, [sys.executable, "-c", RUNTIME_JOB])
+    wait_until(lambda: "ready" in log(executor, handle))
+    [before] = executor.control([handle])
+    assert (before.listening, before.step, before.checkpoint_step, before.invalid) == (
+        True,
+        3,
+        3,
+        (),
+    )
+    executor.notify(
+        handle, Notice(requested_at=time.time(), deadline=time.time() + 60, reason="t", by="t")
+    )
+    status = wait_for(executor, handle)
+    assert status.exit_code == 75
+    assert "notice: signal" in log(executor, handle)  # the signal reached the registered pid
+    [after] = executor.control([handle])
+    assert after.acknowledged_at is not None and after.suspended_at is not None
+    assert after.invalid == ()
