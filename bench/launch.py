@@ -197,11 +197,11 @@ def kill_leftover_workers(home: Path) -> None:
     them); after an aborted run nothing would adopt them, so the benchmark ends them itself.
     Groups whose worker wrote exit.json are left alone: their pgid may have been reused.
     """
-    for state_file in home.glob("jobs/*/attempts/*/worker-*/state.json"):
+    for state_file in home.glob("supervisors/*/state.json"):  # docs/runtime.md
         if (state_file.parent / "exit.json").exists():
             continue
         with contextlib.suppress(OSError, ValueError, KeyError, json.JSONDecodeError):
-            os.killpg(int(json.loads(state_file.read_text())["pgid"]), signal.SIGKILL)
+            os.killpg(int(json.loads(state_file.read_text())["pid"]), signal.SIGKILL)
 
 
 def pool_log_problems(pool: Pool, limit: int = 10) -> list[str]:

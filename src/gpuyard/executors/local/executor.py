@@ -82,6 +82,7 @@ REXEC = Path(rexec_module.__file__).resolve()
 DEFAULT_PIDS_LIMIT = 4096
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
+_RUNNING = WorkerStatus(WorkerState.RUNNING)
 
 
 class LocalExecutor:
@@ -118,9 +119,11 @@ class LocalExecutor:
             {"isolation": self.isolation.mode},
         )
         self._boot = procfs.boot_id()
+        self._watcher = procfs.Watcher()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self._known: dict[WorkerKey, procfs.Identity] = {}
-        """Supervisors seen in launches and handles: whose pokes to believe."""
+        self._known: dict[int, tuple[int, str]] = {}
+        """Live supervisors seen in launches and handles (pid -> start time, directory): whose
+        pokes to believe."""
         self._lock = threading.Lock()
         self._listener: Listener | None = None
 
@@ -231,7 +234,7 @@ class LocalExecutor:
             raise LaunchError(f"cannot read the start time of supervisor {proc.pid}")
         with self._lock:
             self._children[proc.pid] = proc
-            self._known[key] = identity
+            self._known[proc.pid] = (identity.start_time, str(sdir))
         return {
             "dir": str(wd),
             "log": str(wd / "log"),
@@ -266,21 +269,38 @@ class LocalExecutor:
     # -- status ---------------------------------------------------------------------------
 
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
-        return [self._status(h) for h in handles]
+        # The controller asks this for every running worker every pass: a running worker
+        # costs a few dictionary lookups, and all of them one poll(2) of their pidfds.
+        self._watcher.refresh()
+        statuses: list[WorkerStatus] = []
+        alive: dict[int, tuple[int, str]] = {}
+        for handle in handles:
+            pid, start = handle.get("pid"), handle.get("start_time")
+            if (
+                isinstance(pid, int)
+                and isinstance(start, int)
+                and handle.get("boot_id") == self._boot
+                and self._watcher.running(pid, start)
+            ):
+                alive[pid] = (start, str(handle.get("supervisor")))
+                statuses.append(_RUNNING)
+            else:
+                statuses.append(self._gone(handle, procfs.Identity.from_handle(handle)))
+        with self._lock:
+            self._known.update(alive)
+        return statuses
 
-    def _status(self, handle: Handle) -> WorkerStatus:
+    def _gone(self, handle: Handle, identity: procfs.Identity | None) -> WorkerStatus:
         if "supervisor" not in handle:
             return WorkerStatus(
                 WorkerState.LOST,
                 message="launched by an older gpuyard, whose worker files a job could forge; "
                 "it is no longer watched",
             )
-        identity = procfs.Identity.from_handle(handle)
         if identity is not None:
-            if identity.alive(self._boot):
-                self._remember(handle, identity)
-                return WorkerStatus(WorkerState.RUNNING)
             self._reap(identity.pid)
+            with self._lock:
+                self._known.pop(identity.pid, None)
         return self._ended(handle)
 
     def _ended(self, handle: Handle) -> WorkerStatus:
@@ -369,12 +389,6 @@ class LocalExecutor:
         finally:
             os.close(fd)
         return raw.decode(errors="replace")[-limit:].strip()
-
-    def _remember(self, handle: Handle, identity: procfs.Identity) -> None:
-        key = _key_of(handle)
-        if key is not None:
-            with self._lock:
-                self._known[key] = identity
 
     def _reap(self, pid: int) -> None:
         with self._lock:
@@ -502,8 +516,7 @@ class LocalExecutor:
             self._listener = Listener(
                 self._name,
                 callback,
-                known=self._known_supervisor,
-                command=self._command,
+                is_supervisor=self._is_supervisor,
                 on_exit=self._reap,
             )
         except OSError as exc:
@@ -511,23 +524,22 @@ class LocalExecutor:
                 raise
             # Another process listens for this home; we fall back to polling.
 
-    def _known_supervisor(self, key: WorkerKey) -> procfs.Identity | None:
+    def _is_supervisor(self, pid: int, key: WorkerKey) -> bool:
+        """Whether process ``pid`` is the supervisor of worker ``key``: the one this executor
+        knows, or (for a worker it has not seen yet) a process running its command."""
         with self._lock:
-            return self._known.get(key)
+            known = self._known.get(pid)
+        if known is not None:
+            start, sdir = known
+            return sdir == str(self.supervisor_dir(key)) and procfs.start_time(pid) == start
+        return procfs.cmdline(pid)[1:] == self._command(key)
 
     def close(self) -> None:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        self._watcher.close()
         self.isolation.remove_parents()  # only if no worker's cgroup is left in them
-
-
-def _key_of(handle: Handle) -> WorkerKey | None:
-    name = Path(str(handle.get("supervisor", ""))).name
-    parts = name.split("-")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        return None
-    return WorkerKey(int(parts[0]), int(parts[1]), int(parts[2]))
 
 
 def _marker(handle: Handle) -> str:

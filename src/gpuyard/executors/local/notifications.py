@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from gpuyard.executors.local import procfs
 from gpuyard.models.worker import WorkerKey
 from gpuyard.models.workerdir import Poke
 
@@ -42,24 +41,20 @@ _CREDENTIALS = struct.Struct("3i")
 
 
 class Listener:
-    """Receives pokes on a thread of its own and calls ``callback(key)`` for each believed one.
-
-    ``known(key)`` is the supervisor the executor knows for a worker, or None; ``command(key)``
-    is the argv tail that worker's supervisor runs with.
-    """
+    """Receives pokes on a thread of its own and calls ``callback(key)`` for each believed one:
+    ``is_supervisor(pid, key)`` says whether the sender is that worker's supervisor;
+    ``on_exit(pid)`` is called once a supervisor that said it exits has."""
 
     def __init__(
         self,
         address: str,
         callback: Callable[[WorkerKey | None], None],
         *,
-        known: Callable[[WorkerKey], procfs.Identity | None],
-        command: Callable[[WorkerKey], list[str]],
+        is_supervisor: Callable[[int, WorkerKey], bool],
         on_exit: Callable[[int], None],
     ) -> None:
         self.callback = callback
-        self.known = known
-        self.command = command
+        self.is_supervisor = is_supervisor
         self.on_exit = on_exit
         self.dropped = 0
         """Pokes not believed (not from the worker's supervisor, or not a poke)."""
@@ -148,15 +143,7 @@ class Listener:
         except ValidationError:
             return None
         key = WorkerKey(poke.job, poke.attempt, poke.rank)
-        known = self.known(key)
-        if known is not None:
-            return (
-                poke
-                if known.pid == sender and procfs.start_time(sender) == known.start_time
-                else None
-            )
-        argv = procfs.cmdline(sender)
-        return poke if argv[1:] == self.command(key) else None
+        return poke if self.is_supervisor(sender, key) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import select
 import signal
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "Identity",
+    "Watcher",
     "boot_id",
     "cmdline",
     "environ_has",
@@ -134,8 +138,7 @@ class Identity:
         """Whether this very process still runs (a zombie has ended)."""
         if self.boot_id != current_boot:
             return False
-        found = _stat(self.pid)
-        return found is not None and found[1] == self.start_time and found[0] not in _ENDED_STATES
+        return _running(self.pid, self.start_time)
 
     def send(self, signum: signal.Signals, current_boot: str) -> bool:
         """Signal this process if it still runs; whether it was signalled. With a pidfd, a pid
@@ -160,3 +163,68 @@ class Identity:
             if pidfd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(pidfd)
+
+
+class Watcher:
+    """Whether many processes still run, for the price of one ``poll(2)``.
+
+    Each process (pid and start time) is checked once in /proc when first asked about, then
+    held by a pidfd, which becomes readable when it exits; :meth:`refresh` polls them all at
+    once. pidfds are file descriptors, so at most a quarter of this process's descriptor limit
+    is used for them (256 with the common soft limit of 1024); processes beyond that, or where
+    the kernel has no pidfds (before Linux 5.3), are read from /proc each time.
+    """
+
+    def __init__(self) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.capacity = 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
+        self._fds: dict[tuple[int, int], int] = {}
+        self._exited: set[int] = set()
+        self._poll = select.poll()
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Find out which watched processes have exited since the last refresh."""
+        with self._lock:
+            if self._fds:
+                self._exited = {fd for fd, _ in self._poll.poll(0)}
+
+    def running(self, pid: int, start: int) -> bool:
+        """Whether the process is still running, as of the last :meth:`refresh` for one that
+        was watched then, and now for the others."""
+        key = (pid, start)
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                if fd not in self._exited:
+                    return True
+                self._forget(key, fd)
+                return False
+            if len(self._fds) >= self.capacity:
+                return _running(pid, start)
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                return _running(pid, start)
+            if not _running(pid, start):  # checked with the pidfd held: it is this process
+                os.close(fd)
+                return False
+            self._fds[key] = fd
+            self._poll.register(fd, select.POLLIN)
+            return True
+
+    def _forget(self, key: tuple[int, int], fd: int) -> None:
+        del self._fds[key]
+        self._exited.discard(fd)
+        self._poll.unregister(fd)
+        os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            for key, fd in list(self._fds.items()):
+                self._forget(key, fd)
+
+
+def _running(pid: int, start: int) -> bool:
+    found = _stat(pid)
+    return found is not None and found[1] == start and found[0] not in _ENDED_STATES
