@@ -46,7 +46,6 @@ from pydantic import ValidationError
 from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, procfs, untrusted
-from gpuyard.executors.local import supervisor as supervisor_module
 from gpuyard.executors.local.control_state import listener_pids, read_control
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
@@ -77,7 +76,8 @@ from gpuyard.quantities import format_bytes
 
 __all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 
-SUPERVISOR = Path(supervisor_module.__file__).resolve()
+SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
+"""Run, never imported (it starts a supervisor)."""
 REXEC = Path(rexec_module.__file__).resolve()
 DEFAULT_PIDS_LIMIT = 4096
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""

@@ -1,6 +1,6 @@
 """The worker supervisor: one small process per worker, like Slurm's slurmstepd.
 
-It is started as ``python -I -S supervisor.py SUPERVISOR_DIR`` in a session of its own, so
+It is started as ``python -I -S supervisor_entry.py SUPERVISOR_DIR`` in a session of its own, so
 nothing that happens to the control plane (a crash, ``kill -9`` of its process group, an OOM
 kill) reaches it. The executor learns its pid and start time at launch and keeps them in the
 worker's handle: while this process lives, the worker is running, whatever any file says. It
@@ -30,15 +30,11 @@ rather than ``subprocess``).
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __name__ == "__main__":  # run as a script with -I -S: our package is not on the path
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
-
 import _json
 import _socket
 import errno
+import os
+import sys
 import time
 
 from gpuyard.executors.local import cgroups, untrusted
@@ -459,12 +455,6 @@ def main(argv: list[str] | None = None) -> int:
     # First of all: a SIGTERM that arrives while we start must wait for us, not end us.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WAKE_SIGNALS)
     if len(argv) != 2:
-        sys.stderr.write("usage: supervisor.py SUPERVISOR_DIR\n")
+        sys.stderr.write("usage: supervisor_entry.py SUPERVISOR_DIR\n")
         return 2
     return Supervisor(argv[1]).run()
-
-
-if __name__ == "__main__":
-    code = main()
-    sys.stderr.flush()
-    os._exit(code)  # at once: the executor waits for this exit before it reports the poke
