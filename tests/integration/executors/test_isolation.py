@@ -4,6 +4,7 @@ once it has ended, however its processes tried to leave."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -191,7 +192,7 @@ def test_a_lost_workers_cgroup_is_emptied_and_removed(
     wait_until(lambda: "ready" in log(ex, handle))
     identity = procfs.Identity.from_handle(handle)
     assert identity is not None
-    os.kill(identity.pid, 9)
+    os.kill(identity.pid, signal.SIGKILL)
     status = ended(ex, handle)
     assert status.state is WorkerState.LOST
     assert "processes of the worker killed" in status.message
@@ -212,3 +213,35 @@ def test_the_executor_says_what_it_enforces(
         assert found.isolation.mode == cgroups.NONE and found.warnings()
     else:
         assert found.isolation.mode in (cgroups.CGROUP_V1, cgroups.CGROUP_V2)
+
+
+HIDER = r"""
+import os, sys, time
+inner = os.path.join(sys.argv[1], "hidden")
+os.mkdir(inner)
+if os.fork() == 0:
+    with open(os.path.join(inner, "cgroup.procs"), "w") as procs:
+        procs.write("0")
+    print("hidden", flush=True)
+    time.sleep(1000)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize("end", ["terminate", "kill"])
+def test_a_process_in_a_cgroup_the_job_made_inside_its_own_is_killed_too(
+    isolated: LocalExecutor, worker_processes: WorkerProcesses, end: str
+) -> None:
+    if isolated.isolation.mode == cgroups.NONE:
+        pytest.skip("no cgroup to make one inside")
+    expected = isolated.isolation.cgroup("1-0-0", memory=0, mcpus=0, pids=0)
+    assert expected is not None
+    handle = launch(isolated, [sys.executable, "-c", HIDER, expected.main], grace=0.2)
+    wait_until(lambda: "hidden" in log(isolated, handle))
+    if end == "kill":
+        isolated.kill(handle)
+    else:
+        isolated.terminate(handle, grace=0.2)
+    assert ended(isolated, handle).signal in ("SIGKILL", "SIGTERM")
+    assert worker_processes(Path(handle["dir"])) == []
+    assert not os.path.exists(expected.main)

@@ -205,19 +205,21 @@ class Cgroup:
                 raise CgroupError(exc.errno, f"cannot join {directory}: {exc.strerror}") from None
 
     def remove(self) -> None:
-        """Remove the (empty) directories; what cannot be removed is left."""
-        for directory in self.dirs.values():
-            for _ in range(50):  # a process that just died may still be leaving it
-                try:
-                    os.rmdir(directory)
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY:
+        """Remove the (empty) directories, and any the job made inside them; what cannot be
+        removed is left."""
+        for top in self.dirs.values():
+            for directory in reversed(_subtree(top)):  # the deepest first
+                for _ in range(50):  # a process that just died may still be leaving it
+                    try:
+                        os.rmdir(directory)
+                    except FileNotFoundError:
                         break
-                    time.sleep(0.002)
-                else:
-                    break
+                    except OSError as exc:
+                        if exc.errno != errno.EBUSY:
+                            break
+                        time.sleep(0.002)
+                    else:
+                        break
 
     # -- both sides -----------------------------------------------------------------------
 
@@ -225,12 +227,16 @@ class Cgroup:
         return os.path.isdir(self.main)
 
     def procs(self) -> list[int]:
-        """The worker's processes now (none when the cgroup is gone)."""
-        try:
-            text = _read(os.path.join(self.main, PROCS))
-        except OSError:
-            return []
-        return [int(p) for p in text.split()]
+        """The worker's processes now, in its cgroup and in any cgroup a process of the job
+        made below it (none when the cgroup is gone)."""
+        pids = []
+        for directory in _subtree(self.main):
+            try:
+                text = _read(os.path.join(directory, PROCS))
+            except OSError:
+                continue
+            pids += [int(p) for p in text.split()]
+        return pids
 
     def holds(self, pid: int) -> bool:
         return pid in self.procs()
@@ -326,6 +332,18 @@ class Cgroup:
         """Forks refused because the worker reached its process limit."""
         path = self._file("pids", "pids.events")
         return _keyed(path).get("max", 0) if path else 0
+
+
+def _subtree(top: str) -> list[str]:
+    """``top`` and the directories below it, parents before children."""
+    found = [top]
+    for directory in found:  # grows as it goes: breadth first
+        try:
+            with os.scandir(directory) as entries:
+                found += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    return found
 
 
 def _signal_all(pids: Iterable[int], signum: int) -> None:
