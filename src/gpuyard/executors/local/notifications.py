@@ -82,20 +82,24 @@ class Listener:
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
         waiting: dict[int, _Exiting] = {}  # by pidfd
-        while not self._closing:
-            timeout = None
-            if waiting:
-                soonest = min(e.deadline for e in waiting.values())
-                timeout = max(0, int((soonest - time.monotonic()) * 1000) + 1)
-            for fd, _ in poller.poll(timeout):
-                if fd == self.sock.fileno():
-                    if not self._receive(poller, waiting):
-                        return
-                elif fd in waiting:
+        try:
+            while not self._closing:
+                timeout = None
+                if waiting:
+                    soonest = min(e.deadline for e in waiting.values())
+                    timeout = max(0, int((soonest - time.monotonic()) * 1000) + 1)
+                for fd, _ in poller.poll(timeout):
+                    if fd == self.sock.fileno():
+                        if not self._receive(poller, waiting):
+                            return
+                    elif fd in waiting:
+                        self._done(poller, waiting, fd)
+                now = time.monotonic()
+                for fd in [fd for fd, e in waiting.items() if e.deadline <= now]:
                     self._done(poller, waiting, fd)
-            now = time.monotonic()
-            for fd in [fd for fd, e in waiting.items() if e.deadline <= now]:
-                self._done(poller, waiting, fd)
+        finally:
+            for fd in waiting:
+                os.close(fd)
 
     def _receive(self, poller: select.poll, waiting: dict[int, _Exiting]) -> bool:
         try:
