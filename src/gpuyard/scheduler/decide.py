@@ -192,10 +192,11 @@ class _Shape:
     waiting: str | None = None
     """Why a job of this shape waits, once the cycle makes no more reservations (the same
     for every such job from then on)."""
-    dead: str | None = None
-    """``waiting``, once every later job of this shape waits with it: the shape did not fit,
-    and the cycle makes no more reservations and looks for no more victims in its pool (see
-    :meth:`_Cycle.settle`)."""
+    verdict: tuple[WaitCode, str, bool] | None = None
+    """How every later job of this shape waits, if that is known (see :meth:`_Cycle.settle`):
+    (code, message, whether a quota could come first). Known for a shape that never fits,
+    and for one that did not fit once the cycle makes no more reservations and looks for no
+    more victims in its pool (``waiting``, then)."""
 
 
 class _Cycle:
@@ -204,6 +205,8 @@ class _Cycle:
         self.now = snapshot.now
         self.ledger = Ledger(snapshot.nodes, snapshot.running, snapshot.now, topology=topology)
         self.quotas = QuotaBook(snapshot.quotas, snapshot.running)
+        self.limited = self.quotas.users | self.quotas.groups
+        """Every user or group that a quota names (at some tier)."""
         self.fair = FairShare(snapshot.running, snapshot.shares)
         self.decisions = Decisions()
         self.waits = self.decisions.waits
@@ -288,21 +291,20 @@ class _Cycle:
         if constraint is not last:
             shapes = self.shapes_of(constraint)
         shape = shapes.get(job.request.shape_id)
-        if shape is None:
+        verdict = None if shape is None else shape.verdict
+        if verdict is None:
             return False
-        if not shape.fit.may_fit:
-            self.never_fits(job, [shape.fit.never])
-            return True
-        quotas = self.quotas
-        if quotas.limits and (job.owner in quotas.users or job.group in quotas.groups):
-            return self.settle_limited(job, shape)
-        dead = shape.dead
-        if dead is None:
-            return False
-        self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, dead)
+        code, message, quota_first = verdict
+        if (
+            quota_first
+            and self.limited
+            and (job.owner in self.limited or job.group in self.limited)
+        ):
+            return self.settle_limited(job, code, message)
+        self.waits[job.id] = Wait(job.id, code, message)
         return True
 
-    def settle_limited(self, job: PendingJob, shape: _Shape) -> bool:
+    def settle_limited(self, job: PendingJob, code: WaitCode, message: str) -> bool:
         """:meth:`settle` for a job whose owner or group has a quota. Over its owner's quota,
         it waits: nobody else's start changes what the owner holds at the tier, and the
         owner's next start would be this job. Not so for a group's quota: it is left to its
@@ -313,25 +315,21 @@ class _Cycle:
         if quotas.user_limited(job.owner, job.priority):
             over = quotas.check(job.owner, job.group, job.priority, job.request)
             if over is not None:
-                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
-                return True
-        dead = shape.dead
-        if dead is None:
-            return False
-        self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, dead)
+                code, message = WaitCode.QUOTA, over
+        self.waits[job.id] = Wait(job.id, code, message)
         return True
 
     def refresh(self, shape: _Shape) -> None:
-        """Whether jobs of ``shape`` can only wait now (:attr:`_Shape.dead`)."""
-        shape.dead = (
-            shape.waiting
-            if shape.fit is FULL
+        """Whether jobs of ``shape`` can only wait now, and how (:attr:`_Shape.verdict`)."""
+        if (
+            shape.fit is FULL
+            and shape.waiting is not None
             and (
                 shape.policy.preemption is not Preemption.SUSPEND
                 or self.preemption_tries >= MAX_PREEMPTIONS
             )
-            else None
-        )
+        ):
+            shape.verdict = (WaitCode.RESOURCES, shape.waiting, True)
 
     def shapes_of(self, constraint: Constraint) -> dict[int, _Shape]:
         """What the cycle knows of the shapes of jobs with this constraint, by shape id."""
@@ -431,6 +429,9 @@ class _Cycle:
         reason = self.ledger.could_ever_fit(request, constraint, same_zone=policy.same_zone)
         fit = MAY_FIT if reason is None else Fit(may_fit=False, never=reason)
         shape = self.shapes_of(constraint)[request.shape_id] = _Shape(fit, policy)
+        if reason is not None:  # what never_fits() says for a job with one request
+            code = WaitCode.POOL if constraint.narrowed else WaitCode.UNSATISFIABLE
+            shape.verdict = (code, reason, False)
         return shape
 
     def never_fits(self, job: PendingJob, reasons: list[str]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter, lt
 from typing import Any
@@ -81,22 +80,26 @@ class FairShare:
                 if settle is None or not settle(job):
                     consider(job)
             return
-        lines = {owner: deque(jobs) for owner, jobs in owners.items()}
-        heap = [(self._key(owner), line[0].seq, owner) for owner, line in lines.items()]
+        # Each owner's line is read in place: heads[owner] is the index of its next job.
+        heads = dict.fromkeys(owners, 0)
+        heap = [(self._key(owner), line[0].seq, owner) for owner, line in owners.items()]
         heapq.heapify(heap)
         usage, shares = self.usage, self.shares
         pop, replace = heapq.heappop, heapq.heapreplace
         while heap:
             owner = heap[0][2]
-            line = lines[owner]
-            consider(line.popleft())
+            line = owners[owner]
+            head = heads[owner]
+            consider(line[head])
+            head += 1
             if settle is not None:
-                while line and settle(line[0]):
-                    line.popleft()
-            if line:
+                while head < len(line) and settle(line[head]):
+                    head += 1
+            if head < len(line):
+                heads[owner] = head
                 # Read now: consider() may have charged a start to this owner.
                 share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
-                replace(heap, (share, line[0].seq, owner))
+                replace(heap, (share, line[head].seq, owner))
             else:
                 pop(heap)
 

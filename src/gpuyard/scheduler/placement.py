@@ -27,10 +27,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuyard.models.resources import ZERO, Resources
+from gpuyard.models.resources import Resources
 from gpuyard.quantities import format_bytes
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
@@ -49,10 +49,13 @@ INFINITY = math.inf
 SizeClass = Resources
 """A node's total: nodes of one size class are interchangeable for a whole-node member."""
 
-Release = tuple[float, int, int, int, Resources]
-"""(expected end, GPUs, millicores, memory, what it frees): in the order of (end, amount)
-with the amounts spelled out, so that sorting compares ints, not Resources (whose order is a
-Python method)."""
+Release = tuple[float, int, int, int]
+"""(expected end, GPUs, millicores, memory) that an allocation frees: plain numbers, so that
+sorting compares floats and ints, not Resources (whose order is a Python method), and so that
+the garbage collector can stop tracking them (a tuple of numbers is untracked)."""
+
+End = tuple[float, int, int, int, int]
+"""(expected end, node index, GPUs, millicores, memory): a :data:`Release` on the timeline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +72,13 @@ class Hold:
 class NodeFree:
     index: int
     capacity: NodeCapacity
-    free_gpus: list[int]
+    free_gpus: tuple[int, ...]
     """Which of its GPUs are free (their count is ``free.gpus``)."""
-    free: Resources
+    free_g: int
+    free_c: int
+    free_m: int
+    """What is free, as GPUs, millicores and bytes (:attr:`free` as one value): a cycle
+    changes them at every start and reads them at every placement."""
     pool: str
     zone: str
     rank: int
@@ -82,13 +89,17 @@ class NodeFree:
     releases: list[Release] = field(default_factory=list)
     """(expected end, what it frees) of each allocation on the node, soonest first (see
     :data:`Release`)."""
-    holds: list[Hold] = field(default_factory=list)
+    holds: tuple[Hold, ...] = ()
     idle_end: float = -INFINITY
     """When every allocation on the node will have ended (INFINITY if one has no end)."""
 
     @property
     def size(self) -> SizeClass:
         return self.capacity.total
+
+    @property
+    def free(self) -> Resources:
+        return Resources(self.free_g, self.free_c, self.free_m)
 
     def fits_now(self, member: Member) -> bool:
         if member.whole_node:
@@ -111,31 +122,35 @@ class NodeFree:
 
     def free_at(self, when: float) -> Resources:
         """What is free at ``when``, counting expected ends (not holds)."""
-        room = self.free
-        for end, _, _, _, amount in self.releases:
+        gpus, mcpus, memory = self.free_g, self.free_c, self.free_m
+        for end, g, c, m in self.releases:
             if end > when:
                 break
-            room += amount
-        return room
+            gpus, mcpus, memory = gpus + g, mcpus + c, memory + m
+        return Resources(gpus, mcpus, memory)
 
-    def take(self, alloc: Allocation, end: float) -> Resources:
+    def take(self, alloc: Allocation, end: float) -> Release:
         """Take ``alloc`` until ``end``; returns what it took."""
         self.holders += 1
         if alloc.exclusive:
-            taken = self.free
-            self.free_gpus, self.free = [], ZERO
+            taken = (end, self.free_g, self.free_c, self.free_m)
+            self.free_gpus = ()
+            self.free_g = self.free_c = self.free_m = 0
         else:
             gpus = alloc.gpus
             free_gpus = self.free_gpus
-            if free_gpus[: len(gpus)] == list(gpus):
+            if free_gpus[: len(gpus)] == gpus:
                 # The usual case: a placement takes the first free GPUs.
                 self.free_gpus = free_gpus[len(gpus) :]
             else:
                 used = set(gpus)
-                self.free_gpus = [g for g in free_gpus if g not in used]
-            taken = alloc.amount
-            self.free -= taken
-        bisect.insort(self.releases, (end, taken.gpus, taken.mcpus, taken.memory, taken))
+                self.free_gpus = tuple(g for g in free_gpus if g not in used)
+            amount = alloc.amount
+            taken = (end, amount.gpus, amount.mcpus, amount.memory)
+            self.free_g -= amount.gpus
+            self.free_c -= amount.mcpus
+            self.free_m -= amount.memory
+        bisect.insort(self.releases, taken)
         self.idle_end = max(self.idle_end, end)
         return taken
 
@@ -155,9 +170,8 @@ class _PoolIndex:
     def add(self, node: NodeFree) -> None:
         # A node without a free CPU can host no member (every member needs some): leaving it
         # out of the buckets keeps full nodes from being scanned again and again.
-        free = node.free
-        if free.mcpus > 0:
-            self.by_free[free.gpus][node.index] = None
+        if node.free_c > 0:
+            self.by_free[node.free_g][node.index] = None
         if node.holders == 0:
             key = (node.zone, node.rank)
             group = self.idle.get(key)
@@ -166,7 +180,7 @@ class _PoolIndex:
             group[node.index] = None
 
     def remove(self, node: NodeFree) -> None:
-        self.by_free[node.free.gpus].pop(node.index, None)
+        self.by_free[node.free_g].pop(node.index, None)
         if node.holders == 0:
             group = self.idle.get((node.zone, node.rank))
             if group is not None:
@@ -293,15 +307,27 @@ class Ledger:
         self.now = now
         pools, zones, ranks = topology.pools, topology.zones, topology.ranks
         self.nodes: list[NodeFree] = [
-            NodeFree(i, n, list(range(n.gpus)), n.total, pools[i], zones[i], ranks[i], 0, [], [])
+            NodeFree(
+                i,
+                n,
+                _first(n.gpus),
+                n.total.gpus,
+                n.total.mcpus,
+                n.total.memory,
+                pools[i],
+                zones[i],
+                ranks[i],
+                0,
+                [],
+            )
             for i, n in enumerate(topology.nodes)
         ]
         self.by_name = {n.capacity.name: n for n in self.nodes}
         self._candidates: dict[Constraint, list[NodeFree]] = {}
         self.held: dict[int, NodeFree] = {}
         """Nodes that carry holds."""
-        self._ends: list[tuple[float, int, Resources]] | None = None
-        self._ends_added: list[tuple[float, int, Resources]] = []
+        self._ends: list[End] | None = None
+        self._ends_added: list[End] = []
         """Expected ends committed since :meth:`_timeline` last sorted them in."""
         self._candidate_sets: dict[Constraint, frozenset[int]] = {}
         self._pools = {pool: _PoolIndex(g) for pool, g in topology.max_gpus.items()}
@@ -333,17 +359,17 @@ class Ledger:
             index = self._pools.get(node.pool) if node.capacity.schedulable else None
             if index is not None:
                 index.remove(node)
-            taken = node.take(alloc, end)
+            _, g, c, m = node.take(alloc, end)
             if index is not None:
                 index.add(node)
             if timed:
-                self._ends_added.append((end, node.index, taken))
+                self._ends_added.append((end, node.index, g, c, m))
 
     def reserve(self, job_id: int, start: float, allocations: Iterable[Allocation]) -> None:
         """Hold what ``allocations`` need from ``start`` on, for a job that waits."""
         for alloc in allocations:
             node = self.by_name[alloc.node]
-            node.holds.append(Hold(job_id, start, alloc.amount, alloc.exclusive))
+            node.holds = (*node.holds, Hold(job_id, start, alloc.amount, alloc.exclusive))
             self.held[node.index] = node
 
     # -- placement now --------------------------------------------------------------------
@@ -380,7 +406,7 @@ class Ledger:
             if node is None:
                 return None
             first = tuple(node.free_gpus[: member.gpus])
-            return (Allocation(node.capacity.name, first, member.cpus, member.memory),)
+            return (Allocation.of_member(node.capacity.name, first, member),)
         taken: dict[int, list[Allocation]] = {}
         result: list[Allocation | None] = [None] * len(members)
         whole = [i for i, m in enumerate(members) if m.whole_node]
@@ -392,12 +418,8 @@ class Ledger:
                 return None
             for i, whole_node in chosen.items():
                 member = members[i]
-                alloc = Allocation(
-                    whole_node.capacity.name,
-                    tuple(range(member.gpus)),
-                    member.cpus,
-                    member.memory,
-                    True,
+                alloc = Allocation.of_member(
+                    whole_node.capacity.name, _first(member.gpus), member, exclusive=True
                 )
                 result[i] = alloc
                 taken[whole_node.index] = [alloc]
@@ -408,9 +430,7 @@ class Ledger:
             if node is None:
                 return None
             gpus, _ = _left(node, taken)
-            alloc = Allocation(
-                node.capacity.name, tuple(gpus[: member.gpus]), member.cpus, member.memory
-            )
+            alloc = Allocation.of_member(node.capacity.name, tuple(gpus[: member.gpus]), member)
             taken.setdefault(node.index, []).append(alloc)
             result[i] = alloc
         return tuple(a for a in result if a is not None)
@@ -557,10 +577,8 @@ class Ledger:
                 if taken or node.holds:
                     if self._fits_with(node, member, taken, end, ignore_holds):
                         return node
-                else:
-                    free = node.free
-                    if gpus <= free.gpus and mcpus <= free.mcpus and memory <= free.memory:
-                        return node
+                elif gpus <= node.free_g and mcpus <= node.free_c and memory <= node.free_m:
+                    return node
         # Nodes this very placement already used sit in stale buckets: look at them too.
         for idx in taken:
             node = nodes[idx]
@@ -655,15 +673,20 @@ class Ledger:
             if when is not None and (best is None or (when, idx) < best):
                 best, best_node = (when, idx), node
         need = member.need
-        acc: dict[int, Resources] = {}
-        for end, idx, amount in self._timeline():
+        acc: dict[int, list[int]] = {}
+        for end, idx, g, c, m in self._timeline():
             if best is not None and end >= best[0]:
                 break
             if idx not in allowed or idx in special:
                 continue
             node = self.nodes[idx]
-            room = acc[idx] = acc.get(idx, node.free) + amount
-            if need.fits_in(room):
+            room = acc.get(idx)
+            if room is None:
+                room = acc[idx] = [node.free_g, node.free_c, node.free_m]
+            room[0] += g
+            room[1] += c
+            room[2] += m
+            if need.gpus <= room[0] and need.mcpus <= room[1] and need.memory <= room[2]:
                 best, best_node = (end, idx), node
                 break
         if best_node is None:
@@ -681,14 +704,14 @@ class Ledger:
             self._candidate_sets[constraint] = found
         return found
 
-    def _timeline(self) -> list[tuple[float, int, Resources]]:
+    def _timeline(self) -> list[End]:
         """Every finite expected end on every node, soonest first (built on first use; the
         ends committed since are sorted in when it is next asked for)."""
         if self._ends is None:
             self._ends = sorted(
-                (end, n.index, amount)
+                (end, n.index, g, c, m)
                 for n in self.nodes
-                for end, _, _, _, amount in n.releases
+                for end, g, c, m in n.releases
                 if end != INFINITY
             )
             self._ends_added.clear()
@@ -765,11 +788,18 @@ class Ledger:
         return bool(self.held)
 
 
+def _first(gpus: int) -> tuple[int, ...]:
+    """GPUs 0 .. gpus-1 (what a whole node's allocation lists), shared for small counts."""
+    return _FIRST[gpus] if gpus < len(_FIRST) else tuple(range(gpus))
+
+
+_FIRST = [tuple(range(n)) for n in range(17)]
+
 _NONE_TAKEN: dict[int, list[Allocation]] = {}
 """What a one-member placement has already taken: nothing (never written to)."""
 
 
-def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[list[int], Resources]:
+def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[Sequence[int], Resources]:
     """The GPUs and the room left on ``node`` once this placement's own members are on it."""
     mine = taken.get(node.index)
     if not mine:
@@ -787,18 +817,19 @@ def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | No
     if any(h.whole for h in node.holds):
         return None
     need = member.need
-    for m in also:
-        need += m.need
+    for planned in also:
+        need += planned.need
     for h in node.holds:
         need += h.amount
     if not need.fits_in(node.size):
         return None
-    room, when = node.free, -INFINITY
-    for end, _, _, _, amount in node.releases:
-        if need.fits_in(room):
+    gpus, mcpus, memory, when = node.free_g, node.free_c, node.free_m, -INFINITY
+    for end, g, c, m in node.releases:
+        if need.gpus <= gpus and need.mcpus <= mcpus and need.memory <= memory:
             break
-        room, when = room + amount, end
-    return when if need.fits_in(room) else None
+        gpus, mcpus, memory, when = gpus + g, mcpus + c, memory + m, end
+    fits = need.gpus <= gpus and need.mcpus <= mcpus and need.memory <= memory
+    return when if fits else None
 
 
 def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapacity]) -> str:

@@ -78,5 +78,5 @@ class QuotaBook:
         return found
 
     def charge(self, owner: str, group: str, tier: int, request: Request) -> None:
-        if self.limits:
+        if self.limits and (owner in self.users or group in self.groups):
             self._add(owner, group, tier, request.nodes, request.gpus)

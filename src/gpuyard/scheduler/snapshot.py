@@ -167,6 +167,24 @@ class Allocation:
         _set_exclusive(self, exclusive)
         _set_amount(self, Resources(len(gpus), millicpus(cpus), memory))
 
+    @classmethod
+    def of_member(
+        cls, node: str, gpus: tuple[int, ...], member: Member, *, exclusive: bool = False
+    ) -> Allocation:
+        """``member``'s allocation on ``node``, with these GPUs. The same as the constructor
+        with the member's amounts, but its ``amount`` is the member's ``need`` (one value
+        shared, not one more object per placed worker for the garbage collector to walk)."""
+        if len(gpus) != member.gpus:
+            return cls(node, gpus, member.cpus, member.memory, exclusive)
+        alloc = object.__new__(cls)
+        _set_node(alloc, node)
+        _set_gpus(alloc, gpus)
+        _set_cpus(alloc, member.cpus)
+        _set_memory(alloc, member.memory)
+        _set_exclusive(alloc, exclusive)
+        _set_amount(alloc, member.need)
+        return alloc
+
 
 _set_node, _set_gpus, _set_cpus, _set_memory, _set_exclusive, _set_amount = (
     vars(Allocation)[name].__set__
