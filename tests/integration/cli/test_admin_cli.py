@@ -179,3 +179,12 @@ def test_priority_show_and_ls(cli: Cli, controller: Controller) -> None:
     assert first.split()[:6] == [str(job["id"]), "train", "running", "normal", "ada", "3"]
     events = cli("events", str(waiting["id"]))
     assert "priority high -> highest" in events and "user:ada" in events
+
+
+def test_nodes_warns_about_nodes_without_cgroup_isolation(cli: Cli) -> None:
+    assert "warning" not in cli("nodes")
+    cli("label", "n1", "isolation=none")  # what the local executor reports without cgroups
+    shown = cli("nodes")
+    assert "warning: no cgroup isolation on n1: no memory, CPU or process limits" in " ".join(
+        shown.split()
+    )
