@@ -161,7 +161,8 @@ class SupervisorSpec(_Record):
 
 class SupervisorState(_Record):
     """``state.json``: written by the supervisor when it starts and again once the command
-    runs. A hint only: the executor verifies every pid in it before using it."""
+    runs, for people and tools. The executor never acts on it: it knows its supervisors from
+    the handles (and, adopting a worker without one, from /proc)."""
 
     supervisor_pid: Pid
     supervisor_start_time: Count
