@@ -245,3 +245,31 @@ def test_a_process_in_a_cgroup_the_job_made_inside_its_own_is_killed_too(
     assert ended(isolated, handle).signal in ("SIGKILL", "SIGTERM")
     assert worker_processes(Path(handle["dir"])) == []
     assert not os.path.exists(expected.main)
+
+
+def test_the_last_worker_to_leave_removes_the_pools_cgroup_and_the_next_makes_it_again(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    ex = make_executor()
+    parents = list(ex.isolation.parents.values())
+    assert all(os.path.isdir(p) for p in parents)
+    first = ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", ["true"], ENV, "/", 5.0))
+    second = ex.launch(WorkerLaunch(WorkerKey(1, 0, 1), "local", ["sleep", "30"], ENV, "/", 5.0))
+    assert ended(ex, first).exit_code == 0
+    assert all(os.path.isdir(p) for p in parents)  # the other worker is still in it
+    ex.kill(second)
+    assert ended(ex, second).signal == "SIGKILL"
+    assert not any(os.path.exists(p) for p in parents)  # nothing left behind a stopped pool
+    code = "x = bytearray(300 << 20)"
+    again = ex.launch(
+        WorkerLaunch(
+            WorkerKey(2, 0, 0),
+            "local",
+            [sys.executable, "-c", code],
+            ENV,
+            "/",
+            5.0,
+            limits=Resources(memory=64 << 20),
+        )
+    )
+    assert ended(ex, again).cause == "out of memory: limit 64Mi"

@@ -50,6 +50,8 @@ KILL_TIMEOUT = 10.0
 
 # A cgroup's files, named once.
 PROCS = "cgroup.procs"
+PARENT_PREFIX = "gpuyard-"
+"""The pool's parent cgroup is ``gpuyard-<digest of its home>``; nothing else is removed."""
 
 
 class CgroupError(OSError):
@@ -143,15 +145,24 @@ class Cgroup:
     # -- the supervisor's side ------------------------------------------------------------
 
     def create(self) -> None:
-        """Make the directories and write the limits. A cgroup left by an earlier life of this
-        worker is emptied first."""
+        """Make the directories and write the limits. The pool's parent cgroup is made again
+        if the last worker to leave it removed it (see :meth:`remove`); a cgroup left by an
+        earlier life of this worker is emptied first."""
         for directory in self.dirs.values():
-            try:
-                os.mkdir(directory, 0o755)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise CgroupError(exc.errno, f"cannot create {directory}: {exc.strerror}") from None
+            for attempt in range(10):
+                try:
+                    os.makedirs(directory, 0o755, exist_ok=True)
+                    break
+                except FileNotFoundError:  # a worker that left removed the parent meanwhile
+                    if attempt == 9:
+                        raise CgroupError(errno.ENOENT, f"cannot create {directory}") from None
+                except OSError as exc:
+                    raise CgroupError(
+                        exc.errno, f"cannot create {directory}: {exc.strerror}"
+                    ) from None
+        if self.version == 2:  # a parent made again must give its workers the controllers
+            limits = (("memory", self.memory), ("pids", self.pids), ("cpu", self.mcpus))
+            _enable(os.path.dirname(self.main), [name for name, value in limits if value])
         if self.procs():
             self.kill()
         for path, value in self._limits():
@@ -205,8 +216,8 @@ class Cgroup:
                 raise CgroupError(exc.errno, f"cannot join {directory}: {exc.strerror}") from None
 
     def remove(self) -> None:
-        """Remove the (empty) directories, and any the job made inside them; what cannot be
-        removed is left."""
+        """Remove the (empty) directories, and any the job made inside them, and the pool's
+        parent cgroup if this was its last worker; what cannot be removed is left."""
         for top in self.dirs.values():
             for directory in reversed(_subtree(top)):  # the deepest first
                 for _ in range(50):  # a process that just died may still be leaving it
@@ -220,6 +231,12 @@ class Cgroup:
                         time.sleep(0.002)
                     else:
                         break
+            parent = os.path.dirname(top)
+            if os.path.basename(parent).startswith(PARENT_PREFIX):
+                try:  # noqa: SIM105 - contextlib would cost the supervisor an import
+                    os.rmdir(parent)  # busy while the pool has other workers: left then
+                except OSError:
+                    pass
 
     # -- both sides -----------------------------------------------------------------------
 
