@@ -20,12 +20,13 @@ share, submission), and for each:
 After the queue, elastic jobs grow toward their max when idle nodes of their pool are left
 over that nobody holds (a grow is a suspension and a resume at the new size).
 
-No I/O, no clock but ``snapshot.now``, no mutation of the snapshot.
+No I/O, no clock but ``snapshot.now``, no mutation of the snapshot, and no process-wide
+switch: the garbage collector stays on (a caller with a large snapshot keeps the collector off
+it with :func:`~gpuyard.scheduler.collector.frozen_heap`).
 """
 
 from __future__ import annotations
 
-import gc
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -675,14 +676,4 @@ def decide(snapshot: Snapshot) -> Decisions:
 def decide_on(snapshot: Snapshot, topology: Topology | None) -> Decisions:
     """:func:`decide`, given the :class:`Topology` of ``snapshot.nodes`` if the caller keeps
     one (a forward replay decides many snapshots of the same nodes)."""
-    # A cycle allocates a few objects per job on top of a snapshot of a million; the cyclic
-    # garbage collector, triggered by those allocations, would walk the whole snapshot again
-    # and again and more than double the cycle's time. Nothing here makes reference cycles,
-    # so the collector waits until the cycle is over.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _Cycle(snapshot, topology).run()
-    finally:
-        if enabled:
-            gc.enable()
+    return _Cycle(snapshot, topology).run()
