@@ -1,6 +1,13 @@
-"""The scheduler: pure decisions over a snapshot of the pool. No I/O, no wall clock."""
+"""The scheduler: pure decisions over a snapshot of the pool. No I/O, no wall clock.
 
+:func:`decide` is one cycle; :func:`forecast` replays cycles forward to tell when each queued
+job should start; :func:`frozen_heap` is for the caller that runs them on a large snapshot
+(it keeps the garbage collector off the snapshot for the length of a pass).
+"""
+
+from gpuyard.scheduler.collector import frozen_heap
 from gpuyard.scheduler.decide import Decisions, Grow, Preempt, Start, Wait, WaitCode, decide
+from gpuyard.scheduler.predict import Budget, Forecast, forecast, predict
 from gpuyard.scheduler.snapshot import (
     DEFAULT_POOL,
     TIME_SHARING_SLICES,
@@ -21,8 +28,10 @@ __all__ = [
     "DEFAULT_POOL",
     "TIME_SHARING_SLICES",
     "Allocation",
+    "Budget",
     "Constraint",
     "Decisions",
+    "Forecast",
     "Grow",
     "Limit",
     "Member",
@@ -38,4 +47,7 @@ __all__ = [
     "Wait",
     "WaitCode",
     "decide",
+    "forecast",
+    "frozen_heap",
+    "predict",
 ]

@@ -2,9 +2,15 @@
 
 Every running job is taken to end at its max runtime (the user's own limit: the latest it can
 end). From the snapshot, repeat: decide; the jobs it starts run from now until their max
-runtime; jump to the next expected end; free that job's room. The job's first start in this
-replay is the prediction. A job waiting for room that only a job without a max runtime holds
+runtime; jump to the next expected end; free that job's room. A job's first start in this
+replay is its prediction. A job waiting for room that only a job without a max runtime holds
 gets no time: the answer names the jobs it waits for instead.
+
+The replay does not depend on which job is asked about, so one replay answers for the whole
+queue: :func:`forecast` records every job's first start as the replay goes, within a bound on
+its work (steps, job-considerations, or seconds on a clock the caller gives); the jobs it did
+not reach are ``unknown``, with the reason. :func:`predict` is the same replay, stopped as
+soon as one job is answered (the API's answer for a job that is not stored, a dry run).
 
 Reference 002 (排队预测) asks for exactly this: "starts now", or "starts at about T, behind these
 jobs".
@@ -12,16 +18,30 @@ jobs".
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import overload
 
 from gpuyard.quantities import format_duration
-from gpuyard.scheduler.decide import Preempt, Start, WaitCode, decide
-from gpuyard.scheduler.snapshot import Member, PendingJob, Request, RunningJob, Snapshot
+from gpuyard.scheduler.decide import Decisions, WaitCode, decide_on
+from gpuyard.scheduler.placement import Topology
+from gpuyard.scheduler.snapshot import (
+    Allocation,
+    Member,
+    PendingJob,
+    Request,
+    RunningJob,
+    Snapshot,
+)
 
-__all__ = ["Forecast", "in_words", "predict"]
+__all__ = ["MAX_STEPS", "Budget", "Forecast", "forecast", "in_words", "predict"]
 
 MAX_STEPS = 2_000
+"""Scheduling cycles a prediction replays at most."""
+
+_NEVER = (WaitCode.UNSATISFIABLE, WaitCode.POOL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,91 +50,275 @@ class Forecast:
     start_at: float | None
     """When it should start (None: never, or only after jobs without a max runtime end)."""
     now: bool = False
-    ahead: tuple[int, ...] = ()
-    """Queued jobs that start before it."""
+    ahead: Sequence[int] = ()
+    """Queued jobs that start before it (in :func:`forecast`, a view shared by every job's
+    forecast: the replay's starts up to this job's, not a copy per job)."""
     waits_for: tuple[int, ...] = ()
     """Running jobs whose end frees the room it gets, or that it waits on with no known end."""
     never: str | None = None
     """Why it can never start, if so."""
     unknown: bool = False
-    """It waits for jobs without a max runtime: no time can be given."""
+    """No time can be given: it waits for jobs without a max runtime (``waits_for``), or the
+    replay stopped before it started (``stopped``)."""
+    stopped: str | None = None
+    """Why the replay stopped before this job started, if it did ("within 2000 scheduling
+    steps")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How much work a :func:`forecast` may do besides its steps; None is no bound. Both are
+    checked before each replayed cycle, so a forecast overruns by at most one cycle."""
+
+    considered: int | None = None
+    """Job-considerations: the queued jobs of every replayed cycle, summed (a bound that
+    does not depend on the machine)."""
+    seconds: float | None = None
+    """Time on ``clock``, from the forecast's start."""
+    clock: Callable[[], float] | None = None
+    """Where time is read (``time.monotonic``, or a test's fake): the scheduler reads no
+    clock of its own."""
+
+    def __post_init__(self) -> None:
+        if self.seconds is not None and self.clock is None:
+            raise ValueError("a time budget needs a clock: Budget(seconds=..., clock=...)")
 
 
 def predict(snapshot: Snapshot, job_id: int, *, max_steps: int = MAX_STEPS) -> Forecast:
     """When job ``job_id`` (one of ``snapshot.pending``) should start."""
-    state = snapshot
-    ahead: list[int] = []
-    ended: dict[int, RunningJob] = {}
-    # Jobs already on their way out leave at once (their room is what the next start uses).
-    leaving = [r for r in state.running if r.suspending]
-    if leaving:
-        ended.update({r.id: r for r in leaving})
-        state = replace(state, running=tuple(r for r in state.running if not r.suspending))
-    for step in range(max_steps):
-        decisions = decide(state)
-        started = {s.job_id: s for s in decisions.starts}
-        if job_id in started:
-            order = [s.job_id for s in decisions.starts]
-            ahead += order[: order.index(job_id)]  # placed before it in the same cycle
-            nodes = {a.node for a in started[job_id].allocations}
-            freed = tuple(
-                sorted(j for j, r in ended.items() if any(a.node in nodes for a in r.allocations))
-            )
-            return Forecast(job_id, state.now, step == 0 and not leaving, tuple(ahead), freed)
-        wait = decisions.waits.get(job_id)
-        if wait is not None and wait.code in (WaitCode.UNSATISFIABLE, WaitCode.POOL):
-            return Forecast(job_id, None, never=wait.message)
-        state, newly = _apply(state, decisions.starts, decisions.preempts)
-        ahead += newly
-        if decisions.preempts:
-            continue  # the victims have left: decide again at the same time
-        upcoming = [r.expected_end for r in state.running if r.expected_end is not None]
-        later = [t for t in upcoming if t > state.now]
-        if not later:
-            blockers = tuple(sorted(r.id for r in state.running if r.expected_end is None))
-            return Forecast(job_id, None, ahead=tuple(ahead), waits_for=blockers, unknown=True)
-        now = min(later)
-        finished = [
-            r for r in state.running if r.expected_end is not None and r.expected_end <= now
-        ]
-        ended.update({r.id: r for r in finished})
+    found = _Forecaster(snapshot, {job_id}, max_steps, Budget()).run()[job_id]
+    return replace(found, ahead=tuple(found.ahead))
+
+
+def forecast(
+    snapshot: Snapshot, *, max_steps: int = MAX_STEPS, budget: Budget | None = None
+) -> dict[int, Forecast]:
+    """The forecast of every queued job of ``snapshot`` (by job id, in queue order), from
+    one replay: for each job, what :func:`predict` says, as long as the replay reached the
+    job's start within ``max_steps`` cycles and the ``budget``; the others are ``unknown``,
+    with the reason in ``stopped``."""
+    asked = {job.id for job in snapshot.pending}
+    found = _Forecaster(snapshot, asked, max_steps, budget or Budget()).run()
+    return {job.id: found[job.id] for job in snapshot.pending}
+
+
+class _Replay:
+    """The state of the forward replay, and its moves: apply a cycle's decisions, jump to the
+    next expected end. Pending and running jobs are kept in dicts in the order a snapshot
+    lists them (started jobs run after the others; suspended ones queue after the others)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.base = snapshot
+        self.topology = Topology(snapshot.nodes)
+        """Shared by every cycle's ledger: the nodes do not change."""
+        self.now = snapshot.now
+        self.pending = {job.id: job for job in snapshot.pending}
+        self.running = {job.id: job for job in snapshot.running}
+        self.started: list[int] = []
+        """Every start of the replay, in order (a job suspended and started again: twice)."""
+        self.ended_on: dict[str, list[int]] = {}
+        """Per node, the jobs that ended on it so far."""
+        self.cycles = 0
+        # Jobs already on their way out leave at once (their room is what the next start uses).
+        leaving = [job for job in snapshot.running if job.suspending]
+        self.leaving = bool(leaving)
+        self._end(leaving)
+
+    def decide(self) -> Decisions:
         state = replace(
-            state,
-            now=now,
-            running=tuple(r for r in state.running if r.id not in ended),
+            self.base,
+            now=self.now,
+            pending=tuple(self.pending.values()),
+            running=tuple(self.running.values()),
         )
-    return Forecast(job_id, None, ahead=tuple(ahead), unknown=True)
+        self.cycles += 1
+        return decide_on(state, self.topology)
+
+    def apply(self, decisions: Decisions) -> None:
+        """The starts run until their max runtime; the suspended jobs go back to the queue at
+        their original position."""
+        for start in decisions.starts:
+            job = self.pending.pop(start.job_id)
+            self.started.append(job.id)
+            self.running[job.id] = RunningJob(
+                id=job.id,
+                priority=job.priority,
+                owner=job.owner,
+                allocations=start.allocations,
+                group=job.group,
+                started_at=self.now,
+                max_runtime=job.max_runtime,
+                preemptible=True,
+            )
+        for p in decisions.preempts:
+            victim = self.running.pop(p.job_id, None)
+            if victim is not None:
+                self.pending[victim.id] = _requeued(victim)
+
+    def advance(self) -> bool:
+        """Jump to the next expected end and free what ends then; False if nothing running
+        has one (what is left waits for jobs without a max runtime)."""
+        later = [
+            end
+            for end in (job.expected_end for job in self.running.values())
+            if end is not None and end > self.now
+        ]
+        if not later:
+            return False
+        self.now = min(later)
+        finished = [
+            job
+            for job in self.running.values()
+            if job.expected_end is not None and job.expected_end <= self.now
+        ]
+        for job in finished:
+            del self.running[job.id]
+        self._end(finished)
+        return True
+
+    def _end(self, jobs: list[RunningJob]) -> None:
+        for job in jobs:
+            self.running.pop(job.id, None)
+            for node in dict.fromkeys(a.node for a in job.allocations):
+                self.ended_on.setdefault(node, []).append(job.id)
+
+    def freed(self, allocations: tuple[Allocation, ...]) -> tuple[int, ...]:
+        """The jobs that ended, so far, on the nodes of ``allocations``."""
+        ids: set[int] = set()
+        for node in {a.node for a in allocations}:
+            ids.update(self.ended_on.get(node, ()))
+        return tuple(sorted(ids))
+
+    def blockers(self) -> tuple[int, ...]:
+        """Running jobs without a max runtime."""
+        return tuple(sorted(job.id for job in self.running.values() if job.expected_end is None))
 
 
-def _apply(
-    state: Snapshot, starts: list[Start], preempts: list[Preempt]
-) -> tuple[Snapshot, list[int]]:
-    """The snapshot after the starts (now running until their max runtime) and suspensions
-    (their jobs go back to the queue at their original position)."""
-    pending = {p.id: p for p in state.pending}
-    running = {r.id: r for r in state.running}
-    newly = []
-    for start in starts:
-        job = pending.pop(start.job_id)
-        newly.append(job.id)
-        running[job.id] = RunningJob(
-            id=job.id,
-            priority=job.priority,
-            owner=job.owner,
-            allocations=start.allocations,
-            group=job.group,
-            started_at=state.now,
-            max_runtime=job.max_runtime,
-            preemptible=True,
-        )
-    for p in preempts:
-        victim = running.pop(p.job_id, None)
-        if victim is not None:
-            pending[victim.id] = _requeued(victim)
-    return (
-        replace(state, pending=tuple(pending.values()), running=tuple(running.values())),
-        newly,
-    )
+class _Forecaster:
+    """Runs the replay until every job asked about is answered, or a bound is reached."""
+
+    def __init__(
+        self, snapshot: Snapshot, asked: Collection[int], max_steps: int, budget: Budget
+    ) -> None:
+        self.replay = _Replay(snapshot)
+        self.open = set(asked)
+        """Asked about and not answered yet."""
+        self.found: dict[int, Forecast] = {}
+        self.max_steps = max_steps
+        self.budget = budget
+
+    def run(self) -> dict[int, Forecast]:
+        replay, budget = self.replay, self.budget
+        began = budget.clock() if budget.clock is not None else 0.0
+        considered = 0
+        stopped = None
+        while self.open:
+            stopped = self._bound(considered, began)
+            if stopped is not None:
+                break
+            considered += len(replay.pending)
+            decisions = replay.decide()
+            self._record(decisions)
+            replay.apply(decisions)
+            if decisions.preempts:
+                continue  # the victims have left: decide again at the same time
+            if not replay.advance():
+                blockers = replay.blockers()
+                ahead = _Prefix(replay.started, len(replay.started))
+                for job_id in self.open:
+                    self.found[job_id] = Forecast(
+                        job_id, None, ahead=ahead, waits_for=blockers, unknown=True
+                    )
+                self.open.clear()
+        ahead = _Prefix(replay.started, len(replay.started))
+        for job_id in self.open:
+            self.found[job_id] = Forecast(job_id, None, ahead=ahead, unknown=True, stopped=stopped)
+        return self.found
+
+    def _bound(self, considered: int, began: float) -> str | None:
+        """Why the replay stops before its next cycle, if it does."""
+        budget = self.budget
+        if self.replay.cycles >= self.max_steps:
+            return f"within {self.max_steps} scheduling steps"
+        if budget.considered is not None and considered >= budget.considered:
+            return (
+                f"within the forecast's budget of {budget.considered} job-considerations "
+                f"({self.replay.cycles} scheduling steps)"
+            )
+        if (
+            budget.seconds is not None
+            and budget.clock is not None
+            and budget.clock() - began >= budget.seconds
+        ):
+            return (
+                f"within the forecast's budget of {budget.seconds:g} s "
+                f"({self.replay.cycles} scheduling steps)"
+            )
+        return None
+
+    def _record(self, decisions: Decisions) -> None:
+        """The first starts of the jobs asked about, and (in the first cycle) those that can
+        never start: whether a job could ever fit depends only on the nodes, so a job that
+        is not told so in the first cycle never is."""
+        replay = self.replay
+        first = replay.cycles == 1
+        before = len(replay.started)
+        for i, start in enumerate(decisions.starts):
+            if start.job_id in self.open:
+                self.open.discard(start.job_id)
+                self.found[start.job_id] = Forecast(
+                    start.job_id,
+                    replay.now,
+                    now=first and not replay.leaving,
+                    ahead=_Prefix(replay.started, before + i),
+                    waits_for=replay.freed(start.allocations),
+                )
+        if first:
+            for job_id in list(self.open):
+                wait = decisions.waits.get(job_id)
+                if wait is not None and wait.code in _NEVER:
+                    self.open.discard(job_id)
+                    self.found[job_id] = Forecast(job_id, None, never=wait.message)
+
+
+class _Prefix(Sequence[int]):
+    """The first ``length`` ids of a list that only grows: every job's ``ahead`` in a
+    forecast is such a view of the one list of the replay's starts (a copy per job would
+    make a forecast of n jobs hold n²/2 ids)."""
+
+    __slots__ = ("_ids", "_length")
+
+    def __init__(self, ids: list[int], length: int) -> None:
+        self._ids = ids
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if not -self._length <= index < self._length:
+            raise IndexError(index)
+        return self._ids[index % self._length]
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(self._ids, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Prefix | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
 
 def _requeued(job: RunningJob) -> PendingJob:
@@ -145,8 +349,9 @@ def in_words(forecast: Forecast, now: float) -> str:
     if forecast.waits_for:
         which = _jobs(forecast.waits_for)
         return f"no start time can be given: it waits for {which}, with no max runtime{behind}"
-    return f"no start time can be given within {MAX_STEPS} scheduling steps{behind}"
+    stopped = forecast.stopped or f"within {MAX_STEPS} scheduling steps"
+    return f"no start time can be given {stopped}{behind}"
 
 
-def _jobs(ids: tuple[int, ...]) -> str:
+def _jobs(ids: Sequence[int]) -> str:
     return ("jobs " if len(ids) > 1 else "job ") + ", ".join(map(str, ids))

@@ -216,6 +216,12 @@ class RunningJob:
     max_nodes: int | None = None
     attained: float = 0.0
     """GPU-seconds of service before this attempt started."""
+    gpus: int = field(init=False, repr=False, compare=False, hash=False)
+    """GPUs of all its allocations (read for every running job by every cycle: computed
+    once)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(a.gpus) for a in self.allocations))
 
     def attained_at(self, now: float) -> float:
         return self.attained + self.gpus * max(0.0, now - self.started_at)
@@ -230,10 +236,6 @@ class RunningJob:
         if self.saves_on_notice:
             return 0.0
         return max(0.0, now - max(self.started_at, self.last_checkpoint or self.started_at))
-
-    @property
-    def gpus(self) -> int:
-        return sum(len(a.gpus) for a in self.allocations)
 
     @property
     def nodes(self) -> int:
