@@ -247,14 +247,17 @@ def test_a_process_in_a_cgroup_the_job_made_inside_its_own_is_killed_too(
     assert not os.path.exists(expected.main)
 
 
-def test_the_last_worker_to_leave_removes_the_pools_cgroup_and_the_next_makes_it_again(
+def test_the_pools_cgroup_lives_while_it_has_workers(
     make_executor: Callable[..., LocalExecutor], needs_cgroup: None
 ) -> None:
     ex = make_executor()
     parents = list(ex.isolation.parents.values())
-    assert all(os.path.isdir(p) for p in parents)
-    first = ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", ["true"], ENV, "/", 5.0))
+    assert not any(os.path.exists(p) for p in parents)  # made by the first worker
     second = ex.launch(WorkerLaunch(WorkerKey(1, 0, 1), "local", ["sleep", "30"], ENV, "/", 5.0))
+    cgroup = cgroups.Cgroup.from_json(second["cgroup"])
+    assert cgroup is not None
+    wait_until(lambda: bool(cgroup.procs()))
+    first = ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", ["true"], ENV, "/", 5.0))
     assert ended(ex, first).exit_code == 0
     assert all(os.path.isdir(p) for p in parents)  # the other worker is still in it
     ex.kill(second)

@@ -453,18 +453,19 @@ def _enable(directory: str, controllers: list[str]) -> None:
 def detect(name: str, *, proc: str = "/proc/self") -> Isolation:
     """The isolation this process may give workers: cgroup v2 if it can delegate ``memory``
     and ``pids`` to its children, else cgroup v1 if ``memory`` and ``freezer`` are writable,
-    else none. ``name`` is the pool's parent cgroup (``gpuyard-<digest>``)."""
+    else none. ``name`` is the pool's parent cgroup (``gpuyard-<digest>``); it exists only
+    while the pool has workers."""
     mounts = _mounts(os.path.join(proc, "mountinfo"))
     own = _own_cgroups(os.path.join(proc, "cgroup"))
     reasons = []
-    found = _detect_v2(name, mounts, own)
-    if isinstance(found, Isolation):
-        return found
-    reasons.append(found)
-    found = _detect_v1(name, mounts, own)
-    if isinstance(found, Isolation):
-        return found
-    reasons.append(found)
+    for detect_version in (_detect_v2, _detect_v1):
+        found = detect_version(name, mounts, own)
+        if isinstance(found, Isolation):
+            # Made to be sure we may; made again by the first worker (a pool that never
+            # launches, or is killed, leaves nothing behind).
+            found.remove_parents()
+            return found
+        reasons.append(found)
     return Isolation(
         NONE,
         warnings=[
