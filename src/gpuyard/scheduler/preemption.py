@@ -186,28 +186,70 @@ def _pick_whole(
         zones.setdefault(node.capacity.zone if same_zone else "", []).append(node)
     best: tuple[Cost, list[tuple[Member, NodeFree, list[RunningJob]]]] | None = None
     for zone in sorted(zones):
-        picked: list[tuple[Member, NodeFree, list[RunningJob]]] = []
-        used: set[int] = set()
-        total: Cost = (0.0, 0.0)
-        chosen_ids: set[int] = set()
-        for member in whole:
-            options = []
-            for node in zones[zone]:
-                if node.index in used or not member.need.fits_in(node.size):
-                    continue
-                found = scratch.whole_cost(node)
-                if found is None:
-                    continue
-                cost = scratch.cost([j for j in found[1] if j.id not in chosen_ids])
-                options.append((cost, len(found[1]), node.size, node.capacity.name, node, found[1]))
-            if not options:
-                picked = []
-                break
-            cost, _, _, _, node, victims = min(options, key=lambda o: o[:4])
-            used.add(node.index)
-            chosen_ids.update(v.id for v in victims)
-            total = (total[0] + cost[0], total[1] + cost[1])
-            picked.append((member, node, victims))
-        if picked and (best is None or total < best[0]):
-            best = (total, picked)
+        found = _pick_whole_in(scratch, whole, zones[zone])
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
     return None if best is None else best[1]
+
+
+_Option = tuple[tuple[Cost, int, int, str], int, NodeFree, list[RunningJob]]
+"""((cost, victims, size rank, name), position, node, victims): the key every member's
+choice is the least of, then the node's place among the candidates (the first of equals)."""
+
+
+def _pick_whole_in(
+    scratch: _Scratch, whole: list[Member], nodes: list[NodeFree]
+) -> tuple[Cost, list[tuple[Member, NodeFree, list[RunningJob]]]] | None:
+    """Each member, largest first, on the node that costs least, among ``nodes``. A node's
+    cost does not change while members are placed, except that a victim chosen for an earlier
+    member costs nothing again: the nodes such a victim runs on are costed again, and the
+    others are read once, cheapest first."""
+    options: list[_Option] = []
+    for position, node in enumerate(nodes):
+        found = scratch.whole_cost(node)
+        if found is not None:
+            cost, victims = found
+            options.append(
+                ((cost, len(victims), node.rank, node.capacity.name), position, node, victims)
+            )
+    options.sort(key=lambda o: (o[0], o[1]))
+    holding = scratch.ledger.topology.holding
+    by_name = scratch.ledger.by_name
+    of_node = {o[2].index: o for o in options}
+    picked: list[tuple[Member, NodeFree, list[RunningJob]]] = []
+    used: set[int] = set()
+    total: Cost = (0.0, 0.0)
+    chosen_ids: set[int] = set()
+    touched: dict[int, _Option] = {}
+    """The options on nodes that run a chosen victim (their cost is read again)."""
+    for member in whole:
+        fits = holding(member.need)
+        best: tuple[tuple[Cost, int, int, str], int, Cost, NodeFree, list[RunningJob]] | None
+        best = next(
+            (
+                (key, position, key[0], node, victims)
+                for key, position, node, victims in options
+                if node.index not in used and node.rank in fits and node.index not in touched
+            ),
+            None,
+        )
+        for static, position, node, victims in touched.values():
+            if node.index in used or node.rank not in fits:
+                continue
+            cost = scratch.cost([j for j in victims if j.id not in chosen_ids])
+            key = (cost, static[1], static[2], static[3])
+            if best is None or (key, position) < (best[0], best[1]):
+                best = (key, position, cost, node, victims)
+        if best is None:
+            return None
+        _, _, cost, node, victims = best
+        used.add(node.index)
+        chosen_ids.update(v.id for v in victims)
+        for victim in victims:
+            for a in victim.allocations:
+                other = by_name.get(a.node)
+                if other is not None and other.index in of_node:
+                    touched[other.index] = of_node[other.index]
+        total = (total[0] + cost[0], total[1] + cost[1])
+        picked.append((member, node, victims))
+    return total, picked
