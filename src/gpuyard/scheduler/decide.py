@@ -27,6 +27,7 @@ it with :func:`~gpuyard.scheduler.collector.frozen_heap`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -127,6 +128,16 @@ _set_start_job_id, _set_start_version, _set_start_allocations, _set_start_choice
 )
 
 
+def _start(job_id: int, version: int, allocations: tuple[Allocation, ...], choice: int) -> Start:
+    """``Start(...)`` made without calling the class (see :func:`_wait`)."""
+    start = _new(Start)
+    _set_start_job_id(start, job_id)
+    _set_start_version(start, version)
+    _set_start_allocations(start, allocations)
+    _set_start_choice(start, choice)
+    return start
+
+
 @dataclass(frozen=True, slots=True)
 class Preempt:
     job_id: int
@@ -156,7 +167,7 @@ class Wait:
     def __init__(
         self, job_id: int, code: WaitCode, message: str, start_at: float | None = None
     ) -> None:
-        # Set the slots directly (see Resources.__init__): a cycle makes one per waiting job.
+        # Set the slots directly (see Resources.__init__).
         _set_job_id(self, job_id)
         _set_code(self, code)
         _set_message(self, message)
@@ -166,6 +177,21 @@ class Wait:
 _set_job_id, _set_code, _set_message, _set_start_at = (
     vars(Wait)[name].__set__ for name in ("job_id", "code", "message", "start_at")
 )
+
+
+def _wait(job_id: int, code: WaitCode, message: str, start_at: float | None = None) -> Wait:
+    """``Wait(job_id, code, message, start_at)``, made without calling the class: a cycle
+    makes one per waiting job, and calling a class with a Python ``__init__`` costs about as
+    much again as setting its slots."""
+    wait = _new(Wait)
+    _set_job_id(wait, job_id)
+    _set_code(wait, code)
+    _set_message(wait, message)
+    _set_start_at(wait, start_at)
+    return wait
+
+
+_new = object.__new__
 
 
 @dataclass(slots=True)
@@ -273,37 +299,46 @@ class _Cycle:
         self.grow_elastic()
         return self.decisions
 
-    def settle(self, job: PendingJob) -> bool:
-        """Decide ``job`` at once if its decision is known already, changes nothing, and would
-        be the same at its turn; the fair-share order may ask before the job's turn, as soon
-        as it is next in its owner's line (:meth:`FairShare.visit`). The common job only, of a
-        shape seen before:
+    def settle(self, line: list[PendingJob], head: int) -> int:
+        """Decide the jobs of an owner's line from ``head`` on whose decision is known
+        already, changes nothing, and would be the same at their turn; the index of the first
+        one that is not. The fair-share order asks as soon as ``line[head]`` is next in its
+        owner's line, maybe before its turn (:meth:`FairShare.visit`). The common job only, of
+        a shape seen before:
 
         * a shape that can never fit;
         * a shape that did not fit, once the cycle makes no more reservations and looks for
-          no more victims (:attr:`_Shape.dead`): resources only shrink within a cycle, so it
-          waits, with the same message, whenever it comes;
+          no more victims (:attr:`_Shape.verdict`): resources only shrink within a cycle, so
+          it waits, with the same message, whenever it comes;
         * and, for an owner with a quota, see :meth:`settle_limited`.
         """
-        if job.alternatives or job.min_nodes is not None:
-            return False
-        constraint = job.constraint
+        waits, limited = self.waits, self.limited
         last, shapes = self._last
-        if constraint is not last:
-            shapes = self.shapes_of(constraint)
-        shape = shapes.get(job.request.shape_id)
-        verdict = None if shape is None else shape.verdict
-        if verdict is None:
-            return False
-        code, message, quota_first = verdict
-        if (
-            quota_first
-            and self.limited
-            and (job.owner in self.limited or job.group in self.limited)
-        ):
-            return self.settle_limited(job, code, message)
-        self.waits[job.id] = Wait(job.id, code, message)
-        return True
+        for job in itertools.islice(line, head, None):
+            if job.alternatives or job.min_nodes is not None:
+                break
+            constraint = job.constraint
+            if constraint is not last:
+                shapes = self.shapes_of(constraint)
+                last = constraint
+            shape = shapes.get(job.request.shape_id)
+            verdict = None if shape is None else shape.verdict
+            if verdict is None:
+                break
+            code, message, quota_first = verdict
+            if quota_first and limited and (job.owner in limited or job.group in limited):
+                if not self.settle_limited(job, code, message):
+                    break
+            else:
+                # _wait(), inline: this loop makes most of a cycle's waits.
+                wait = _new(Wait)
+                _set_job_id(wait, job.id)
+                _set_code(wait, code)
+                _set_message(wait, message)
+                _set_start_at(wait, None)
+                waits[job.id] = wait
+            head += 1
+        return head
 
     def settle_limited(self, job: PendingJob, code: WaitCode, message: str) -> bool:
         """:meth:`settle` for a job whose owner or group has a quota. Over its owner's quota,
@@ -317,7 +352,7 @@ class _Cycle:
             over = quotas.check(job.owner, job.group, job.priority, job.request)
             if over is not None:
                 code, message = WaitCode.QUOTA, over
-        self.waits[job.id] = Wait(job.id, code, message)
+        self.waits[job.id] = _wait(job.id, code, message)
         return True
 
     def refresh(self, shape: _Shape) -> None:
@@ -362,7 +397,7 @@ class _Cycle:
         if quotas.limits:
             over = quotas.check(job.owner, job.group, job.priority, request)
             if over is not None:
-                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                self.waits[job.id] = _wait(job.id, WaitCode.QUOTA, over)
                 return
         held_back = False
         policy = shape.policy
@@ -398,7 +433,7 @@ class _Cycle:
         if self.quotas.limits:
             over = self.quotas.check(job.owner, job.group, job.priority, job.smallest())
             if over is not None:
-                self.waits[job.id] = Wait(job.id, WaitCode.QUOTA, over)
+                self.waits[job.id] = _wait(job.id, WaitCode.QUOTA, over)
                 return
         end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
         held_back = False
@@ -450,12 +485,12 @@ class _Cycle:
         self.ledger.commit(allocations, end)
         self.quotas.charge(job.owner, job.group, job.priority, request)
         self.fair.charge(job.owner, request.gpus)
-        self.decisions.starts.append(Start(job.id, job.version, allocations, choice))
+        self.decisions.starts.append(_start(job.id, job.version, allocations, choice))
 
     def wait(
         self, job: PendingJob, code: WaitCode, message: str, start_at: float | None = None
     ) -> None:
-        self.waits[job.id] = Wait(job.id, code, message, start_at)
+        self.waits[job.id] = _wait(job.id, code, message, start_at)
 
     # -- preemption -----------------------------------------------------------------------
 
@@ -534,7 +569,7 @@ class _Cycle:
             if known is None:
                 known = shape.waiting = self.resources_reason(job, request)
                 self.refresh(shape)
-            self.waits[job.id] = Wait(job.id, WaitCode.RESOURCES, known)
+            self.waits[job.id] = _wait(job.id, WaitCode.RESOURCES, known)
             return
         blocker = self.blocker(job)
         if held_back and blocker is not None:

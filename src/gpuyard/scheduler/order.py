@@ -38,17 +38,18 @@ class FairShare:
         consider: Callable[[PendingJob], None],
         *,
         band: Callable[[PendingJob], int] | None = None,
-        settle: Callable[[PendingJob], bool] | None = None,
+        settle: Callable[[list[PendingJob], int], int] | None = None,
     ) -> None:
         """Call ``consider`` on each job, in order. It reads usage as it goes, so ``consider``
         charges a start before it returns. ``band`` splits each tier (time-slicing: the least
         served band first).
 
-        ``settle(job)``, when given, is asked about a job as soon as it is next in its owner's
-        line, which may be before its turn: it returns True if it has decided the job itself.
-        It may do so only for a job whose decision changes nothing (no start, no usage) and
-        would be the same at its turn; taking such a job out changes neither the order nor the
-        usage the others are ordered by, and saves turning the heap once per job."""
+        ``settle(line, head)``, when given, is asked about an owner's line as soon as
+        ``line[head]`` is next in it, which may be before that job's turn: it decides the jobs
+        from ``head`` on that it can decide at once, and returns the index of the first one it
+        did not. It may decide only jobs whose decision changes nothing (no start, no usage)
+        and would be the same at their turn; taking such jobs out changes neither the order
+        nor the usage the others are ordered by, and saves turning the heap once per job."""
         seqs = list(map(_SEQ, pending))
         if not all(map(lt, seqs, itertools.islice(seqs, 1, None))):
             # Each owner's line is in submission order: sort once (it usually is already).
@@ -72,13 +73,19 @@ class FairShare:
         self,
         owners: dict[str, list[PendingJob]],
         consider: Callable[[PendingJob], None],
-        settle: Callable[[PendingJob], bool] | None,
+        settle: Callable[[list[PendingJob], int], int] | None,
     ) -> None:
         """One tier: a merge of the owners' lines on (usage / share, seq, owner)."""
         if len(owners) == 1:  # one owner: plain submission order, no heap needed
-            for job in next(iter(owners.values())):
-                if settle is None or not settle(job):
-                    consider(job)
+            line = next(iter(owners.values()))
+            head = 0
+            while head < len(line):
+                if settle is not None:
+                    head = settle(line, head)
+                    if head == len(line):
+                        break
+                consider(line[head])
+                head += 1
             return
         # Each owner's line is read in place: heads[owner] is the index of its next job.
         heads = dict.fromkeys(owners, 0)
@@ -92,9 +99,8 @@ class FairShare:
             head = heads[owner]
             consider(line[head])
             head += 1
-            if settle is not None:
-                while head < len(line) and settle(line[head]):
-                    head += 1
+            if settle is not None and head < len(line):
+                head = settle(line, head)
             if head < len(line):
                 heads[owner] = head
                 # Read now: consider() may have charged a start to this owner.
