@@ -145,7 +145,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             store=store,
             executor=executor,
             clock=clock,
-            notify=controller.wake,
+            notify=controller.notify,
             controller_health=controller.health,
         )
         controller.start()

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from gpuyard.client import Client
-    from gpuyard.models import JobView, Prediction
+    from gpuyard.models import JobSpec, JobView, Prediction
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -218,10 +219,10 @@ def ls(
             str(job.id),
             job.name,
             job.status.label,
-            job.spec.priority.value,
+            job.spec.priority.value if job.spec else "?",
             job.owner,
             _nodes_text(job),
-            str(job.spec.resources.gpus * job.spec.nodes),
+            str(job.spec.resources.gpus * job.spec.nodes) if job.spec else "?",
             age(job.created_at),
         )
         for job in page.items
@@ -261,14 +262,11 @@ def _print_job(job: JobView) -> None:
     from rich.text import Text
 
     from gpuyard.cli.output import console, status_style
-    from gpuyard.quantities import format_bytes, format_duration
-
-    spec = job.spec
+    from gpuyard.quantities import format_bytes
 
     def per_node(gpus: int, cpus: float, memory: int) -> str:
         return f"{gpus} GPUs, {cpus:g} CPUs, {format_bytes(memory)} memory"
 
-    r = spec.resources
     rows: list[tuple[str, str | Text]] = [
         ("id", str(job.id)),
         ("name", Text(job.name)),
@@ -283,25 +281,12 @@ def _print_job(job: JobView) -> None:
         ]
     else:
         rows.append(("reason", Text(job.reason or "")))
+    spec = job.spec
+    if spec is None:
+        rows.append(("spec", Text(job.spec_error or "unreadable")))
+    else:
+        rows += _spec_rows(spec, per_node)
     rows += [
-        ("command", Text(spec.command or "; ".join(spec.commands()))),
-        ("mode", spec.mode.value),
-        ("nodes", _nodes_text(job) + (" (elastic)" if spec.elastic else "")),
-        ("per node", per_node(r.gpus, r.cpus, r.memory)),
-    ]
-    for i, alt in enumerate(spec.alternatives, 1):
-        rows.append((f"or per node ({i})", per_node(alt.gpus, alt.cpus, alt.memory)))
-    rows.append(("priority", spec.priority.value))
-    if spec.pool:
-        rows.append(("pool", Text(spec.pool)))
-    if spec.node_names:
-        rows.append(("only nodes", Text(", ".join(spec.node_names))))
-    if spec.driver_version:
-        rows.append(("driver", Text(spec.driver_version)))
-    rows += [
-        ("max runtime", format_duration(spec.max_runtime) if spec.max_runtime else "none"),
-        ("graceful shutdown", format_duration(spec.graceful_shutdown)),
-        ("workdir", Text(spec.workdir or "(job directory)")),
         ("attempt", str(job.attempt)),
         ("created", job.created_at.isoformat(timespec="seconds")),
         ("started", job.started_at.isoformat(timespec="seconds") if job.started_at else "-"),
@@ -310,7 +295,7 @@ def _print_job(job: JobView) -> None:
     ]
     if job.suspensions:
         rows.append(("suspensions", str(job.suspensions)))
-    if spec.env:
+    if spec is not None and spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in spec.env.items()))))
     table = Table(box=None, show_header=False)
     for key, value in rows:
@@ -329,9 +314,41 @@ def _print_job(job: JobView) -> None:
         out.print(workers)
 
 
+def _spec_rows(spec: JobSpec, per_node: Callable[[int, float, int], str]) -> list[Any]:
+    from rich.text import Text
+
+    from gpuyard.quantities import format_duration
+
+    r = spec.resources
+    nodes = f"{spec.min_nodes}..{spec.nodes} (elastic)" if spec.elastic else str(spec.nodes)
+    rows: list[tuple[str, str | Text]] = [
+        ("command", Text(spec.command or "; ".join(spec.commands()))),
+        ("mode", spec.mode.value),
+        ("nodes", nodes),
+        ("per node", per_node(r.gpus, r.cpus, r.memory)),
+    ]
+    for i, alt in enumerate(spec.alternatives, 1):
+        rows.append((f"or per node ({i})", per_node(alt.gpus, alt.cpus, alt.memory)))
+    rows.append(("priority", spec.priority.value))
+    if spec.pool:
+        rows.append(("pool", Text(spec.pool)))
+    if spec.node_names:
+        rows.append(("only nodes", Text(", ".join(spec.node_names))))
+    if spec.driver_version:
+        rows.append(("driver", Text(spec.driver_version)))
+    rows += [
+        ("max runtime", format_duration(spec.max_runtime) if spec.max_runtime else "none"),
+        ("graceful shutdown", format_duration(spec.graceful_shutdown)),
+        ("workdir", Text(spec.workdir or "(job directory)")),
+    ]
+    return rows
+
+
 def _nodes_text(job: JobView) -> str:
     """``4``, or an elastic job's ``2..4``."""
     spec = job.spec
+    if spec is None:
+        return "?"
     return f"{spec.min_nodes}..{spec.nodes}" if spec.elastic else str(spec.nodes)
 
 
@@ -405,7 +422,8 @@ def priority(
     if as_json:
         print_json(job)
         return
-    console().print(f"job {job.id}: priority {job.spec.priority.value}, {job.status.label}")
+    priority = job.spec.priority.value if job.spec else "?"
+    console().print(f"job {job.id}: priority {priority}, {job.status.label}")
 
 
 def rm(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:

@@ -201,7 +201,17 @@ class Client:
         return [NodeView.model_validate(n) for n in self._request("GET", "/nodes").json()]
 
     def health(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._request("GET", "/health").json()
+        """The server's health report; ``status`` is "stalled" (HTTP 503) while its
+        controller makes no progress, which is an answer, not an error."""
+        try:
+            response = self._http.request("GET", "/health")
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(
+                f"cannot reach the gpuyard server at {self.url}: {exc}. Is `gpuyard up` running?"
+            ) from None
+        if response.status_code != 503:
+            _raise_for_error(response)
+        data: dict[str, Any] = response.json()
         return data
 
     def pools(self) -> list[PoolView]:

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
+from gpuyard.controller.health import JobErrors
 from gpuyard.errors import StaleWrite
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerState
-from gpuyard.scheduler import Decisions, decide
+from gpuyard.scheduler import Decisions, Snapshot, decide
 from gpuyard.scheduler.decide import Start
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
@@ -48,6 +50,8 @@ class Applier:
         *,
         launch: Callable[[JobRow, list[WorkerRow]], None],
         mark_dirty: Callable[[], None],
+        errors: JobErrors,
+        give_up: Callable[[int], None],
     ) -> None:
         self.store = store
         self.clock = clock
@@ -55,6 +59,10 @@ class Applier:
         """Launch a started job's workers (the controller's)."""
         self.mark_dirty = mark_dirty
         """Ask for another pass soon."""
+        self.errors = errors
+        """Each job's start is guarded: its failure is the job's, not the pass's."""
+        self.give_up = give_up
+        """Fail a job whose start keeps failing."""
         self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
         self._reasons: dict[int, tuple[str | None, str | None, float | None]] = {}
         """The waiting reason, code and expected start last written for each queued job, to
@@ -64,7 +72,7 @@ class Applier:
         """Load a snapshot, decide, apply."""
         now = self.clock.now()
         with self.store.read() as session:
-            snapshot = load_snapshot(session, now)
+            snapshot = load_snapshot(session, now, on_bad_row=self._bad_row)
             nodes = {
                 name: (address, str((labels or {}).get("host", name)))
                 for name, address, labels in session.execute(
@@ -75,13 +83,36 @@ class Applier:
         if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
             self._reasons.clear()
             return
+        snapshot = self._without_failing(snapshot)
         decisions = decide(snapshot)
         self._preempt(decisions, now)
         for start in decisions.starts:
-            self.start(start, nodes, ports, now)
+            with self.errors.guard(start.job_id, "starting it", clears=True):
+                self.start(start, nodes, ports, now)
+            if self.errors.resting(start.job_id):
+                # The room it took in this cycle is free again: decide again soon, without it.
+                self.mark_dirty()
         self._record_waits(
             {w.job_id: (w.message, w.code.value, w.start_at) for w in decisions.waits.values()}
         )
+
+    def _bad_row(self, job_id: int, exc: Exception) -> None:
+        self.errors.failed(job_id, "reading it for scheduling", exc)
+
+    def _without_failing(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot without queued jobs whose start keeps failing: they must not take room
+        in a cycle only to fail again. Those that failed too often are given up on."""
+        resting = []
+        for job in snapshot.pending:
+            if self.errors.exhausted(job.id):
+                self.give_up(job.id)
+                resting.append(job.id)
+            elif self.errors.resting(job.id):
+                resting.append(job.id)
+        if not resting:
+            return snapshot
+        skip = set(resting)
+        return replace(snapshot, pending=tuple(j for j in snapshot.pending if j.id not in skip))
 
     def _preempt(self, decisions: Decisions, now: float) -> None:
         """Begin the suspensions the scheduler asked for (to make room, or to grow)."""

@@ -56,6 +56,9 @@ class FakeExecutor:
         self.fail_launch = fail_launch
         self.workers: dict[WorkerKey, FakeWorker] = {}
         self.launches: list[WorkerLaunch] = []
+        self.broken: dict[int, str] = {}
+        """Job ids whose workers make ``status`` and ``control`` raise, with the message (a
+        worker whose files break the executor)."""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[NodeInfo]:
@@ -89,8 +92,14 @@ class FakeExecutor:
     def _worker(self, handle: Handle) -> FakeWorker:
         return self.workers[WorkerKey(handle["job"], handle["attempt"], handle["rank"])]
 
+    def _check(self, handles: Sequence[Handle]) -> None:
+        for h in handles:
+            if h["job"] in self.broken:
+                raise RuntimeError(self.broken[h["job"]])
+
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
         with self._lock:
+            self._check(handles)
             return [self._worker(h).status for h in handles]
 
     def terminate(self, handle: Handle, grace: float) -> None:
@@ -113,6 +122,7 @@ class FakeExecutor:
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         with self._lock:
+            self._check(handles)
             return [self._worker(h).control for h in handles]
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:

@@ -432,7 +432,13 @@ class JobView(BaseModel):
     owner: str
     status: JobStatus
     state: JobState
-    spec: JobSpec
+    spec: JobSpec | None = Field(
+        description="What was submitted; null only when the stored spec no longer passes "
+        "today's rules (see spec_error)."
+    )
+    spec_error: str | None = Field(
+        None, description="Why the stored spec could not be read, when it could not."
+    )
     attempt: int
     created_at: datetime
     started_at: datetime | None = None

@@ -158,8 +158,10 @@ DRAIN_TARGET: dict[JobState, JobState] = {
 }
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED}),
-    JobState.SUSPENDED: frozenset({JobState.STARTING, JobState.STOPPED}),
+    # FAILED from the queue: the platform could not start it at all (its stored spec no longer
+    # loads, say), after retrying.
+    JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
+    JobState.SUSPENDED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
     JobState.STARTING: frozenset(
         {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED}
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter, lt
 from typing import Any
@@ -55,23 +56,19 @@ class FairShare:
             # Each owner's line is in submission order: sort once (it usually is already).
             pending = sorted(pending, key=_SUBMISSION)
         # Tiers by rank: (priority, -band), or the priority alone (the same order) unbanded.
-        tiers: dict[Any, dict[str, list[PendingJob]]] = {}
-        for job in pending:
-            rank = job.priority if band is None else (job.priority, -band(job))
-            owners = tiers.get(rank)
-            if owners is None:
-                owners = tiers[rank] = {}
-            line = owners.get(job.owner)
-            if line is None:
-                owners[job.owner] = [job]
-            else:
-                line.append(job)
+        tiers: defaultdict[Any, defaultdict[str, list[PendingJob]]] = defaultdict(_lines)
+        if band is None:
+            for job in pending:
+                tiers[job.priority][job.owner].append(job)
+        else:
+            for job in pending:
+                tiers[(job.priority, -band(job))][job.owner].append(job)
         for rank in sorted(tiers, reverse=True):
             self._visit_tier(tiers[rank], consider, settle)
 
     def _visit_tier(
         self,
-        owners: dict[str, list[PendingJob]],
+        owners: Mapping[str, list[PendingJob]],
         consider: Callable[[PendingJob], None],
         settle: Callable[[list[PendingJob], int], int] | None,
     ) -> None:
@@ -108,6 +105,10 @@ class FairShare:
                 replace(heap, (share, line[head].seq, owner))
             else:
                 pop(heap)
+
+
+def _lines() -> defaultdict[str, list[PendingJob]]:
+    return defaultdict(list)
 
 
 _SEQ = attrgetter("seq")

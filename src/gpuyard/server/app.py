@@ -17,6 +17,7 @@ from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
+from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
@@ -30,7 +31,7 @@ def create_app(
     store: Store | None = None,
     executor: Executor | None = None,
     clock: Clock | None = None,
-    notify: Callable[[], None] = lambda: None,
+    notify: Notify = nobody,
     controller_health: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names."""

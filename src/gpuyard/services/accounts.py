@@ -14,7 +14,7 @@ store has never seen is registered on their first submission (role ``user``, gro
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +44,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.states import HOLDING, LIVE
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.services.notify import Notify, nobody
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
 
@@ -108,7 +109,7 @@ class AccountService:
         clock: Clock,
         user_tiers: Sequence[Priority] = DEFAULT_USER_TIERS,
         urgent_tier: Priority = Priority.HIGH,
-        notify: Callable[[], None] = lambda: None,
+        notify: Notify = nobody,
     ) -> None:
         self.store = store
         self.clock = clock

@@ -33,6 +33,7 @@ from gpuyard.models.validation import readable_validation_errors
 from gpuyard.scheduler.placement import Ledger
 from gpuyard.scheduler.snapshot import NodeCapacity
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
+from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view
 from gpuyard.store.engine import Store
@@ -58,7 +59,7 @@ class JobService:
         store: Store,
         *,
         clock: Clock,
-        notify: Callable[[], None] = lambda: None,
+        notify: Notify = nobody,
         on_delete: Callable[[int], None] = lambda _job_id: None,
         accounts: AccountService | None = None,
     ) -> None:
@@ -278,7 +279,7 @@ class JobService:
                 reason=f"stopped by {actor}",
             )
             view = job_view(row)
-        self.notify()
+        self.notify(job_id)
         return view
 
     def change_priority(self, job_id: int, priority: Priority, *, actor: str) -> JobView:
@@ -319,7 +320,7 @@ class JobService:
                 time=now,
             )
             view = job_view(row)
-        self.notify()
+        self.notify(job_id)
         return view
 
     @staticmethod

@@ -19,6 +19,7 @@ from gpuyard.models import JobSpec, JobState, JobView, Prediction
 from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
+from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.views import job_view
 from gpuyard.store.engine import Store
@@ -34,7 +35,7 @@ class SchedulingService:
         store: Store,
         *,
         clock: Clock,
-        notify: Callable[[], None] = lambda: None,
+        notify: Notify = nobody,
         check_submission: Callable[[JobSpec, str], None] = lambda _spec, _owner: None,
     ) -> None:
         self.store = store
@@ -67,7 +68,7 @@ class SchedulingService:
                 session, row, actor=f"user:{actor}", why=f"suspended by {actor}", now=now
             )
             view = job_view(row)
-        self.notify()
+        self.notify(job_id)
         return view
 
     def prediction(self, job_id: int) -> Prediction:

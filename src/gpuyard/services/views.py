@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
+from gpuyard.models.validation import readable_validation_errors
 from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
-__all__ = ["event_view", "job_view", "to_datetime"]
+__all__ = ["event_view", "job_view", "stored_spec", "to_datetime"]
 
 
 def to_datetime(ts: float | None) -> datetime | None:
@@ -16,13 +19,15 @@ def to_datetime(ts: float | None) -> datetime | None:
 
 def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
     state = JobState(row.state)
+    spec, spec_error = stored_spec(row)
     return JobView(
         id=row.id,
         name=row.name,
         owner=row.owner,
         status=state.status,
         state=state,
-        spec=JobSpec.model_validate(row.spec),
+        spec=spec,
+        spec_error=spec_error,
         attempt=row.attempt,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
         started_at=to_datetime(row.started_at),
@@ -47,6 +52,15 @@ def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
             for w in workers or []
         ],
     )
+
+
+def stored_spec(row: JobRow) -> tuple[JobSpec | None, str | None]:
+    """The job's spec, or None and why when it no longer passes today's rules (stored by an
+    older version, say): one such job must not break every listing."""
+    try:
+        return JobSpec.model_validate(row.spec), None
+    except ValidationError as exc:
+        return None, f"the stored spec no longer loads: {readable_validation_errors(exc.errors())}"
 
 
 def event_view(row: EventRow) -> JobEvent:

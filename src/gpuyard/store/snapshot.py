@@ -6,8 +6,8 @@ Jobs are read as plain columns (their request is stored beside the spec, see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -108,7 +108,12 @@ class _Asks:
         )
 
 
-def load_snapshot(session: Session, now: float) -> Snapshot:
+def load_snapshot(
+    session: Session, now: float, *, on_bad_row: Callable[[int, Exception], None] | None = None
+) -> Snapshot:
+    """The pool as the scheduler sees it. A job whose row cannot be read (a value no longer
+    valid) is left out and reported to ``on_bad_row``, instead of failing every job's pass."""
+    report = on_bad_row or _ignore
     node_rows = list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
     nodes = tuple(
         NodeCapacity(
@@ -122,9 +127,11 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
         for row in node_rows
     )
     asks = _Asks({n.name: n.pool for n in nodes})
-    running = tuple(
-        _running(row)
-        for row in session.execute(
+    running = _each(
+        _running,
+        report,
+        fallback=_holding_all,
+        rows=session.execute(
             select(
                 JobRow.id,
                 JobRow.state,
@@ -142,11 +149,12 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
                 JobRow.attained,
                 JobRow.listens,
             ).where(JobRow.state.in_(HOLDING))
-        )
+        ),
     )
-    pending = tuple(
-        asks.job(*asks.of(tuple(row[:_REQUEST_WIDTH])), row)
-        for row in session.execute(
+    pending = _each(
+        lambda row: asks.job(*asks.of(tuple(row[:_REQUEST_WIDTH])), row),
+        report,
+        session.execute(
             select(
                 *REQUEST_COLUMNS,
                 JobRow.id,
@@ -159,7 +167,7 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
             )
             .where(JobRow.state.in_(_PENDING))
             .order_by(JobRow.id)
-        )
+        ),
     )
     quotas = {
         (q.kind, q.subject, Priority(q.tier).rank): Limit(nodes=q.nodes, gpus=q.gpus)
@@ -178,6 +186,48 @@ def load_snapshot(session: Session, now: float) -> Snapshot:
         pools=pool_policies(session),
         quotas=quotas,
         shares=shares,
+    )
+
+
+T = TypeVar("T")
+
+
+def _each(
+    build: Callable[[Any], T],
+    report: Callable[[int, Exception], None],
+    rows: Iterable[Any],
+    fallback: Callable[[Any], T] | None = None,
+) -> tuple[T, ...]:
+    """``build`` of each row; a row that fails is reported, and left out or, with
+    ``fallback``, replaced by what the fallback makes of it."""
+    result = []
+    for row in rows:
+        try:
+            result.append(build(row))
+        except (ValueError, TypeError, KeyError) as exc:
+            report(row.id, exc)
+            if fallback is not None:
+                result.append(fallback(row))
+    return tuple(result)
+
+
+def _ignore(_job_id: int, _exc: Exception) -> None:
+    pass
+
+
+def _holding_all(row: Any) -> RunningJob:
+    """A running job whose row cannot be read: never leave it out (its room would be handed
+    out twice); it holds every node it names, whole, until someone sorts it out."""
+    return RunningJob(
+        id=row.id,
+        priority=max(p.rank for p in Priority),
+        owner=str(row.owner),
+        allocations=tuple(
+            Allocation(str(slot["node"]), exclusive=True)
+            for slot in row.placement or ()
+            if isinstance(slot, dict) and "node" in slot
+        ),
+        preemptible=False,
     )
 
 

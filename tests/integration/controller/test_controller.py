@@ -29,7 +29,7 @@ class Pool:
         self.store, self.executor, self.clock = store, executor, clock
         self.controller = Controller(store, executor, clock=clock, control_url="http://cp")
         self.controller.register_nodes()
-        self.jobs = JobService(store, clock=clock, notify=self.controller.wake)
+        self.jobs = JobService(store, clock=clock, notify=self.controller.notify)
 
     def submit(self, **spec: object) -> int:
         spec.setdefault("command", "python train.py")

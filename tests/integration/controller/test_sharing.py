@@ -32,7 +32,7 @@ class Pool:
         self.executor = FakeExecutor(TWO, **fake)  # type: ignore[arg-type]
         self.controller = Controller(store, self.executor, clock=clock)
         self.controller.register_nodes()
-        self.jobs = JobService(store, clock=clock, notify=self.controller.wake)
+        self.jobs = JobService(store, clock=clock, notify=self.controller.notify)
         self.scheduling = SchedulingService(store, clock=clock)
 
     def submit(self, owner: str = "alice", **spec: object) -> int:

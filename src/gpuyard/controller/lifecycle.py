@@ -1,0 +1,459 @@
+"""What happens to one job in a pass: launch it, settle it, drain it, or give up on it.
+
+:class:`Lifecycle` holds the rules the controller applies to each job that holds resources,
+one job at a time (the loop guards each call, so one job's failure stays that job's):
+
+- *starting*: launch every worker (handles are written even if a later launch fails, so no
+  launched worker is ever forgotten); all launched -> running; a launch refused -> failing;
+- *running*: what its workers add up to (:mod:`gpuyard.controller.verdict`): succeed, fail,
+  complete, stop sub-tasks; a worker that asked to be suspended suspends the job; past its
+  max runtime -> expiring;
+- *stopping / expiring / failing / completing*: SIGTERM once with the graceful period, SIGKILL
+  stragglers the supervisor did not end, and end the job once every worker has exited;
+- *suspending*: the notice protocol (:mod:`gpuyard.controller.suspension`);
+- a job whose work keeps failing is given up on: its workers are killed and it fails with the
+  error as its reason (:meth:`Lifecycle.give_up`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import update
+
+from gpuyard.clock import Clock
+from gpuyard.controller.apply import launch_spec
+from gpuyard.controller.suspension import Suspender, asked_to_suspend
+from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
+from gpuyard.errors import StaleWrite
+from gpuyard.executors.base import Executor, LaunchError
+from gpuyard.launch.network import NetworkPreset
+from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
+from gpuyard.models import JobSpec, JobState, JobType, Slot
+from gpuyard.models.job import MpiImplementation
+from gpuyard.models.states import DRAIN_TARGET, TRANSITIONS
+from gpuyard.models.worker import Handle, WorkerState, WorkerStatus
+from gpuyard.quantities import format_duration
+from gpuyard.services.suspension import begin_suspension
+from gpuyard.services.transitions import record_event, transition
+from gpuyard.store.engine import Store
+from gpuyard.store.guarded import current
+from gpuyard.store.tables import JobRow, WorkerRow
+
+__all__ = ["ACTOR", "ESCALATED", "KILL_BACKSTOP", "LaunchConfig", "Lifecycle", "describe_exit"]
+
+log = logging.getLogger("gpuyard.controller")
+
+ACTOR = "controller"
+KILL_BACKSTOP = 10.0
+"""Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
+supervisor normally does it at the end of the period)."""
+ESCALATED = "killed with SIGKILL"
+"""How a worker's exit detail says it outlived its graceful period."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Launch inputs every job shares."""
+
+    mpi: dict[MpiImplementation, MpiInstall] = field(default_factory=dict)
+    network: NetworkPreset = field(default_factory=NetworkPreset)
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        *,
+        clock: Clock,
+        control_url: str,
+        launch_config: LaunchConfig,
+        gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
+        mark_dirty: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.control_url = control_url
+        self.launch_config = launch_config
+        self._gpu_devices = gpu_devices
+        self._mark_dirty = mark_dirty
+        self._backstop_kills: set[int] = set()
+        """Workers this controller SIGKILLed itself (to record the event once)."""
+        self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+
+    def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        """One step of a job that holds resources, according to its state."""
+        self._advance(job, workers)
+
+    def _advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        state = JobState(job.state)
+        if state is JobState.STARTING:
+            self._launch(job, workers)
+        elif state is JobState.RUNNING:
+            self._settle_running(job, workers)
+        elif state is JobState.SUSPENDING:
+            self.suspender.advance(job, workers)
+        else:
+            self._drain(job, state, workers)
+
+    def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        placement = [Slot.model_validate(s) for s in job.placement or []]
+        spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
+        ctx = JobContext(
+            job_id=job.id,
+            name=job.name,
+            attempt=job.attempt,
+            placement=placement,
+            job_dir=self.executor.job_dir(job.id),
+            control_url=self.control_url,
+            gpu_devices=self._gpu_devices(),
+            token=job.token or "",
+            tools=self.executor.tools(),
+            mpi=self.launch_config.mpi,
+            network=self.launch_config.network,
+            mpi_interface=self.executor.interface,
+        )
+        handles: dict[int, Handle] = {}
+        failure: tuple[WorkerRow, str] | None = None
+        try:
+            for worker in workers:
+                if worker.handle is not None:
+                    continue
+                base_env = self.executor.base_env(worker.node)
+                launch = plan_worker(spec, ctx, worker.rank, base_env=base_env)
+                try:
+                    handles[worker.id] = self.executor.launch(launch)
+                except LaunchError as exc:
+                    failure = (worker, str(exc))
+                    break
+        except BaseException:
+            # Whatever went wrong, a launched worker must never be forgotten.
+            self._record_handles(handles)
+            raise
+        now = self.clock.now()
+        with self.store.write() as session:
+            # Handles are recorded whatever happened to the job meanwhile (the next pass
+            # drains the workers if the job was stopped).
+            self._write_handles(session, handles, now)
+            if failure is not None:
+                worker, message = failure
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == worker.id)
+                    .values(state=WorkerState.LOST, detail=message, finished_at=now)
+                )
+            row = self._fresh(session, job)
+            if row is None:
+                pass
+            elif failure is not None:
+                worker, message = failure
+                transition(
+                    session,
+                    row,
+                    JobState.FAILING,
+                    actor=ACTOR,
+                    why=message,
+                    time=now,
+                    node=worker.node,
+                    reason=message,
+                )
+            elif all(w.handle is not None or w.id in handles for w in workers):
+                nodes = ", ".join(dict.fromkeys(w.node for w in workers))
+                transition(
+                    session,
+                    row,
+                    JobState.RUNNING,
+                    actor=ACTOR,
+                    why=f"{len(workers)} worker(s) launched on {nodes}",
+                    time=now,
+                    started_at=now,
+                )
+        self._mark_dirty()
+
+    def _record_handles(self, handles: dict[int, Handle]) -> None:
+        if handles:
+            with self.store.write() as session:
+                self._write_handles(session, handles, self.clock.now())
+
+    @staticmethod
+    def _write_handles(session: Any, handles: dict[int, Handle], now: float) -> None:
+        for worker_id, handle in handles.items():
+            session.execute(
+                update(WorkerRow)
+                .where(WorkerRow.id == worker_id)
+                .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
+            )
+
+    def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        now = self.clock.now()
+        if self._suspended_itself(job, workers, now):
+            return
+        verdict = settle(
+            [_facts(w) for w in workers], batch=job.spec.get("type") == JobType.BATCH.value
+        )
+        if verdict.outcome is Outcome.FAIL:
+            failure = verdict.failure
+            ended = all(w.state.is_ended() for w in workers)
+            target = JobState.FAILED if ended else JobState.FAILING
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session,
+                    row,
+                    target,
+                    actor=ACTOR,
+                    why=verdict.why,
+                    time=now,
+                    node=failure.node if failure else None,
+                    reason=verdict.why,
+                    exit_code=failure.exit_code if failure else None,
+                )
+            if not ended:
+                self._drain(row, target, workers)
+            return
+        if verdict.outcome is Outcome.SUCCEED:
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session,
+                    row,
+                    JobState.SUCCEEDED,
+                    actor=ACTOR,
+                    why=verdict.why,
+                    time=now,
+                    exit_code=0,
+                    reason=None,
+                )
+            self._mark_dirty()
+            return
+        if verdict.outcome is Outcome.COMPLETE:
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session, row, JobState.COMPLETING, actor=ACTOR, why=verdict.why, time=now
+                )
+            self._drain(row, JobState.COMPLETING, workers)
+            return
+        if verdict.terminate or verdict.notes:
+            self._terminate(
+                job,
+                [w for w in workers if w.id in {f.id for f in verdict.terminate}],
+                notes=verdict.notes,
+            )
+        max_runtime = job.max_runtime
+        if max_runtime and job.started_at is not None and now >= job.started_at + max_runtime:
+            why = f"ran longer than its max runtime ({format_duration(max_runtime)})"
+            with self.store.write() as session:
+                row = self._fresh_or_stale(session, job)
+                transition(
+                    session, row, JobState.EXPIRING, actor=ACTOR, why=why, time=now, reason=why
+                )
+            self._drain(row, JobState.EXPIRING, workers)
+
+    def _suspended_itself(self, job: JobRow, workers: list[WorkerRow], now: float) -> bool:
+        """A worker that exits asking to be suspended (``gpuyard.runtime.suspend()``) suspends
+        the whole job: the others get the notice, and the job is requeued."""
+        exited = [w for w in workers if w.state == WorkerState.EXITED and w.exit_code != 0]
+        if not exited:
+            return False
+        asker = asked_to_suspend(exited, self.executor.control([w.handle or {} for w in exited]))
+        if asker is None:
+            return False
+        with self.store.write() as session:
+            row = self._fresh_or_stale(session, job)
+            begin_suspension(
+                session,
+                row,
+                actor=f"worker:{asker.rank}",
+                why=f"worker {asker.rank} asked to be suspended",
+                now=now,
+            )
+        self.suspender.advance(row, workers)
+        return True
+
+    def _terminate(
+        self, job: JobRow, workers: list[WorkerRow], *, notes: tuple[str, ...] = ()
+    ) -> None:
+        """Tell some workers of a job that goes on to exit (a failed sub-task, idle helpers)."""
+        now = self.clock.now()
+        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        signalled = []
+        for w in workers:
+            if w.handle is not None and w.terminate_sent_at is None:
+                self.executor.terminate(w.handle, grace)
+                signalled.append(w)
+        with self.store.write() as session:
+            for note in notes:
+                record_event(session, job, kind="task", actor=ACTOR, reason=note, time=now)
+            self._record_signals(session, job, signalled, grace, now)
+
+    def _record_signals(
+        self, session: Any, job: JobRow, workers: list[WorkerRow], grace: float, now: float
+    ) -> None:
+        for w in workers:
+            session.execute(
+                update(WorkerRow).where(WorkerRow.id == w.id).values(terminate_sent_at=now)
+            )
+            record_event(
+                session,
+                job,
+                kind="signal",
+                actor=ACTOR,
+                node=w.node,
+                time=now,
+                reason=f"SIGTERM sent to worker {w.rank}; SIGKILL if it is still running "
+                f"after the graceful period ({format_duration(grace)})",
+            )
+
+    def _drain(self, job: JobRow, state: JobState, workers: list[WorkerRow]) -> None:
+        """Tell live workers to exit; SIGKILL stragglers; end the job when all have exited."""
+        now = self.clock.now()
+        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        signalled: list[WorkerRow] = []
+        killed: list[WorkerRow] = []
+        for w in workers:
+            if w.state != WorkerState.RUNNING or w.handle is None:
+                continue
+            if w.terminate_sent_at is None:
+                self.executor.terminate(w.handle, grace)
+                signalled.append(w)
+            elif now > w.terminate_sent_at + grace + KILL_BACKSTOP:
+                self.executor.kill(w.handle)
+                if w.id not in self._backstop_kills:
+                    self._backstop_kills.add(w.id)
+                    killed.append(w)
+        cancelled = [w for w in workers if w.state == WorkerState.PENDING and w.handle is None]
+        if not (signalled or killed or cancelled) and not all(w.state.is_ended() for w in workers):
+            return
+        with self.store.write() as session:
+            # Worker bookkeeping is recorded even if the job changed meanwhile; only the
+            # job's own transition is guarded.
+            self._record_signals(session, job, signalled, grace, now)
+            for w in killed:
+                record_event(
+                    session,
+                    job,
+                    kind="signal",
+                    actor=ACTOR,
+                    node=w.node,
+                    time=now,
+                    reason=f"SIGKILL sent to worker {w.rank}: its supervisor did not end it "
+                    "after the graceful period",
+                )
+            for w in cancelled:
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == w.id)
+                    .values(state=WorkerState.CANCELLED, detail="never started", finished_at=now)
+                )
+            ended = {w.id for w in cancelled} | {w.id for w in workers if w.state.is_ended()}
+            target = DRAIN_TARGET.get(state)  # a suspension ends in the suspender
+            row = self._fresh(session, job) if target is not None else None
+            if row is not None and target is not None and len(ended) == len(workers):
+                escalated = [w for w in workers if w.detail and ESCALATED in w.detail]
+                why = f"every worker has exited; {state.value} -> {target.value}"
+                if escalated:
+                    ranks = ", ".join(str(w.rank) for w in escalated)
+                    why += f" (worker {ranks} SIGKILLed after the graceful period)"
+                done: dict[str, Any] = (
+                    {"exit_code": 0, "reason": None} if (target is JobState.SUCCEEDED) else {}
+                )
+                transition(session, row, target, actor=ACTOR, why=why, time=now, **done)
+                self._mark_dirty()
+
+    # -- giving up ------------------------------------------------------------------------
+
+    def give_up(self, job: JobRow, workers: list[WorkerRow], why: str) -> None:
+        """End a job whose work keeps failing: kill every worker that may run, and fail the
+        job with ``why``. Written to need as little of the job as possible (not its spec):
+        whatever broke its normal path must not break this one."""
+        now = self.clock.now()
+        for w in workers:
+            if w.handle is not None and not w.state.is_ended():
+                with contextlib.suppress(Exception):  # best effort: it may be gone already
+                    self.executor.kill(w.handle)
+        reason = f"the controller gave up on this job: {why}"
+        with self.store.write() as session:
+            for w in workers:
+                if not w.state.is_ended():
+                    session.execute(
+                        update(WorkerRow)
+                        .where(WorkerRow.id == w.id)
+                        .values(
+                            state=WorkerState.LOST if w.handle else WorkerState.CANCELLED,
+                            detail="killed: the controller gave up on the job",
+                            finished_at=now,
+                        )
+                    )
+            row = session.get(JobRow, job.id)
+            if row is None or row.state.is_terminal():
+                return
+            for target in _give_up_path(row.state):
+                transition(session, row, target, actor=ACTOR, why=reason, time=now, reason=reason)
+        self._mark_dirty()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _fresh(self, session: Any, job: JobRow) -> JobRow | None:
+        """The job's row if nobody changed it since ``job`` was read, else None."""
+        row = current(session, job.id, job.version)
+        if row is None:
+            self._mark_dirty()
+        return row
+
+    def _fresh_or_stale(self, session: Any, job: JobRow) -> JobRow:
+        row = self._fresh(session, job)
+        if row is None:
+            raise StaleWrite(f"job {job.id} changed since it was read")
+        return row
+
+
+def _give_up_path(state: JobState) -> tuple[JobState, ...]:
+    """The moves from ``state`` to its end when the controller gives up on the job: a draining
+    job ends as its drain would have; any other fails, through ``failing`` if it must."""
+    if state in DRAIN_TARGET:
+        return (DRAIN_TARGET[state],)
+    if JobState.FAILED in TRANSITIONS[state]:
+        return (JobState.FAILED,)
+    return (JobState.FAILING, JobState.FAILED)
+
+
+def _facts(w: WorkerRow) -> WorkerFacts:
+    return WorkerFacts(
+        id=w.id,
+        rank=w.rank,
+        task=w.task,
+        primary=w.primary,
+        state=w.state,
+        exit_code=w.exit_code,
+        told_to_exit=w.terminate_sent_at is not None,
+        detail=w.detail or "",
+        node=w.node,
+    )
+
+
+def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -> str:
+    """How a worker ended, in words, from what its executor reported."""
+    who = f"worker {worker.rank} on {worker.node}"
+    code = status.exit_code
+    if status.state is WorkerState.LOST:
+        return f"{who} was lost: {status.message}" if status.message else f"{who} was lost"
+    if status.message:
+        return f"{who} could not start: {status.message} (exit code {code})"
+    if status.cause:
+        return f"{who} ended: {status.cause} (exit code {code})"
+    if status.escalated:
+        grace = float(job.spec.get("graceful_shutdown", 30.0)) if job else 0.0
+        return (
+            f"{who} did not exit within the graceful period ({format_duration(grace)}) after "
+            f"SIGTERM and was {ESCALATED} (exit code {code})"
+        )
+    if status.signal:
+        return f"{who} was ended by {status.signal} (exit code {code})"
+    return f"{who} exited with code {code}"
