@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from gpuyard.client import Client
-    from gpuyard.models import JobSpec, JobView, Prediction
+    from gpuyard.models import BulkResult, JobSpec, JobView, Prediction
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -392,10 +392,10 @@ def stop(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None
     """Stop jobs: queued ones at once, running ones with SIGTERM then SIGKILL."""
     from gpuyard.cli.output import console
 
-    client = _client()
-    for job_id in job_ids:
-        job = client.stop(job_id)
-        console().print(f"job {job.id}: {job.state.value}")
+    result = _client().stop_many(job_ids)
+    for job_id in result.done:
+        console().print(f"job {job_id}: {result.states[job_id].value}")
+    _report_failures(result)
 
 
 def suspend(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
@@ -430,10 +430,20 @@ def rm(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
     """Delete ended jobs with their logs."""
     from gpuyard.cli.output import console
 
-    client = _client()
-    for job_id in job_ids:
-        client.delete(job_id)
+    result = _client().delete_many(job_ids)
+    for job_id in result.done:
         console().print(f"job {job_id}: deleted")
+    _report_failures(result)
+
+
+def _report_failures(result: BulkResult) -> None:
+    """Each job a bulk request left alone, with why; exit 1 if there is any."""
+    from gpuyard.cli.output import err_console
+
+    for failure in result.failed:
+        err_console().print(f"job {failure.id}: {failure.detail}", markup=False)
+    if result.failed:
+        raise typer.Exit(1)
 
 
 def clone(

@@ -11,6 +11,7 @@ import httpx
 
 from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
 from gpuyard.models import (
+    BulkResult,
     GroupView,
     JobEvent,
     JobSpec,
@@ -25,6 +26,7 @@ from gpuyard.models import (
     Priority,
     QuotaKind,
     QuotaView,
+    SubmittedJobs,
     UserView,
 )
 from gpuyard.settings import Settings
@@ -95,6 +97,12 @@ class Client:
         body = _spec_body(spec)
         return JobView.model_validate(self._request("POST", "/jobs", json=body).json())
 
+    def submit_many(self, specs: Sequence[JobSpec | Mapping[str, Any]]) -> list[int]:
+        """Submit several jobs in one request, all or none; their ids, in order."""
+        body = {"jobs": [_spec_body(s) for s in specs]}
+        data = self._request("POST", "/jobs/batch", json=body).json()
+        return SubmittedJobs.model_validate(data).ids
+
     def predict(self, spec: JobSpec | Mapping[str, Any]) -> Prediction:
         """When a job with this spec would start if submitted now; nothing is submitted."""
         response = self._request("POST", "/jobs/predict", json=_spec_body(spec))
@@ -131,6 +139,16 @@ class Client:
 
     def delete(self, job_id: int) -> None:
         self._request("DELETE", f"/jobs/{job_id}")
+
+    def stop_many(self, job_ids: Sequence[int]) -> BulkResult:
+        """Stop several jobs in one request; the result says which could not be, and why."""
+        data = self._request("POST", "/jobs/stop", json={"ids": list(job_ids)}).json()
+        return BulkResult.model_validate(data)
+
+    def delete_many(self, job_ids: Sequence[int]) -> BulkResult:
+        """Delete several ended jobs in one request; the result says which could not be."""
+        data = self._request("POST", "/jobs/delete", json={"ids": list(job_ids)}).json()
+        return BulkResult.model_validate(data)
 
     def suspend(self, job_id: int) -> JobView:
         """Ask a running job to checkpoint and go back to the queue at its place."""

@@ -1,19 +1,25 @@
 """Step 3 of a reconcile pass: load a snapshot, ``decide()``, and apply the decisions.
 
 Starts are written with a transition guarded by the version the snapshot read (a decision made
-on a stale read changes nothing), get a port per worker, and are launched at once; suspensions
-begin the notice protocol (:mod:`gpuyard.controller.suspension`); every waiting job's reason,
-code and expected start are written when they change.
+on a stale read changes nothing), get a port per worker, and are handed to the launcher
+(:mod:`gpuyard.controller.launcher`), which starts their workers beside the loop; all the
+starts of a cycle go in a few short transactions. Suspensions begin the notice protocol
+(:mod:`gpuyard.controller.suspension`); every waiting job's reason, code and expected start are
+written when they change, in one statement.
+
+The pass runs inside :func:`gpuyard.scheduler.frozen_heap`: the garbage collector does not walk
+the snapshot, which holds no garbage, while ``decide()`` allocates.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.controller.health import JobErrors
@@ -23,7 +29,7 @@ from gpuyard.models import JobSpec, JobState, Slot
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerState
-from gpuyard.scheduler import Decisions, Snapshot, decide
+from gpuyard.scheduler import Decisions, Snapshot, decide, frozen_heap
 from gpuyard.scheduler.decide import Start
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
@@ -40,6 +46,15 @@ PORT_RANGE = (20000, 30000)
 
 
 _PENDING_STATES = tuple(sorted(PENDING))
+START_CHUNK = 200
+"""Starts written per transaction (a short hold of the write lock, however many there are)."""
+_JOBS = cast("Table", JobRow.__table__)
+_SET_WAIT = (
+    update(_JOBS)
+    # No IN: an expanding list cannot go into executemany.
+    .where(_JOBS.c.id == bindparam("job"), or_(*(_JOBS.c.state == s for s in _PENDING_STATES)))
+    .values(reason=bindparam("why"), wait_code=bindparam("code"), start_at=bindparam("at"))
+)
 
 
 class Applier:
@@ -48,7 +63,7 @@ class Applier:
         store: Store,
         clock: Clock,
         *,
-        launch: Callable[[JobRow, list[WorkerRow]], None],
+        launch: Callable[[list[int]], None],
         mark_dirty: Callable[[], None],
         errors: JobErrors,
         give_up: Callable[[int], None],
@@ -56,7 +71,7 @@ class Applier:
         self.store = store
         self.clock = clock
         self.launch = launch
-        """Launch a started job's workers (the controller's)."""
+        """Launch the workers of these started jobs (the controller's launcher)."""
         self.mark_dirty = mark_dirty
         """Ask for another pass soon."""
         self.errors = errors
@@ -71,30 +86,59 @@ class Applier:
     def run(self) -> None:
         """Load a snapshot, decide, apply."""
         now = self.clock.now()
-        with self.store.read() as session:
-            snapshot = load_snapshot(session, now, on_bad_row=self._bad_row)
-            nodes = {
-                name: (address, str((labels or {}).get("host", name)))
-                for name, address, labels in session.execute(
-                    select(NodeRow.name, NodeRow.address, NodeRow.labels)
-                )
-            }
-            ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
-        if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
-            self._reasons.clear()
-            return
-        snapshot = self._without_failing(snapshot)
-        decisions = decide(snapshot)
+        with frozen_heap() as freeze:
+            with self.store.read() as session:
+                snapshot = load_snapshot(session, now, on_bad_row=self._bad_row)
+                nodes = {
+                    name: (address, str((labels or {}).get("host", name)))
+                    for name, address, labels in session.execute(
+                        select(NodeRow.name, NodeRow.address, NodeRow.labels)
+                    )
+                }
+                ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
+            if not snapshot.pending and not any(r.max_nodes for r in snapshot.running):
+                self._reasons.clear()
+                return
+            snapshot = self._without_failing(snapshot)
+            freeze()
+            decisions = decide(snapshot)
+            del snapshot
         self._preempt(decisions, now)
-        for start in decisions.starts:
-            with self.errors.guard(start.job_id, "starting it", clears=True):
-                self.start(start, nodes, ports, now)
-            if self.errors.resting(start.job_id):
-                # The room it took in this cycle is free again: decide again soon, without it.
-                self.mark_dirty()
+        started = self.start_all(decisions.starts, nodes, ports, now)
+        if started:
+            self.launch(started)
         self._record_waits(
             {w.job_id: (w.message, w.code.value, w.start_at) for w in decisions.waits.values()}
         )
+
+    def start_all(
+        self,
+        starts: Sequence[Start],
+        nodes: dict[str, tuple[str, str]],
+        ports: dict[str, set[int]],
+        now: float,
+    ) -> list[int]:
+        """Write the starts, a chunk per transaction; return the ids of the jobs started. Each
+        start is guarded: its failure is that job's (its savepoint rolls back), and the room it
+        took in this cycle is decided again soon, without it."""
+        started: list[int] = []
+        for chunk in range(0, len(starts), START_CHUNK):
+            failed: list[tuple[int, Exception]] = []
+            with self.store.write() as session:
+                for start in starts[chunk : chunk + START_CHUNK]:
+                    try:
+                        with session.begin_nested():
+                            if self.start(session, start, nodes, ports, now):
+                                started.append(start.job_id)
+                    except Exception as exc:
+                        failed.append((start.job_id, exc))
+            # Recorded once the transaction is over: recording writes an event of its own.
+            for job_id, error in failed:
+                self.errors.failed(job_id, "starting it", error)
+                self.mark_dirty()
+        for job_id in started:
+            self.errors.succeeded(job_id)
+        return started
 
     def _bad_row(self, job_id: int, exc: Exception) -> None:
         self.errors.failed(job_id, "reading it for scheduling", exc)
@@ -156,11 +200,17 @@ class Applier:
 
     def start(
         self,
+        session: Session,
         start: Start,
         nodes: dict[str, tuple[str, str]],
         ports: dict[str, set[int]],
         now: float,
-    ) -> None:
+    ) -> bool:
+        """Write one start (the job goes to ``starting`` with its placement and its worker
+        rows); False if the job changed since the snapshot (the decision is dropped)."""
+        row = current(session, start.job_id, start.version)
+        if row is None:
+            return False  # changed since the snapshot (stopped, deleted)
         slots = [
             Slot(
                 node=a.node,
@@ -174,49 +224,45 @@ class Applier:
             for a in start.allocations
         ]
         placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
+        spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
+        extra: dict[str, Any] = {}
+        if chosen:  # the spec it runs (and resumes) with: the others are dropped
+            extra["spec"] = spec.model_dump(mode="json")
+            extra.update(request_columns(request_of(spec)))
+        resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
         try:
-            with self.store.write() as session:
-                row = current(session, start.job_id, start.version)
-                if row is None:
-                    return  # changed since the snapshot (stopped, deleted): drop the decision
-                spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
-                extra: dict[str, Any] = {}
-                if chosen:  # the spec it runs (and resumes) with: the others are dropped
-                    extra["spec"] = spec.model_dump(mode="json")
-                    extra.update(request_columns(request_of(spec)))
-                resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
-                transition(
-                    session,
-                    row,
-                    JobState.STARTING,
-                    actor=SCHEDULER,
-                    why=f"placed on {placed_on}{chosen}{resumed}",
-                    time=now,
-                    placement=[s.model_dump(mode="json") for s in slots],
-                    reason=None,
-                    wait_code=None,
-                    start_at=None,
-                    token=secrets.token_hex(16),
-                    **extra,
-                )
-                job_seats = seats(launch_spec(spec, len(slots)))
-                workers = [
-                    WorkerRow(
-                        job_id=row.id,
-                        attempt=row.attempt,
-                        rank=seat.rank,
-                        node=slot.node,
-                        role=seat.role.value,
-                        task=seat.task,
-                        primary=seat.role.primary,
-                        state=WorkerState.PENDING,
-                    )
-                    for seat, slot in zip(job_seats, slots, strict=True)
-                ]
-                session.add_all(workers)
+            transition(
+                session,
+                row,
+                JobState.STARTING,
+                actor=SCHEDULER,
+                why=f"placed on {placed_on}{chosen}{resumed}",
+                time=now,
+                placement=[s.model_dump(mode="json") for s in slots],
+                reason=None,
+                wait_code=None,
+                start_at=None,
+                token=secrets.token_hex(16),
+                **extra,
+            )
         except StaleWrite:
-            return
-        self.launch(row, workers)
+            return False
+        job_seats = seats(launch_spec(spec, len(slots)))
+        session.add_all(
+            WorkerRow(
+                job_id=row.id,
+                attempt=row.attempt,
+                rank=seat.rank,
+                node=slot.node,
+                role=seat.role.value,
+                task=seat.task,
+                primary=seat.role.primary,
+                state=WorkerState.PENDING,
+            )
+            for seat, slot in zip(job_seats, slots, strict=True)
+        )
+        self._reasons.pop(row.id, None)
+        return True
 
     def _record_waits(self, waits: dict[int, tuple[str, str, float | None]]) -> None:
         unknown = [job_id for job_id in waits if job_id not in self._reasons]
@@ -235,13 +281,15 @@ class Applier:
         if not changed:
             return
         with self.store.write() as session:
-            for job_id, (message, code, start_at) in changed.items():
-                # Not a state change, so no version bump; only while still waiting.
-                session.execute(
-                    update(JobRow)
-                    .where(JobRow.id == job_id, JobRow.state.in_(_PENDING_STATES))
-                    .values(reason=message, wait_code=code, start_at=start_at)
-                )
+            # One statement for them all (executemany): not a state change, so no version
+            # bump; only while still waiting.
+            session.connection().execute(
+                _SET_WAIT,
+                [
+                    {"job": job_id, "why": message, "code": code, "at": start_at}
+                    for job_id, (message, code, start_at) in changed.items()
+                ],
+            )
         self._reasons.update(changed)
 
 

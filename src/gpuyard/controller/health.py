@@ -13,6 +13,7 @@ errors, and whether the loop is making progress (a pass completed lately).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,16 +95,20 @@ class JobErrors:
         """Jobs whose work failed in the current pass."""
         self._done_now: set[int] = set()
         """Jobs whose main step succeeded in the current pass."""
+        self._lock = threading.RLock()
+        """The loop and the launcher's threads both record failures."""
 
     def begin_pass(self) -> None:
-        self._failed_now.clear()
-        self._done_now.clear()
+        with self._lock:
+            self._failed_now.clear()
+            self._done_now.clear()
 
     def end_pass(self) -> None:
         """A job whose main step succeeded and nothing else of it failed in this pass starts
         a new count."""
-        for job_id in self._done_now - self._failed_now:
-            self._failures.pop(job_id, None)
+        with self._lock:
+            for job_id in self._done_now - self._failed_now:
+                self._failures.pop(job_id, None)
 
     def resting(self, job_id: int) -> bool:
         """Whether the job's work failed lately and waits before it is tried again."""
@@ -122,7 +127,8 @@ class JobErrors:
         return self.count(job_id) >= GIVE_UP_AFTER
 
     def forget(self, job_id: int) -> None:
-        self._failures.pop(job_id, None)
+        with self._lock:
+            self._failures.pop(job_id, None)
 
     @contextmanager
     def guard(self, job_id: int, what: str, *, clears: bool = False) -> Iterator[None]:
@@ -136,19 +142,28 @@ class JobErrors:
             self.failed(job_id, what, exc)
         else:
             if clears:
-                self._done_now.add(job_id)
+                self.succeeded(job_id)
+
+    def succeeded(self, job_id: int) -> None:
+        """The job's main step (advancing or starting it) succeeded: unless another piece of
+        it failed in this pass, its run of failures ends with the pass."""
+        with self._lock:
+            self._done_now.add(job_id)
 
     def failed(self, job_id: int, what: str, exc: BaseException) -> None:
         message = f"{what}: {describe(exc)}"
-        self._failed_now.add(job_id)
-        found = self._failures.setdefault(job_id, _Failures())
-        found.count += 1
-        found.retry_at = self.clock() + min(RETRY_AFTER_MAX, RETRY_AFTER * 2 ** (found.count - 1))
-        if message != found.last:
+        with self._lock:
+            self._failed_now.add(job_id)
+            found = self._failures.setdefault(job_id, _Failures())
+            found.count += 1
+            count = found.count
+            found.retry_at = self.clock() + min(RETRY_AFTER_MAX, RETRY_AFTER * 2 ** (count - 1))
+            repeated = message == found.last
+            found.last = message
+            self.health.error(self.wall(), message, job_id)
+        if not repeated:
             log.error("job %s: %s", job_id, message, exc_info=exc)
-        found.last = message
-        self.health.error(self.wall(), message, job_id)
         try:
-            self.on_error(job_id, message, found.count)
+            self.on_error(job_id, message, count)
         except Exception:  # recording the error must not become an error of its own
             log.exception("job %s: could not record an error", job_id)

@@ -41,6 +41,7 @@ from sqlalchemy import select, tuple_, update
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
 from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, describe
+from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor
@@ -116,10 +117,13 @@ class Controller:
             gpu_devices=self._gpu_devices,
             mark_dirty=self._mark_dirty,
         )
+        self.launcher = Launcher(
+            store, launch=self.lifecycle.advance, errors=self.errors, done=self._launched
+        )
         self.applier = Applier(
             store,
             clock,
-            launch=self.lifecycle.advance,
+            launch=self.launcher.submit,
             mark_dirty=self._mark_dirty,
             errors=self.errors,
             give_up=self._give_up_on,
@@ -152,6 +156,7 @@ class Controller:
     def start(self) -> None:
         self.register_nodes()
         self.executor.set_wakeup(self.wake)
+        self.launcher.start()
         self._thread = threading.Thread(target=self._run, name="gpuyard-controller", daemon=True)
         self._thread.start()
 
@@ -161,6 +166,13 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.launcher.stop()
+
+    def _launched(self, job_id: int) -> None:
+        """The launcher is done with ``job_id``: look at it again (a stop may have come)."""
+        with self._lock:
+            self._touched_jobs.add(job_id)
+        self._wake.set()
 
     def health(self) -> dict[str, Any]:
         """What ``/health`` reports about the loop; ``progressing`` False means stalled."""
@@ -235,6 +247,8 @@ class Controller:
             finished = self.clock.monotonic()
             self._last_schedule = started
             self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - started))
+        if not self.launcher.running:
+            self.launcher.launch_now()  # driven pass by pass (tests): launch within the pass
         self.errors.end_pass()
         self.health_state.passed(self.clock.monotonic(), self.clock.now())
 
@@ -466,6 +480,11 @@ class Controller:
             self._step(job, workers[job.id])
 
     def _step(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        if self.launcher.claimed(job.id):
+            return  # being launched: looked at again once that is done
+        if job.state is JobState.STARTING and any(w.handle is None for w in workers):
+            self.launcher.submit([job.id])  # launched beside the loop, not in it
+            return
         if self.errors.exhausted(job.id):
             self._give_up(job, workers)
             return

@@ -48,12 +48,16 @@ class FakeExecutor:
         *,
         exit_on_terminate: bool = True,
         fail_launch: Callable[[WorkerLaunch], str | None] = lambda _launch: None,
+        before_launch: Callable[[WorkerLaunch], None] = lambda _launch: None,
     ) -> None:
         self._nodes = list(nodes) or [
             NodeInfo("fake0", "127.0.0.1", gpus=8, cpus=64, memory=1 << 40)
         ]
         self.exit_on_terminate = exit_on_terminate
         self.fail_launch = fail_launch
+        self.before_launch = before_launch
+        """Called at the start of each launch, outside the executor's lock (a test holds a
+        launch there to act while it is in flight)."""
         self.workers: dict[WorkerKey, FakeWorker] = {}
         self.launches: list[WorkerLaunch] = []
         self.broken: dict[int, str] = {}
@@ -74,6 +78,7 @@ class FakeExecutor:
         return f"/fake/jobs/{job_id}"
 
     def launch(self, request: WorkerLaunch) -> Handle:
+        self.before_launch(request)
         handle = {
             "job": request.key.job_id,
             "attempt": request.key.attempt,

@@ -20,7 +20,11 @@ from gpuyard.models.accounts import (
     UserView,
 )
 from gpuyard.models.job import (
+    BulkResult,
+    JobBatch,
     JobEvent,
+    JobFailure,
+    JobIds,
     JobMode,
     JobSpec,
     JobType,
@@ -33,6 +37,7 @@ from gpuyard.models.job import (
     Page,
     Priority,
     Slot,
+    SubmittedJobs,
     SubTask,
     WorkerView,
 )
@@ -41,10 +46,14 @@ from gpuyard.models.scheduling import Prediction
 from gpuyard.models.states import JobState, JobStatus
 
 __all__ = [
+    "BulkResult",
     "GroupSpec",
     "GroupUpdate",
     "GroupView",
+    "JobBatch",
     "JobEvent",
+    "JobFailure",
+    "JobIds",
     "JobMode",
     "JobSpec",
     "JobState",
@@ -74,6 +83,7 @@ __all__ = [
     "Role",
     "Slot",
     "SubTask",
+    "SubmittedJobs",
     "UserSpec",
     "UserUpdate",
     "UserView",

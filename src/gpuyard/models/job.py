@@ -459,6 +459,50 @@ class JobView(BaseModel):
     workers: list[WorkerView] = Field(default_factory=list)
 
 
+MAX_BATCH = 5000
+"""Most jobs one request may submit, stop or delete."""
+
+
+class JobBatch(BaseModel):
+    """Several jobs submitted in one request, all or none (a job array)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class SubmittedJobs(BaseModel):
+    """The ids of the jobs a batch queued, in the batch's order."""
+
+    ids: list[int]
+
+
+class JobIds(BaseModel):
+    """Jobs to act on in one request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class JobFailure(BaseModel):
+    id: int
+    detail: str
+    code: str
+
+
+class BulkResult(BaseModel):
+    """What one request did to each of several jobs: those it acted on, and why the others
+    were left as they are."""
+
+    done: list[int] = Field(default_factory=list)
+    states: dict[int, JobState] = Field(
+        default_factory=dict,
+        description="The state each job it acted on is in now (a deleted job has none).",
+    )
+    failed: list[JobFailure] = Field(default_factory=list)
+
+
 class JobEvent(BaseModel):
     """One entry of a job's event log: a transition or a notable step."""
 

@@ -50,6 +50,8 @@ from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, U
 
 __all__ = ["DEFAULT_GROUP", "AccountService", "parse_tiers"]
 
+CACHE_AGE = 5.0
+"""Seconds a cache of users' groups serves at most (writes by other processes)."""
 DEFAULT_GROUP = "default"
 """The group of users registered on their first submission; it cannot be deleted."""
 
@@ -116,6 +118,9 @@ class AccountService:
         self.user_tiers = [p for p in Priority if p in user_tiers]
         self.urgent_tier = urgent_tier
         self.notify = notify
+        self._groups: dict[str, str] = {}
+        self._groups_at: tuple[tuple[int, ...], float] = ((), 0.0)
+        """What :meth:`register_all` cached: users' groups, and the generation and time."""
 
     # -- bootstrap and identity -----------------------------------------------------------
 
@@ -166,10 +171,33 @@ class AccountService:
             f"may also use {others} (admins: {self._admin_names(session)})"
         )
 
+    def register_all(self, session: Session, names: Iterable[str]) -> dict[str, str]:
+        """Each user's group ("" for none), registering those never seen. Known users' groups
+        are cached while no user or group changes (see Store.generation)."""
+        wanted = set(names)
+        generation = self.store.generation("users", "groups")
+        now = self.clock.monotonic()
+        if self._groups_at[0] != generation or now - self._groups_at[1] > CACHE_AGE:
+            self._groups, self._groups_at = {}, (generation, now)
+        cached = self._groups
+        if wanted <= cached.keys():
+            return {name: cached[name] for name in wanted}
+        groups = {
+            name: group or ""
+            for name, group in session.execute(
+                select(UserRow.name, UserRow.group_name).where(UserRow.name.in_(wanted))
+            )
+        }
+        cached.update(groups)  # only what was read: a registration may yet roll back
+        for name in wanted - groups.keys():
+            groups[name] = self.register(session, name).group_name or ""
+        return groups
+
     def check_urgent_limit(
-        self, session: Session, group: str, tier: Priority, *, lock: bool = True
+        self, session: Session, group: str, tier: Priority, *, lock: bool = True, adding: int = 1
     ) -> None:
-        """Conflict if one more job at ``tier`` would take ``group`` past its urgent limit.
+        """Conflict if ``adding`` more jobs at ``tier`` would take ``group`` past its urgent
+        limit.
 
         Locks the group's row (FOR UPDATE on PostgreSQL; SQLite's writers are serial
         already), so that two submissions cannot both take the last place; a dry run reads
@@ -181,10 +209,11 @@ class AccountService:
         if row is None or row.urgent_limit is None:
             return
         count = self._urgent_count(session, group)
-        if count >= row.urgent_limit:
+        if count + adding > row.urgent_limit:
+            more = f"; these {adding} would pass it" if adding > 1 else ""
             raise Conflict(
                 f"group {group} has {count} running or queued {tier.value} job(s) and its "
-                f"limit is {row.urgent_limit}; wait until one ends, choose a lower priority, "
+                f"limit is {row.urgent_limit}{more}; wait until one ends, choose a lower priority, "
                 f"or ask an admin to raise the limit (`gpuyard groups set {group} "
                 "--urgent-limit N`)",
                 extra={"count": count, "limit": row.urgent_limit},

@@ -7,42 +7,45 @@ anything is written, so a rejected submission stores nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
+from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied
 from gpuyard.models import (
+    BulkResult,
     JobEvent,
+    JobFailure,
     JobSpec,
     JobState,
     JobStatus,
     JobView,
-    NodeState,
     Page,
     Priority,
     Role,
 )
-from gpuyard.models.request import DEFAULT_POOL, Constraint, request_of
-from gpuyard.models.states import PENDING
+from gpuyard.models.job import MAX_BATCH
+from gpuyard.models.request import request_of
+from gpuyard.models.states import PENDING, check_transition
 from gpuyard.models.validation import readable_validation_errors
-from gpuyard.scheduler.placement import Ledger
-from gpuyard.scheduler.snapshot import NodeCapacity
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
+from gpuyard.services.admission import Admission
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
-from gpuyard.services.views import event_view, job_view
+from gpuyard.services.views import event_view, job_view, queued_view
 from gpuyard.store.engine import Store
+from gpuyard.store.group_commit import GroupCommit
 from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import (
     EventRow,
     JobRow,
-    NodeRow,
-    PoolRow,
     UserRow,
     WorkerRow,
     request_columns,
@@ -68,14 +71,21 @@ class JobService:
         self.notify = notify
         self.on_delete = on_delete
         self.accounts = accounts or AccountService(store, clock=clock, notify=notify)
+        self.admission = Admission(store, accounts=self.accounts, clock=clock)
+        self._intake = GroupCommit(
+            store,
+            self._write_submissions,
+            size=lambda part: len(part.specs),
+            after=self._notify_all,
+            name="submissions",
+        )
 
     # -- create ---------------------------------------------------------------------------
 
     def check_submission(self, spec: JobSpec, *, owner: str) -> None:
         """Raise what :meth:`submit` would refuse ``spec`` with, storing nothing (dry runs)."""
+        self.admission.check(spec, owner)
         with self.store.read() as session:
-            self.accounts.check_tier(session, owner, spec.priority)
-            self._check_placement(session, spec)
             user = session.get(UserRow, owner)
             group = (user.group_name or "") if user is not None else DEFAULT_GROUP
             self.accounts.check_urgent_limit(session, group, spec.priority, lock=False)
@@ -84,42 +94,105 @@ class JobService:
         """Queue a job for ``owner``. Refused, with nothing stored: a tier the owner may not
         use (403), node names or a pool that do not exist or a job that can never fit (422),
         the owner's group at its urgent limit (409)."""
-        with self.store.read() as session:
-            self.accounts.check_tier(session, owner, spec.priority)
-            self._check_placement(session, spec)
-        now = self.clock.now()
-        with self.store.write() as session:
-            user = self.accounts.register(session, owner)
-            group = user.group_name or ""
-            self.accounts.check_urgent_limit(session, group, spec.priority)
-            row = JobRow(
-                name=spec.effective_name(),
-                owner=owner,
-                state=JobState.QUEUED,
-                version=0,
-                priority=spec.priority.value,
-                spec=spec.model_dump(mode="json"),
-                attempt=0,
-                created_at=now,
-                group_name=group,
-                **request_columns(request_of(spec)),
+        return self.submit_many([spec], owner=owner)[0]
+
+    def submit_many(self, specs: Sequence[JobSpec], *, owner: str) -> list[JobView]:
+        """Queue several jobs for ``owner``, all or none: the first that would be refused
+        refuses the whole batch (its error names its index), and nothing is stored. Jobs are
+        queued in the given order."""
+        return self.enqueue(specs, owner=owner).result()
+
+    def enqueue(self, specs: Sequence[JobSpec], *, owner: str) -> Future[list[JobView]]:
+        """:meth:`submit_many` without waiting: the future has the jobs once they are stored
+        (an event loop awaits it). Submissions that arrive together are checked and written
+        in one transaction (:class:`~gpuyard.store.group_commit.GroupCommit`)."""
+        if not specs:
+            raise InvalidSpec("no jobs to submit: give at least one")
+        if len(specs) > MAX_BATCH:
+            raise InvalidSpec(
+                f"{len(specs)} jobs in one request; submit at most {MAX_BATCH} at a time"
             )
-            session.add(row)
-            session.flush()
-            row.seq = row.id  # its place in the queue, kept across suspensions
-            record_event(
-                session,
-                row,
-                kind="submitted",
-                actor=f"user:{owner}",
-                reason="submitted",
-                time=now,
-                to_state=JobState.QUEUED,
-            )
-            session.flush()
-            view = job_view(row)
-        self.notify()
-        return view
+        return self._intake.submit(_Submission(tuple(specs), owner, self.clock.now()))
+
+    def _notify_all(self) -> None:
+        self.notify()  # looked up at each call: tests and the server may set it later
+
+    def _admit(self, part: _Submission) -> None:
+        """Raise what ``part`` is refused for before anything is written."""
+        for i, spec in enumerate(part.specs):
+            try:
+                self.admission.check(spec, part.owner)
+            except GpuyardError as exc:
+                if len(part.specs) == 1:
+                    raise
+                raise type(exc)(f"jobs[{i}]: {exc.detail}", extra=exc.extra) from None
+
+    def _write_submissions(
+        self, session: Session, parts: Sequence[_Submission]
+    ) -> list[list[JobView] | BaseException]:
+        """Insert every accepted part's jobs and their first events in one go (the
+        :class:`GroupCommit` of :meth:`submit_many`)."""
+        results: list[list[JobView] | BaseException] = []
+        admitted: list[tuple[int, _Submission]] = []
+        for part in parts:
+            try:
+                self._admit(part)
+            except GpuyardError as exc:
+                results.append(exc)
+            else:
+                admitted.append((len(results), part))
+                results.append([])
+        if not admitted:
+            return results
+        groups = self.accounts.register_all(session, {p.owner for _, p in admitted})
+        urgent: Counter[str] = Counter()
+        accepted: list[tuple[int, _Submission]] = []
+        for index, part in admitted:
+            group = groups[part.owner]
+            asks = sum(1 for spec in part.specs if spec.priority is self.accounts.urgent_tier)
+            if asks:
+                try:
+                    self.accounts.check_urgent_limit(
+                        session, group, self.accounts.urgent_tier, adding=urgent[group] + asks
+                    )
+                except Conflict as exc:
+                    results[index] = exc
+                    continue
+                urgent[group] += asks
+            accepted.append((index, part))
+        values = [
+            _job_values(spec, part.owner, groups[part.owner], part.at)
+            for _, part in accepted
+            for spec in part.specs
+        ]
+        if not values:
+            return results
+        # Core statements on the session's connection: the ORM's bulk path costs more than
+        # the rows it writes (none of these rows is cached, so the store need not count them).
+        connection = session.connection()
+        ids = list(connection.execute(_INSERT_JOBS, values).scalars())
+        connection.execute(_SET_SEQ, {"first": min(ids), "last": max(ids)})
+        connection.execute(
+            _INSERT_EVENTS,
+            [
+                {
+                    "job_id": job_id,
+                    "time": row["created_at"],
+                    "kind": "submitted",
+                    "actor": f"user:{row['owner']}",
+                    "from_state": None,
+                    "to_state": JobState.QUEUED,
+                    "reason": "submitted",
+                    "node": None,
+                    "attempt": 0,
+                }
+                for job_id, row in zip(ids, values, strict=True)
+            ],
+        )
+        made = iter(zip(ids, values, strict=True))
+        for index, part in accepted:
+            results[index] = [queued_view(*next(made), spec=spec) for spec in part.specs]
+        return results
 
     def clone(self, job_id: int, *, actor: str, overrides: dict[str, Any] | None) -> JobView:
         with self.store.read() as session:
@@ -135,75 +208,6 @@ class JobService:
                 f"the cloned spec is invalid: {readable_validation_errors(exc.errors())}"
             ) from None
         return self.submit(spec, owner=actor)
-
-    def _check_placement(self, session: Session, spec: JobSpec) -> None:
-        """InvalidSpec unless the job's node names, pool and shape could ever be placed.
-
-        Checked against the ready nodes the job may use. With no node registered at all (the
-        pool is starting), or when all the job's nodes are cordoned for now, it is accepted
-        and waits with a reason."""
-        nodes = {n.name: n for n in session.scalars(select(NodeRow).order_by(NodeRow.name))}
-        constraint = self._constraint(session, spec, nodes)
-        present = [n for n in nodes.values() if n.state is not NodeState.GONE]
-        if not present:
-            return
-        usable = [n for n in present if constraint.allows(n.name, n.effective_labels())]
-        if not usable:
-            raise InvalidSpec(_no_nodes_for(constraint, present))
-        ready = [n for n in usable if n.state is NodeState.READY]
-        if not ready:
-            return
-        capacities = [
-            NodeCapacity(r.name, r.gpus, r.cpus, r.memory, labels=r.effective_labels())
-            for r in ready
-        ]
-        policy = session.get(PoolRow, constraint.pool)
-        same_zone = bool(policy is not None and policy.same_zone)
-        ledger = Ledger(capacities, running=())
-        reasons = []
-        for choice in request_of(spec).choices():
-            never = ledger.could_ever_fit(choice, constraint, same_zone=same_zone)
-            if never is None:
-                return
-            reasons.append(never)
-        raise InvalidSpec(
-            f"this job can never run in this pool: {'; '.join(dict.fromkeys(reasons))}. "
-            "Ask for fewer GPUs, CPUs, memory or nodes (see `gpuyard nodes`)."
-        )
-
-    def _constraint(self, session: Session, spec: JobSpec, nodes: dict[str, NodeRow]) -> Constraint:
-        """Where the job may run, as the scheduler reads it; InvalidSpec for names that do not
-        exist, and for node names in several pools."""
-        if spec.node_names:
-            missing = [n for n in dict.fromkeys(spec.node_names) if n not in nodes]
-            if missing:
-                known = list(nodes)
-                shown = ", ".join(known[:20]) + (", …" if len(known) > 20 else "")
-                raise InvalidSpec(
-                    f"node_names: there is no node {', '.join(missing)} (nodes: "
-                    f"{shown or 'none yet'}; see `gpuyard nodes`)"
-                )
-            pools: dict[str, list[str]] = {}
-            for name in dict.fromkeys(spec.node_names):
-                pool = nodes[name].effective_labels().get("pool") or DEFAULT_POOL
-                pools.setdefault(pool, []).append(name)
-            if len(pools) > 1:
-                where = "; ".join(f"{', '.join(ns)} in pool {p}" for p, ns in sorted(pools.items()))
-                raise InvalidSpec(
-                    f"node_names: a job's nodes must all be in one pool, and these are not "
-                    f"({where}); name nodes of one pool"
-                )
-            return Constraint(next(iter(pools)), frozenset(spec.node_names))
-        if spec.pool:
-            pools_known = self.accounts.pool_names(session)
-            if spec.pool not in pools_known:
-                raise InvalidSpec(
-                    f"pool: there is no pool {spec.pool} (pools: "
-                    f"{', '.join(sorted(pools_known))}; "
-                    "see `gpuyard pools`)"
-                )
-            return Constraint(spec.pool)
-        return Constraint(DEFAULT_POOL, driver=spec.driver_version)
 
     # -- read -----------------------------------------------------------------------------
 
@@ -340,6 +344,136 @@ class JobService:
             session.delete(row)
         self.on_delete(job_id)
 
+    # -- many at once ---------------------------------------------------------------------
+
+    def stop_many(self, job_ids: Sequence[int], *, actor: str) -> BulkResult:
+        """Stop each job (as :meth:`stop`), in one transaction; a job that cannot be stopped
+        (gone, already ended) is reported, not raised, and the others are stopped. Queued
+        jobs are stopped with one statement: a thousand of them take milliseconds."""
+        ids = _unique(job_ids)
+        now = self.clock.now()
+        result = BulkResult()
+        draining: list[int] = []
+        with self.store.write() as session:
+            rows = self._rows_for_update(session, ids)
+            pending: list[JobRow] = []
+            for job_id in ids:
+                row = rows.get(job_id)
+                if row is None:
+                    result.failed.append(_missing(job_id))
+                elif row.state.is_terminal():
+                    result.failed.append(
+                        JobFailure(
+                            id=job_id,
+                            detail=f"job {job_id} has already ended ({row.state.status.label}); "
+                            "nothing to stop",
+                            code=Conflict.code,
+                        )
+                    )
+                elif row.state in PENDING:
+                    pending.append(row)
+                else:
+                    if row.state is not JobState.STOPPING:
+                        transition(
+                            session,
+                            row,
+                            JobState.STOPPING,
+                            actor=f"user:{actor}",
+                            why=f"stop requested by {actor}",
+                            time=now,
+                            reason=f"stopped by {actor}",
+                        )
+                        draining.append(job_id)
+                    result.states[job_id] = JobState.STOPPING
+            self._stop_pending(session, pending, actor=actor, now=now)
+            result.states.update((row.id, JobState.STOPPED) for row in pending)
+        result.done = [job_id for job_id in ids if job_id in result.states]  # as asked
+        for job_id in draining:
+            self.notify(job_id)
+        if pending:
+            self.notify()
+        return result
+
+    def _stop_pending(
+        self, session: Session, rows: Sequence[JobRow], *, actor: str, now: float
+    ) -> None:
+        """queued / suspended -> stopped for every row, as two statements (the rows are locked
+        by the caller's read, so each guard holds)."""
+        if not rows:
+            return
+        for row in rows:
+            check_transition(row.id, row.state, JobState.STOPPED)
+        connection = session.connection()
+        connection.execute(
+            _STOP,
+            [
+                {
+                    "job": row.id,
+                    "seen": row.version,
+                    "next": row.version + 1,
+                    "why": f"stopped by {actor}",
+                    "at": now,
+                }
+                for row in rows
+            ],
+        )
+        connection.execute(
+            _INSERT_EVENTS,
+            [
+                {
+                    "job_id": row.id,
+                    "time": now,
+                    "kind": "transition",
+                    "actor": f"user:{actor}",
+                    "from_state": row.state,
+                    "to_state": JobState.STOPPED,
+                    "reason": f"stop requested by {actor}",
+                    "node": None,
+                    "attempt": row.attempt,
+                }
+                for row in rows
+            ],
+        )
+
+    def delete_many(self, job_ids: Sequence[int], *, actor: str) -> BulkResult:
+        """Delete each ended job with its events, workers and files; a job that is not there
+        or has not ended is reported, not raised, and the others are deleted."""
+        ids = _unique(job_ids)
+        result = BulkResult()
+        with self.store.write() as session:
+            rows = self._rows_for_update(session, ids)
+            for job_id in ids:
+                row = rows.get(job_id)
+                if row is None:
+                    result.failed.append(_missing(job_id))
+                elif not row.state.is_terminal():
+                    result.failed.append(
+                        JobFailure(
+                            id=job_id,
+                            detail=f"job {job_id} is {row.state.status.label}; stop it first "
+                            f"(`gpuyard stop {job_id}`), then delete it",
+                            code=Conflict.code,
+                        )
+                    )
+                else:
+                    result.done.append(job_id)
+            for chunk in range(0, len(result.done), 500):
+                session.execute(
+                    delete(JobRow).where(JobRow.id.in_(result.done[chunk : chunk + 500]))
+                )
+        for job_id in result.done:
+            self.on_delete(job_id)
+        return result
+
+    @staticmethod
+    def _rows_for_update(session: Session, ids: Sequence[int]) -> dict[int, JobRow]:
+        """The rows of ``ids`` that exist, locked until the transaction ends."""
+        rows: dict[int, JobRow] = {}
+        for chunk in range(0, len(ids), 500):
+            query = select(JobRow).where(JobRow.id.in_(ids[chunk : chunk + 500]))
+            rows.update((r.id, r) for r in session.scalars(query.with_for_update()))
+        return rows
+
     @staticmethod
     def _job(session: Any, job_id: int) -> JobRow:
         row: JobRow | None = session.get(JobRow, job_id)
@@ -348,34 +482,65 @@ class JobService:
         return row
 
 
-def _no_nodes_for(constraint: Constraint, nodes: list[NodeRow]) -> str:
-    """Why no node matches, and what to do about it."""
-    if constraint.nodes:
-        return (
-            f"node_names: {', '.join(sorted(constraint.nodes))} are gone (no executor presents "
-            "them any more); name other nodes (see `gpuyard nodes`)"
-        )
-    if constraint.driver is not None:
-        drivers = sorted(
-            {
-                d
-                for n in nodes
-                if (d := n.effective_labels().get("driver"))
-                and Constraint(constraint.pool).allows(n.name, n.effective_labels())
-            }
-        )
-        return (
-            f"driver_version: no node of the {constraint.pool} pool has driver "
-            f"{constraint.driver} (drivers: {', '.join(drivers) or 'none labelled'}); an admin "
-            "labels nodes with `gpuyard label NODE driver=VERSION`"
-        )
-    if constraint.pool == DEFAULT_POOL:
-        pools = sorted({n.effective_labels().get("pool") or DEFAULT_POOL for n in nodes})
-        return (
-            f"pool: every node is in a named pool ({', '.join(pools)}) and the default pool "
-            "has none; name one with `pool` (--pool)"
-        )
-    return (
-        f"pool: pool {constraint.pool} has no nodes yet; an admin adds some with `gpuyard "
-        f"label NODE pool={constraint.pool}`"
+_JOBS = cast("Table", JobRow.__table__)
+_INSERT_JOBS = insert(_JOBS).returning(_JOBS.c.id, sort_by_parameter_order=True)
+_SET_SEQ = (
+    update(_JOBS)
+    .where(_JOBS.c.id.between(bindparam("first"), bindparam("last")), _JOBS.c.seq.is_(None))
+    .values(seq=_JOBS.c.id)
+)
+"""A queued job's place in the queue is its id, kept across suspensions."""
+_INSERT_EVENTS = insert(cast("Table", EventRow.__table__))
+
+
+_STOP = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("job"), _JOBS.c.version == bindparam("seen"))
+    .values(
+        state=JobState.STOPPED,
+        version=bindparam("next"),
+        reason=bindparam("why"),
+        finished_at=bindparam("at"),
+        wait_code=None,
+        start_at=None,
     )
+)
+
+
+def _unique(job_ids: Sequence[int]) -> list[int]:
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        raise InvalidSpec("no job ids given")
+    if len(ids) > MAX_BATCH:
+        raise InvalidSpec(f"{len(ids)} job ids in one request; give at most {MAX_BATCH}")
+    return ids
+
+
+def _missing(job_id: int) -> JobFailure:
+    return JobFailure(id=job_id, detail=f"job {job_id} does not exist", code=NotFound.code)
+
+
+@dataclass(frozen=True)
+class _Submission:
+    specs: tuple[JobSpec, ...]
+    owner: str
+    at: float
+
+
+def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, Any]:
+    """The columns of a newly queued job."""
+    return {
+        "name": spec.effective_name(),
+        "owner": owner,
+        "state": JobState.QUEUED,
+        "version": 0,
+        "priority": spec.priority.value,
+        "spec": spec.model_dump(mode="json"),
+        "attempt": 0,
+        "created_at": now,
+        "group_name": group,
+        "suspensions": 0,
+        "attained": 0.0,
+        "listens": False,
+        **request_columns(request_of(spec)),
+    }

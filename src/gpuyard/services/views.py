@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -10,7 +11,7 @@ from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot
 from gpuyard.models.validation import readable_validation_errors
 from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
-__all__ = ["event_view", "job_view", "stored_spec", "to_datetime"]
+__all__ = ["event_view", "job_view", "queued_view", "stored_spec", "to_datetime"]
 
 
 def to_datetime(ts: float | None) -> datetime | None:
@@ -51,6 +52,32 @@ def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
             )
             for w in workers or []
         ],
+    )
+
+
+def queued_view(job_id: int, row: dict[str, Any], *, spec: JobSpec) -> JobView:
+    """A job just queued, from the spec it was submitted with and the values inserted for it
+    (nothing to read back or validate again)."""
+    return JobView.model_construct(
+        id=job_id,
+        name=row["name"],
+        owner=row["owner"],
+        status=JobStatus.QUEUED,
+        state=JobState.QUEUED,
+        spec=spec,
+        spec_error=None,
+        attempt=0,
+        created_at=datetime.fromtimestamp(row["created_at"], UTC),
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        reason=None,
+        wait_code=None,
+        start_at=None,
+        group=row["group_name"],
+        suspensions=0,
+        placement=[],
+        workers=[],
     )
 
 

@@ -7,11 +7,18 @@ and then writes can fail with "database is locked" the moment another writer com
 Writers of one process also queue on a lock before they begin: SQLite makes a blocked writer
 sleep and retry with a growing backoff, which under concurrent submissions turned a 2 ms write
 into a 100-1000 ms wait; a queue hands the database over as soon as it is free.
+
+The store counts committed writes per table (:meth:`Store.generation`), so that what rarely
+changes (nodes, pools, users) can be cached by its readers in this process and reloaded only
+after a write. Writes are seen from the session itself (objects flushed, DML statements
+executed), so no writer has to remember to say so.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -21,7 +28,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 
 __all__ = ["Store", "normalize_url"]
 
@@ -47,6 +54,14 @@ class Store:
         self._writers: AbstractContextManager[object] = (
             threading.Lock() if self.dialect == "sqlite" else nullcontext()
         )
+        self._generations: Counter[str] = Counter()
+        _count_writes(self._write, self._generations)
+
+    def generation(self, *tables: str) -> tuple[int, ...]:
+        """How many committed write transactions of this process touched each of ``tables``:
+        a cache of them is current while this tuple is unchanged (writes by other processes
+        are not counted; caches bound their age for those)."""
+        return tuple(self._generations[t] for t in tables)
 
     @property
     def dialect(self) -> str:
@@ -79,6 +94,40 @@ def alembic_config(connection: Any) -> Config:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     return config
+
+
+def _count_writes(sessions: sessionmaker[Session], generations: Counter[str]) -> None:
+    """Count, per table, the committed write sessions that changed it (see the module)."""
+
+    def touched(session: Session) -> set[str]:
+        found: set[str] = session.info.setdefault("gpuyard_touched", set())
+        return found
+
+    @event.listens_for(sessions, "after_flush")
+    def _flushed(session: Session, _flush: UOWTransaction) -> None:
+        tables = touched(session)
+        for obj in itertools.chain(session.new, session.dirty, session.deleted):
+            tables.add(obj.__table__.name)
+
+    @event.listens_for(sessions, "do_orm_execute")
+    def _executed(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            table = getattr(state.statement, "table", None)
+            if table is not None:
+                touched(state.session).add(table.name)
+
+    lock = threading.Lock()
+
+    @event.listens_for(sessions, "after_commit")
+    def _committed(session: Session) -> None:
+        tables = session.info.pop("gpuyard_touched", ())
+        if tables:
+            with lock:
+                generations.update(tables)
+
+    @event.listens_for(sessions, "after_rollback")
+    def _rolled_back(session: Session) -> None:
+        session.info.pop("gpuyard_touched", None)
 
 
 def _make_engine(url: str) -> Engine:

@@ -190,7 +190,10 @@ def test_a_stale_decision_is_dropped(pool: Pool) -> None:
     job_id = pool.submit()
     pool.jobs.stop(job_id, actor="alice")  # version moves from 0 to 1
     nodes = {"n0": ("10.0.0.1", "host")}
-    pool.controller.applier.start(Start(job_id, 0, (Allocation("n0"),)), nodes, {}, 0.0)
+    started = pool.controller.applier.start_all(
+        [Start(job_id, 0, (Allocation("n0"),))], nodes, {}, 0.0
+    )
+    assert started == []
     assert pool.state(job_id) is JobState.STOPPED
     assert pool.executor.launches == []
 

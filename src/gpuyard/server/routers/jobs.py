@@ -2,21 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import StreamingResponse
 
 from gpuyard.errors import InvalidSpec
-from gpuyard.models import JobEvent, JobSpec, JobStatus, JobView, LogChunk, Page, PriorityChange
+from gpuyard.models import (
+    BulkResult,
+    JobBatch,
+    JobEvent,
+    JobIds,
+    JobSpec,
+    JobStatus,
+    JobView,
+    LogChunk,
+    Page,
+    PriorityChange,
+    SubmittedJobs,
+)
 from gpuyard.server.deps import ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201)
-def submit(spec: JobSpec, services: ServicesDep, user: UserDep) -> JobView:
-    return services.jobs.submit(spec, owner=user)
+async def submit(spec: JobSpec, services: ServicesDep, user: UserDep) -> JobView:
+    # Awaited, not run in a worker thread: the store's writer thread does the writing, and
+    # submissions that arrive together share one transaction.
+    views = await asyncio.wrap_future(services.jobs.enqueue([spec], owner=user))
+    return views[0]
+
+
+@router.post("/batch", status_code=201)
+async def submit_batch(batch: JobBatch, services: ServicesDep, user: UserDep) -> SubmittedJobs:
+    """Submit many jobs in one request, all or none (a job array): the first refused job
+    refuses them all, naming its index, and nothing is stored."""
+    views = await asyncio.wrap_future(services.jobs.enqueue(batch.jobs, owner=user))
+    return SubmittedJobs(ids=[v.id for v in views])
+
+
+@router.post("/stop")
+def stop_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
+    """Stop many jobs in one request; those that cannot be stopped are listed with why."""
+    return services.jobs.stop_many(ids.ids, actor=user)
+
+
+@router.post("/delete")
+def delete_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
+    """Delete many ended jobs in one request; those that cannot be are listed with why."""
+    return services.jobs.delete_many(ids.ids, actor=user)
 
 
 @router.get("")

@@ -22,7 +22,7 @@ def list_nodes(services: ServicesDep) -> list[NodeView]:
     "/health",
     responses={503: {"description": "The controller is not making progress (see its errors)."}},
 )
-def health(request: Request, response: Response, services: ServicesDep) -> dict[str, Any]:
+async def health(request: Request, response: Response, services: ServicesDep) -> dict[str, Any]:
     """Whether the server and its controller work. 503 while the controller's loop makes no
     progress (it stopped, or no pass has completed for a while); its recent errors say why."""
     controller = request.app.state.controller_health
