@@ -53,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,20 +130,29 @@ class Pool:
 
 
 @contextlib.contextmanager
-def running_pool(cpus_per_node: float) -> Iterator[Pool]:
-    """A pool in a fresh temporary home; stopped, and its home removed, on the way out."""
+def running_pool(
+    cpus_per_node: float, *, options: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> Iterator[Pool]:
+    """A pool in a fresh temporary home; stopped, and its home removed, on the way out.
+    ``options`` are more options of ``gpuyard up``; ``env`` more of its environment."""
     home = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
-    env = {**os.environ, "GPUYARD_HOME": str(home)}
+    environ = {**os.environ, "GPUYARD_HOME": str(home)}
     # The benchmark's own settings must not leak into the pool (another URL, database, ...).
     for key in ("GPUYARD_URL", "GPUYARD_DATABASE_URL", "GPUYARD_PORT", "GPUYARD_VIRTUAL_NODES"):
-        env.pop(key, None)
+        environ.pop(key, None)
+    environ.update(env or {})
     argv = [sys.executable, "-m", "gpuyard", "up", "--port", "0"]
-    argv += ["--cpus-per-node", str(cpus_per_node)]
+    argv += ["--cpus-per-node", str(cpus_per_node), *options]
     with open(home / "pool.log", "ab") as log:
         # A session of its own: a Ctrl-C on the benchmark must reach us first, so that the
         # finally block below still stops the pool in order.
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=environ,
+            start_new_session=True,
         )
     pool = Pool(home=home, proc=proc)
     try:

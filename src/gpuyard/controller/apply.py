@@ -46,6 +46,9 @@ PORT_RANGE = (20000, 30000)
 
 
 _PENDING_STATES = tuple(sorted(PENDING))
+WAIT_REFRESH = 2.0
+"""Seconds between rewrites of a waiting job's reworded reason (its code and expected start
+are written as soon as they change)."""
 START_CHUNK = 200
 """Starts written per transaction (a short hold of the write lock, however many there are)."""
 _JOBS = cast("Table", JobRow.__table__)
@@ -79,6 +82,8 @@ class Applier:
         self.give_up = give_up
         """Fail a job whose start keeps failing."""
         self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
+        self._written: dict[int, float] = {}
+        """When each waiting job's reason was last written (monotonic)."""
         self._reasons: dict[int, tuple[str | None, str | None, float | None]] = {}
         """The waiting reason, code and expected start last written for each queued job, to
         write only changes."""
@@ -276,8 +281,10 @@ class Applier:
                     )
                     for job_id, reason, code, start_at in rows:
                         self._reasons[job_id] = (reason, code, start_at)
-        changed = {j: w for j, w in waits.items() if self._reasons.get(j) != w}
+        now = self.clock.monotonic()
+        changed = {j: w for j, w in waits.items() if self._due(self._reasons.get(j), w, j, now)}
         self._reasons = {j: self._reasons.get(j, (None, None, None)) for j in waits}
+        self._written = {j: t for j, t in self._written.items() if j in waits}
         if not changed:
             return
         with self.store.write() as session:
@@ -291,6 +298,24 @@ class Applier:
                 ],
             )
         self._reasons.update(changed)
+        self._written.update(dict.fromkeys(changed, now))
+
+    def _due(
+        self,
+        written: tuple[str | None, str | None, float | None] | None,
+        wait: tuple[str, str, float | None],
+        job_id: int,
+        now: float,
+    ) -> bool:
+        """Whether a waiting job's reason should be written now. A new code or expected start
+        is written at once; a reworded message (the job it is behind moved on, say) at most
+        every :data:`WAIT_REFRESH` seconds: in a deep queue nearly every message changes at
+        each pass, and rewriting thousands of them per pass held the write lock."""
+        if written == wait:
+            return False
+        if written is None or written[0] is None or written[1:] != wait[1:]:
+            return True
+        return now - self._written.get(job_id, -WAIT_REFRESH) >= WAIT_REFRESH
 
 
 def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:

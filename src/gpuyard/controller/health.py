@@ -126,6 +126,11 @@ class JobErrors:
     def exhausted(self, job_id: int) -> bool:
         return self.count(job_id) >= GIVE_UP_AFTER
 
+    def jobs(self) -> set[int]:
+        """The jobs whose work failed lately (to be tried again)."""
+        with self._lock:
+            return set(self._failures)
+
     def forget(self, job_id: int) -> None:
         with self._lock:
             self._failures.pop(job_id, None)

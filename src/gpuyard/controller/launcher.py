@@ -18,6 +18,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from sqlalchemy import select
@@ -56,6 +57,7 @@ class Launcher:
         self._claimed: set[int] = set()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         if self._threads:
@@ -66,10 +68,14 @@ class Launcher:
             self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Finish the launches under way and drop the queued ones: their jobs stay starting,
+        and the next controller launches them (a launch is idempotent)."""
+        self._stopping.set()
         for _ in self._threads:
             self._queue.put(None)
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
 
     @property
@@ -101,7 +107,7 @@ class Launcher:
                 self._one(job_id)
 
     def _run(self) -> None:
-        while (job_id := self._queue.get()) is not None:
+        while (job_id := self._queue.get()) is not None and not self._stopping.is_set():
             self._one(job_id)
 
     def _one(self, job_id: int) -> None:

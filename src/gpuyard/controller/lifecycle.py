@@ -21,9 +21,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import Table, bindparam, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec
@@ -183,11 +183,10 @@ class Lifecycle:
 
     @staticmethod
     def _write_handles(session: Any, handles: dict[int, Handle], now: float) -> None:
-        for worker_id, handle in handles.items():
-            session.execute(
-                update(WorkerRow)
-                .where(WorkerRow.id == worker_id)
-                .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
+        if handles:  # one statement for a gang's workers (executemany)
+            session.connection().execute(
+                _SET_HANDLE,
+                [{"worker": w, "handle": h, "at": now} for w, h in handles.items()],
             )
 
     def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
@@ -412,6 +411,14 @@ class Lifecycle:
         if row is None:
             raise StaleWrite(f"job {job.id} changed since it was read")
         return row
+
+
+_WORKERS = cast("Table", WorkerRow.__table__)
+_SET_HANDLE = (
+    update(_WORKERS)
+    .where(_WORKERS.c.id == bindparam("worker"))
+    .values(handle=bindparam("handle"), state=WorkerState.RUNNING, started_at=bindparam("at"))
+)
 
 
 def _give_up_path(state: JobState) -> tuple[JobState, ...]:

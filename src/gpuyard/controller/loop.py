@@ -12,8 +12,10 @@ One pass (:meth:`Controller.tick`):
 
 Passes are *targeted* or *full*. A supervisor's poke names its worker and a person's stop
 names its job, so most passes look only at what changed: one worker's status, one job's
-step. A full pass, at least every :data:`FULL_EVERY` seconds, looks at everything (the poke is
-best effort; deadlines such as a max runtime need a look even when nothing pokes).
+step. A full pass, at least every :data:`FULL_EVERY` seconds, asks about every worker (the
+poke is best effort) and steps every job with a step to take (deadlines such as a max runtime
+need a look even when nothing pokes); every :data:`COMPLETE_EVERY` seconds, and after a pass
+failed, it steps every job that holds resources.
 
 One job's failure stays that job's (:mod:`gpuyard.controller.health`): each job's piece of a
 pass is guarded, a job whose work keeps failing is given up on, and a pass that fails as a
@@ -36,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import select, tuple_, update
+from sqlalchemy import and_, or_, select, tuple_, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
@@ -62,7 +64,11 @@ MAX_SCHEDULE_GAP = 1.0
 CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' runtime reports (checkpoints, listeners)."""
 FULL_EVERY = 2.0
-"""Seconds between full passes (every worker's status, every job's step)."""
+"""Seconds between full passes (every worker's status; every job with a step to take)."""
+COMPLETE_EVERY = 30.0
+"""Seconds between passes that step every job that holds resources, whatever is known of it
+(after a restart, say, a worker's exit may be recorded and its job not yet settled)."""
+_MOVING = tuple(s for s in HOLDING if s is not JobState.RUNNING)
 BACKOFF_MAX = 30.0
 """Longest wait after a pass that failed as a whole."""
 
@@ -93,6 +99,7 @@ class Controller:
         self._touched_jobs: set[int] = set()
         self._look_at_all = True
         self._last_full = -FULL_EVERY
+        self._last_complete = -COMPLETE_EVERY
         self._last_schedule = 0.0
         self._next_schedule = 0.0
         self._last_control_sync = -CONTROL_EVERY
@@ -227,7 +234,8 @@ class Controller:
         faster than passes finish: a scheduling pass costs in proportion to the queue, so
         passes are spaced at least twice their own duration apart (at most a second)."""
         with self._lock:
-            full = full or self._look_at_all
+            everything = self._look_at_all
+            full = full or everything
             workers, jobs = self._touched_workers, self._touched_jobs
             self._touched_workers, self._touched_jobs = set(), set()
             self._look_at_all = False
@@ -235,8 +243,16 @@ class Controller:
         self.errors.begin_pass()
         if full:
             self._last_full = began
+        complete = full and (everything or began - self._last_complete >= COMPLETE_EVERY)
+        if complete:
+            self._last_complete = began
         ended = self._sync_workers(None if full else workers)
-        self._advance_jobs(None if full else jobs | ended)
+        if complete:
+            self._advance_jobs(None)
+        elif full:
+            self._advance_jobs(self._due() | self.errors.jobs() | jobs | ended)
+        else:
+            self._advance_jobs(jobs | ended)
         if began - self._last_control_sync >= CONTROL_EVERY:
             self._last_control_sync = began
             self._sync_control()
@@ -478,6 +494,27 @@ class Controller:
                         workers[w.job_id].append(w)
         for job in jobs:
             self._step(job, workers[job.id])
+
+    def _due(self) -> set[int]:
+        """The jobs a full pass steps besides those whose workers ended: every job on its
+        way somewhere (starting, draining, suspending), and running jobs past their max
+        runtime. A running job with nothing new waits for its workers' news."""
+        now = self.clock.now()
+        with self.store.read() as session:
+            return set(
+                session.scalars(
+                    select(JobRow.id).where(
+                        or_(
+                            JobRow.state.in_(_MOVING),
+                            and_(
+                                JobRow.state == JobState.RUNNING,
+                                JobRow.max_runtime.is_not(None),
+                                JobRow.started_at + JobRow.max_runtime <= now,
+                            ),
+                        )
+                    )
+                )
+            )
 
     def _step(self, job: JobRow, workers: list[WorkerRow]) -> None:
         if self.launcher.claimed(job.id):

@@ -17,6 +17,7 @@ import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
@@ -78,6 +79,8 @@ class JobContext:
     network: NetworkPreset = field(default_factory=NetworkPreset)
     mpi_interface: str = "eth0"
     """HYDRA_IFACE for MPICH jobs (the reference's eth0; `lo` for virtual nodes)."""
+    memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What every worker of the launch shares, worked out for the first (a gang's seats)."""
 
     @property
     def checkpoint_dir(self) -> str:
@@ -310,6 +313,14 @@ def _prepend_path(env: dict[str, str], name: str, directory: str) -> None:
         env[name] = f"{directory}:{env[name]}" if env.get(name) else directory
 
 
+def _seats(spec: JobSpec, ctx: JobContext) -> tuple[Seat, ...]:
+    key = ("seats", id(spec))
+    found: tuple[Seat, ...] | None = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = seats(spec)
+    return found
+
+
 def plan_worker(
     spec: JobSpec,
     ctx: JobContext,
@@ -318,7 +329,7 @@ def plan_worker(
     base_env: Mapping[str, str],
 ) -> WorkerLaunch:
     """The launch of worker ``rank`` of a job."""
-    all_seats = seats(spec)
+    all_seats = _seats(spec, ctx)
     seat = all_seats[rank]
     w = _Worker(spec, ctx, seat, tuple(s for s in all_seats if s.task == seat.task))
     command = parse_command(spec.commands()[seat.task])

@@ -10,6 +10,7 @@ own variables, which are right.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -21,6 +22,13 @@ _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 def compress_hostlist(hosts: Sequence[str]) -> str:
     """Slurm's hostlist form: ``node[0-3,7],gpu[01-02,10]``. Names that end in a number are
     grouped by their prefix; a zero-padded number keeps its width."""
+    return _compress(tuple(hosts))
+
+
+@functools.lru_cache(maxsize=64)
+def _compress(hosts: tuple[str, ...]) -> str:
+    # Every worker of a gang gets the same list: worked out once, not once per worker (a
+    # 1,000-node gang would cost a second of a launch).
     groups: dict[str, list[tuple[int, int]]] = {}
     order: list[str] = []
     for host in hosts:

@@ -55,6 +55,10 @@ class Member:
         object.__setattr__(self, "need", Resources.of(self.gpus, self.cpus, self.memory))
 
 
+def _need(member: Member) -> Resources:
+    return member.need
+
+
 PS_MEMBER = Member(gpus=0, cpus=1.0, memory=1 << 30)
 """A parameter server's fixed share, as in the reference (1核1G)."""
 
@@ -90,6 +94,11 @@ class Request:
     """Equal for requests of equal shape (see :func:`_shape_id`)."""
     gpus: int = field(init=False, repr=False, compare=False, hash=False)
     """GPUs of all members."""
+    whole: tuple[Member, ...] = field(init=False, repr=False, compare=False, hash=False)
+    """The members that take whole nodes, largest first (how a gang is placed)."""
+    whole_alike: bool = field(init=False, repr=False, compare=False, hash=False)
+    """Whether those members are all alike (the common gang)."""
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         shape = tuple(
@@ -98,6 +107,14 @@ class Request:
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "shape_id", _shape_id(shape))
         object.__setattr__(self, "gpus", sum(m.gpus for m in self.members))
+        whole = tuple(sorted((m for m in self.members if m.whole_node), key=_need, reverse=True))
+        object.__setattr__(self, "whole", whole)
+        object.__setattr__(self, "whole_alike", len({m.need for m in whole}) <= 1)
+        # A gang of 1,000 members keys caches: hash its shape once, not at every lookup.
+        object.__setattr__(self, "_hash", hash(shape))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def uniform(cls, nodes: int = 1, gpus: int = 0, cpus: float = 1.0, memory: int = 0) -> Request:

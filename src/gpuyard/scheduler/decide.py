@@ -250,6 +250,10 @@ class _Cycle:
         """Waiting messages by request shape ("waiting for a node with …")."""
         self.reservations: list[_Reservation] = []
         self.candidate_names: dict[Constraint, frozenset[str]] = {}
+        self.blockers: dict[Constraint, tuple[int, PendingJob | None]] = {}
+        self.no_room: set[tuple[Constraint, int]] = set()
+        """(constraint, shape) that found no room for a reservation in this cycle."""
+        """Per constraint: how many reservations were checked, and the first that blocks."""
         self.policies: dict[str, PoolPolicy] = {}
         self.preemption_tries = 0
         self.slicing = any(p.slices for p in snapshot.pools.values())
@@ -584,7 +588,16 @@ class _Cycle:
         start_at = None
         if not full:
             policy = self.policy(job.constraint.pool)
-            found = self.ledger.earliest(request, job.constraint, same_zone=policy.same_zone)
+            # Holds and starts only add up during a cycle: a shape that found no room for a
+            # reservation will find none later in it.
+            unplaceable = (job.constraint, request.shape_id)
+            found = (
+                None
+                if unplaceable in self.no_room
+                else self.ledger.earliest(request, job.constraint, same_zone=policy.same_zone)
+            )
+            if found is None:
+                self.no_room.add(unplaceable)
             if found is not None and math.isinf(found[0]) and policy.slices:
                 # No start time is known, so holding room would only drain nodes. A
                 # time-sliced pool needs no drain against starvation: the jobs ahead rise
@@ -616,14 +629,21 @@ class _Cycle:
         """The first job before this one that holds room on the nodes it could use."""
         if not self.reservations:
             return None
-        names = self.candidate_names.get(job.constraint)
-        if names is None:
-            names = frozenset(n.capacity.name for n in self.ledger.candidates(job.constraint))
-            self.candidate_names[job.constraint] = names
-        for r in self.reservations:
-            if r.nodes & names:
-                return r.job
-        return None
+        # Reservations are only added during a cycle: the first one found for a constraint
+        # stays its answer, and a constraint found clear of k reservations need only be
+        # checked against those made since.
+        checked, found = self.blockers.get(job.constraint, (0, None))
+        if found is None and checked < len(self.reservations):
+            names = self.candidate_names.get(job.constraint)
+            if names is None:
+                names = frozenset(n.capacity.name for n in self.ledger.candidates(job.constraint))
+                self.candidate_names[job.constraint] = names
+            found = next(
+                (r.job for r in self.reservations[checked:] if not r.nodes.isdisjoint(names)),
+                None,
+            )
+            self.blockers[job.constraint] = (len(self.reservations), found)
+        return found
 
     # -- elastic --------------------------------------------------------------------------
 

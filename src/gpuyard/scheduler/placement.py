@@ -619,16 +619,16 @@ class Ledger:
         what runs and the holds already made (INFINITY: it waits for jobs without a max
         runtime); None if the holds leave it no room at all."""
         candidates = self.candidates(constraint)
-        whole = [m for m in request.members if m.whole_node]
+        whole = request.whole
         start = self.now
         result: list[Allocation] = []
         used: dict[int, list[Member]] = {}
         if whole:
-            picked = self._earliest_whole(whole, candidates, same_zone)
+            picked = self._earliest_whole(request, candidates, same_zone)
             if picked is None:
                 return None
             start = max(start, picked[0])
-            for member, node in zip(sorted(whole, key=_size, reverse=True), picked[1], strict=True):
+            for member, node in zip(whole, picked[1], strict=True):
                 used[node.index] = [member]
                 result.append(
                     Allocation(
@@ -722,9 +722,9 @@ class Ledger:
         return self._ends
 
     def _earliest_whole(
-        self, whole: list[Member], candidates: list[NodeFree], same_zone: bool
+        self, request: Request, candidates: list[NodeFree], same_zone: bool
     ) -> tuple[float, list[NodeFree]] | None:
-        members = sorted(whole, key=_size, reverse=True)
+        members = request.whole
         zones: dict[str, list[NodeFree]] = {}
         # A node with holds is already promised to a waiting job (_soonest_idle skips it).
         if same_zone:
@@ -734,7 +734,7 @@ class Ledger:
         else:
             zones[""] = candidates
         best: tuple[float, list[NodeFree]] | None = None
-        uniform = all(m == members[0] for m in members)
+        uniform = request.whole_alike
         for zone in sorted(zones):
             picked = self._soonest_idle(members, zones[zone], uniform)
             if picked is None:
@@ -745,7 +745,7 @@ class Ledger:
         return best
 
     def _soonest_idle(
-        self, members: list[Member], nodes: list[NodeFree], uniform: bool
+        self, members: Sequence[Member], nodes: list[NodeFree], uniform: bool
     ) -> list[NodeFree] | None:
         """Nodes for ``members`` (largest first) that are whole soonest, the smallest first;
         nodes with holds are left out."""

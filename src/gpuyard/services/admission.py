@@ -29,8 +29,10 @@ from gpuyard.store.tables import NodeRow, PoolRow
 
 __all__ = ["Admission"]
 
-MAX_AGE = 5.0
-"""Seconds a view of the nodes and pools serves at most, whatever this process wrote."""
+MAX_AGE = 30.0
+"""Seconds a view of the nodes and pools serves at most: writes by this process are seen at
+once; this bounds how long one made by another process (a second server on the same
+PostgreSQL) goes unseen."""
 MAX_VERDICTS = 10_000
 """Request shapes a view remembers the verdict of (a client sending ever new shapes must not
 grow it without end)."""
