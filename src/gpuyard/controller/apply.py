@@ -35,7 +35,7 @@ from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import current
-from gpuyard.store.snapshot import load_snapshot
+from gpuyard.store.snapshot import SnapshotLoader
 from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
 __all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec"]
@@ -81,6 +81,7 @@ class Applier:
         """Each job's start is guarded: its failure is the job's, not the pass's."""
         self.give_up = give_up
         """Fail a job whose start keeps failing."""
+        self.loader = SnapshotLoader(lambda: store.generation("nodes", "pools"))
         self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
         self._written: dict[int, float] = {}
         """When each waiting job's reason was last written (monotonic)."""
@@ -93,7 +94,9 @@ class Applier:
         now = self.clock.now()
         with frozen_heap() as freeze:
             with self.store.read() as session:
-                snapshot = load_snapshot(session, now, on_bad_row=self._bad_row)
+                snapshot = self.loader.load(
+                    session, now, on_bad_row=self._bad_row, monotonic=self.clock.monotonic()
+                )
                 nodes = {
                     name: (address, str((labels or {}).get("host", name)))
                     for name, address, labels in session.execute(

@@ -1,0 +1,72 @@
+"""The incremental snapshot loader sees what a fresh load sees, after every kind of change,
+while reading again only the queued jobs that changed."""
+
+from __future__ import annotations
+
+from sqlalchemy import event, update
+
+from gpuyard.clock import ManualClock
+from gpuyard.controller.loop import Controller
+from gpuyard.executors.fake import FakeExecutor
+from gpuyard.models import JobSpec, Priority
+from gpuyard.models.accounts import LabelsUpdate
+from gpuyard.models.worker import NodeInfo
+from gpuyard.services.accounts import AccountService
+from gpuyard.services.jobs import JobService
+from gpuyard.store.engine import Store
+from gpuyard.store.snapshot import SnapshotLoader, load_snapshot
+from gpuyard.store.tables import JobRow
+
+NODES = [NodeInfo(f"n{i}", f"10.0.0.{i}", gpus=4, cpus=8, memory=1 << 34) for i in range(3)]
+
+
+def test_the_loader_agrees_with_a_fresh_load_after_each_change(
+    store: Store, clock: ManualClock
+) -> None:
+    executor = FakeExecutor(NODES)
+    controller = Controller(store, executor, clock=clock)
+    controller.register_nodes()
+    accounts = AccountService(store, clock=clock)
+    accounts.ensure_admins(["root"])
+    jobs = JobService(store, clock=clock, accounts=accounts)
+    loader = SnapshotLoader(lambda: store.generation("nodes", "pools"))
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    def agrees() -> None:
+        with store.read() as session:
+            statements.clear()
+            event.listen(store.engine, "before_cursor_execute", count)
+            try:
+                incremental = loader.load(session, clock.now(), monotonic=clock.monotonic())
+            finally:
+                event.remove(store.engine, "before_cursor_execute", count)
+            fresh = load_snapshot(session, clock.now())
+        assert incremental == fresh
+
+    spec = JobSpec.model_validate({"command": "train", "resources": {"gpus": 4}})
+    ids = [j.id for j in jobs.submit_many([spec] * 20, owner="alice")]
+    agrees()
+    agrees()  # nothing changed: no queued row is read again
+    assert not any("jobs.alternatives" in s for s in statements)
+    jobs.change_priority(ids[3], Priority.HIGH, actor="root")
+    agrees()
+    jobs.stop_many(ids[:5], actor="alice")
+    ids += [j.id for j in jobs.submit_many([spec] * 3, owner="bob")]
+    agrees()
+    named = jobs.submit(
+        JobSpec.model_validate({"command": "x", "node_names": ["n1"], "resources": {"gpus": 4}}),
+        owner="carol",
+    )
+    agrees()
+    accounts.set_labels("n1", LabelsUpdate(set={"pool": "big"}), actor="root")
+    agrees()  # the job that names n1 now runs in pool big
+    with store.write() as session:  # an attained service as a suspension leaves it
+        session.execute(
+            update(JobRow)
+            .where(JobRow.id == named.id)
+            .values(attained=50.0, version=JobRow.version + 1)
+        )
+    agrees()
