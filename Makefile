@@ -52,6 +52,8 @@ unit: setup
 
 bench: setup
 	$(BIN)/python bench/launch.py
+	$(BIN)/python bench/control_plane.py
+	$(BIN)/python bench/supervise.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/simulate.py
 

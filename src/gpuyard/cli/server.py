@@ -1,4 +1,4 @@
-"""Server commands: up, down, nodes."""
+"""Server commands: up, down, nodes, health."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
     app.command()(up)
     app.command()(down)
     app.command()(nodes)
+    app.command()(health)
 
 
 def up(
@@ -151,6 +152,35 @@ def down(
     if _alive(pid):
         raise SystemExit(f"pool (pid {pid}) did not exit within {timeout}s")
     print(f"pool stopped (pid {pid})")
+
+
+def health(as_json: JsonOpt = False) -> None:
+    """Whether the pool works: its database, and whether its controller makes progress
+    (exit code 1 while it does not, with its recent errors)."""
+    from datetime import UTC, datetime
+
+    from gpuyard.cli.output import console, print_json
+    from gpuyard.client import Client
+
+    report = Client().health()
+    if as_json:
+        print_json(report)
+    else:
+        out = console()
+        loop = report.get("controller") or {}
+        out.print(f"status: {report['status']} (gpuyard {report['version']}, {report['database']})")
+        if loop:
+            last = loop.get("last_pass_at")
+            when = datetime.fromtimestamp(last, UTC).isoformat(timespec="seconds") if last else "-"
+            out.print(
+                f"controller: {'progressing' if loop.get('progressing') else 'STALLED'}, "
+                f"last pass {when}, {loop.get('passes', 0)} passes"
+            )
+            for error in loop.get("recent_errors", [])[-5:]:
+                job = f"job {error['job']}: " if error.get("job") else ""
+                out.print(f"  error: {job}{error['error']}", markup=False)
+    if report["status"] != "ok":
+        raise typer.Exit(1)
 
 
 def nodes(as_json: JsonOpt = False) -> None:

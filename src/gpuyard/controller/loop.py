@@ -42,6 +42,7 @@ from sqlalchemy import and_, or_, select, tuple_, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
+from gpuyard.controller.forecaster import Forecaster
 from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, describe
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
@@ -124,6 +125,7 @@ class Controller:
             gpu_devices=self._gpu_devices,
             mark_dirty=self._mark_dirty,
         )
+        self.forecaster = Forecaster(store, clock)
         self.launcher = Launcher(
             store, launch=self.lifecycle.advance, errors=self.errors, done=self._launched
         )
@@ -164,6 +166,7 @@ class Controller:
         self.register_nodes()
         self.executor.set_wakeup(self.wake)
         self.launcher.start()
+        self.forecaster.start()
         self._thread = threading.Thread(target=self._run, name="gpuyard-controller", daemon=True)
         self._thread.start()
 
@@ -174,6 +177,7 @@ class Controller:
         if self._thread is not None:
             self._thread.join(timeout)
         self.launcher.stop()
+        self.forecaster.stop()
 
     def _launched(self, job_id: int) -> None:
         """The launcher is done with ``job_id``: look at it again (a stop may have come)."""
@@ -260,6 +264,7 @@ class Controller:
             self._dirty = False
             started = self.clock.monotonic()
             self.applier.run()
+            self.forecaster.changed()  # it forecasts again within a few seconds
             finished = self.clock.monotonic()
             self._last_schedule = started
             self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - started))

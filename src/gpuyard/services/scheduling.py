@@ -23,10 +23,15 @@ from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.views import job_view
 from gpuyard.store.engine import Store
+from gpuyard.store.forecasts import stored_forecast
 from gpuyard.store.snapshot import hypothetical, load_snapshot
 from gpuyard.store.tables import JobRow, UserRow
 
-__all__ = ["SchedulingService"]
+__all__ = ["ON_DEMAND_STEPS", "SchedulingService"]
+
+ON_DEMAND_STEPS = 500
+"""Scheduling cycles a prediction made in a request replays at most (a dry run, or a job
+changed since the controller's last forecast); beyond them it says no time can be given."""
 
 
 class SchedulingService:
@@ -82,8 +87,12 @@ class SchedulingService:
                     f"job {job_id} is {JobState(row.state).status.label}, not queued: there is "
                     "no start to predict"
                 )
+            stored = stored_forecast(row.prediction or {}, row.version)
+            if stored is not None:  # the controller's, made for this version of the job
+                return _prediction(stored, now)
+            # Changed since the last forecast (just submitted, say): this job alone, bounded.
             snapshot = load_snapshot(session, now)
-        return _prediction(predict(snapshot, job_id), now)
+        return _prediction(predict(snapshot, job_id, max_steps=ON_DEMAND_STEPS), now)
 
     def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
         """When ``spec`` would start if it were submitted now (nothing is stored)."""
@@ -102,7 +111,7 @@ class SchedulingService:
             seq=seq,
         )
         snapshot = replace(snapshot, pending=(*snapshot.pending, job))
-        return _prediction(predict(snapshot, job.id), now)
+        return _prediction(predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS), now)
 
     @staticmethod
     def _check_may_change(session: object, row: JobRow, actor: str) -> None:
