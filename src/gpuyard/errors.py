@@ -17,6 +17,7 @@ __all__ = [
     "PermissionDenied",
     "ServerUnavailable",
     "StaleWrite",
+    "TooLarge",
     "error_for_code",
 ]
 
@@ -72,6 +73,13 @@ class InvalidSpec(GpuyardError):
     code = "invalid_spec"
 
 
+class TooLarge(GpuyardError):
+    """A request larger than the server takes; the message gives the limit."""
+
+    status_code = 413
+    code = "too_large"
+
+
 class ServerUnavailable(GpuyardError):
     """The client could not reach a gpuyard server."""
 
@@ -89,6 +97,7 @@ _BY_CODE: dict[str, type[GpuyardError]] = {
         StaleWrite,
         PermissionDenied,
         InvalidSpec,
+        TooLarge,
         ServerUnavailable,
     )
 }

@@ -64,7 +64,12 @@ def parse_bytes(text: str | int) -> int:
             "e.g. 512M, 4G, 16Gi (units are powers of 1024)"
         )
     number, unit, _ = match.groups()
-    return int(float(number) * 1024 ** _MEMORY_POWERS[unit.lower()])
+    value = float(number) * 1024 ** _MEMORY_POWERS[unit.lower()]
+    if value != int(value):
+        raise ValueError(
+            f"{text!r} is not a whole number of bytes; give a unit (e.g. {number}G) or whole bytes"
+        )
+    return int(value)
 
 
 def format_bytes(n: int) -> str:

@@ -21,15 +21,15 @@ _MOUNT_KEYS = ("algorithm", "datasets", "models", "outputs", "volumes")
 _ALIASES = {"driver": "driver_version"}
 
 
-def load_job_file(path: Path) -> dict[str, Any]:
-    import yaml
+MAX_JOB_FILE = 1024 * 1024
+"""Bytes a job file may have."""
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidSpec(f"job file {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise InvalidSpec(f"job file {path} is not valid YAML: {exc}") from None
+
+def load_job_file(path: Path) -> dict[str, Any]:
+    """The fields of a job file. Read strictly: no aliases or anchors (a few lines of them can
+    expand to gigabytes), no key given twice (which one would win is a guess), and env values
+    exactly as written (YAML would read ``yes`` as true and ``1.10`` as 1.1)."""
+    data = _read_yaml(path)
     if not isinstance(data, dict):
         raise InvalidSpec(f"job file {path} must be a mapping of fields (name, command, …)")
     from gpuyard.models import JobSpec
@@ -48,6 +48,91 @@ def load_job_file(path: Path) -> dict[str, Any]:
                 raise InvalidSpec(f"job file {path} gives both {alias} and {field}; keep one")
             fields[field] = fields.pop(alias)
     return fields
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidSpec(f"job file {path} does not exist") from None
+    except OSError as exc:
+        raise InvalidSpec(f"cannot read job file {path}: {exc.strerror}") from None
+    if len(text) > MAX_JOB_FILE:
+        raise InvalidSpec(f"job file {path} is {len(text)} bytes; the limit is {MAX_JOB_FILE}")
+    try:
+        loader = _strict_loader()(text.decode("utf-8"))
+        try:
+            node = loader.get_single_node()
+            data = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except UnicodeDecodeError:
+        raise InvalidSpec(f"job file {path} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise InvalidSpec(f"job file {path} is not valid YAML: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("env"), dict):
+        data["env"] = _env_as_written(path, data["env"], _raw_env(node))
+    return data
+
+
+def _raw_env(node: Any) -> dict[str, str]:
+    """The text of each plain value under the top-level ``env`` key, as written."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    for key, value in node.value:
+        if key.value == "env" and isinstance(value, yaml.MappingNode):
+            return {
+                str(k.value): str(v.value) for k, v in value.value if isinstance(v, yaml.ScalarNode)
+            }
+    return {}
+
+
+def _env_as_written(path: Path, env: dict[Any, Any], raw: dict[str, str]) -> dict[str, str]:
+    result = {}
+    for key, value in env.items():
+        if isinstance(value, str):
+            result[str(key)] = value
+        elif str(key) in raw:
+            result[str(key)] = raw[str(key)]  # 'yes' stays 'yes', 1.10 stays 1.10
+        else:
+            raise InvalidSpec(
+                f"job file {path}: env.{key} must be text, not {type(value).__name__}"
+            )
+    return result
+
+
+def _strict_loader() -> type:
+    """yaml's SafeLoader, refusing aliases and keys given twice."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"aliases (*{event.anchor}) are not allowed in a job file; write the value out",
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} is given twice; keep one", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def command_text(words: list[str]) -> str:

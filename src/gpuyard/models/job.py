@@ -12,6 +12,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     field_validator,
     model_validator,
 )
@@ -99,6 +100,17 @@ class Priority(StrEnum):
 _PRIORITY_RANK = {p: i for i, p in enumerate(Priority)}
 
 
+MAX_COMMAND = 32 * 1024
+"""Characters in one command (a longer one belongs in a script the command runs)."""
+MAX_COMMANDS_TOTAL = 64 * 1024
+MAX_TASKS = 256
+MAX_ENV = 256
+MAX_ENV_BYTES = 64 * 1024
+MAX_PATH = 4096
+MAX_MOUNTS = 64
+MAX_RUNTIME = 366 * 86400.0
+
+
 def _duration(value: Any) -> Any:
     if isinstance(value, str):
         return parse_duration(value)
@@ -134,8 +146,10 @@ class Mount(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="Name under the workspace folder (letters, digits, _ . -).")
-    path: str = Field(description="Absolute path of the directory to mount.")
+    name: str = Field(
+        max_length=128, description="Name under the workspace folder (letters, digits, _ . -)."
+    )
+    path: str = Field(max_length=MAX_PATH, description="Absolute path of the directory to mount.")
     readonly: bool = Field(True, description="Mount read-only.")
 
     @field_validator("name")
@@ -159,19 +173,29 @@ class Mounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    algorithm: str | None = Field(None, description="Code directory, at workspace/algorithm.")
+    algorithm: str | None = Field(
+        None, max_length=MAX_PATH, description="Code directory, at workspace/algorithm."
+    )
     algorithm_readonly: bool = Field(True, description="Mount the algorithm read-only.")
     datasets: list[Mount] = Field(
-        default_factory=list, description="At workspace/dataset/<name>; read-only by default."
+        default_factory=list,
+        max_length=MAX_MOUNTS,
+        description="At workspace/dataset/<name>; read-only by default.",
     )
     models: list[Mount] = Field(
-        default_factory=list, description="At workspace/model/<name>; always read-only."
+        default_factory=list,
+        max_length=MAX_MOUNTS,
+        description="At workspace/model/<name>; always read-only.",
     )
     outputs: str | None = Field(
-        None, description="Where workspace/outputs points (default: the job's outputs dir)."
+        None,
+        max_length=MAX_PATH,
+        description="Where workspace/outputs points (default: the job's outputs dir).",
     )
     volumes: list[Mount] = Field(
-        default_factory=list, description="At workspace/volume/<name>; writable."
+        default_factory=list,
+        max_length=MAX_MOUNTS,
+        description="At workspace/volume/<name>; writable.",
     )
 
     @field_validator("algorithm", "outputs")
@@ -195,9 +219,13 @@ class SubTask(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    command: str = Field(min_length=1, description="This sub-task's command.")
+    command: str = Field(
+        min_length=1, max_length=MAX_COMMAND, description="This sub-task's command."
+    )
     algorithm: str | None = Field(
-        None, description="This sub-task's code directory (default: the job's)."
+        None,
+        max_length=MAX_PATH,
+        description="This sub-task's code directory (default: the job's).",
     )
 
     @field_validator("command")
@@ -214,29 +242,41 @@ class SubTask(BaseModel):
 class NodeResources(BaseModel):
     """What one node of the job gets."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    gpus: int = Field(0, ge=0, description="GPUs per node.")
-    cpus: float = Field(1.0, gt=0, description="CPU cores per node (fractions allowed).")
+    gpus: int = Field(0, ge=0, le=1024, description="GPUs per node.")
+    cpus: float = Field(
+        1.0, gt=0, le=100_000, description="CPU cores per node (fractions allowed)."
+    )
     memory: Bytes = Field(
-        0, ge=0, description="Memory per node in bytes, or e.g. '16G'. 0 reserves none."
+        0,
+        ge=0,
+        le=1 << 60,
+        description="Memory per node in bytes, or e.g. '16G'. 0 reserves none.",
     )
 
 
 class JobSpec(BaseModel):
-    """A training job as submitted. New fields must have defaults (clients send old specs)."""
+    """A training job as submitted. New fields must have defaults (clients send old specs).
 
-    model_config = ConfigDict(extra="forbid")
+    Every field has a bound (lengths, counts, ranges): a spec is stored, shown and planned for
+    every worker, and one that is too large to handle must be refused with the limit named,
+    not break a listing later."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str | None = Field(None, description="Job name; derived from the command when omitted.")
     type: JobType = Field(JobType.REGULAR, description="regular, or batch (see tasks).")
     command: str | None = Field(
         None,
+        max_length=MAX_COMMAND,
         description="One executable with its arguments (see the command rules). Required for a "
         "regular job; a batch job's sub-tasks have their own.",
     )
     tasks: list[SubTask] = Field(
-        default_factory=list, description="A batch job's sub-tasks, run side by side."
+        default_factory=list,
+        max_length=MAX_TASKS,
+        description="A batch job's sub-tasks, run side by side.",
     )
     mode: JobMode = Field(JobMode.SINGLE, description="Distributed mode.")
     nodes: int = Field(1, ge=1, le=4096, description="Nodes per (sub-)task; one worker each.")
@@ -254,38 +294,53 @@ class JobSpec(BaseModel):
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
     pool: str | None = Field(
         None,
+        max_length=64,
         description="A dedicated pool to run in (nodes labelled pool=<name>); default: the "
         "default pool. Excludes node_names and driver_version.",
     )
-    node_names: list[str] = Field(
+    node_names: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = Field(
         default_factory=list,
+        max_length=4096,
         description="Run only on these nodes. Excludes pool and driver_version.",
     )
     driver_version: str | None = Field(
         None,
+        max_length=64,
         description="Run only on nodes with this GPU driver version (label driver). Excludes "
         "pool and node_names.",
     )
     alternatives: list[NodeResources] = Field(
         default_factory=list,
+        max_length=16,
         description="Further per-node specs, tried in order when `resources` does not fit; "
         "the first that fits starts and the others are dropped (reference 002's 多规格).",
     )
     min_nodes: int | None = Field(
         None,
         ge=1,
+        le=4096,
         description="Elastic: start with as few as this many nodes (at most `nodes`); the job "
         "grows toward `nodes` when nodes free up, by suspending and resuming at the new size.",
     )
     max_runtime: Seconds | None = Field(
-        None, gt=0, description="Seconds (or '2h') after which a running job expires."
+        None,
+        gt=0,
+        le=MAX_RUNTIME,
+        description="Seconds (or '2h') after which a running job expires; at most 366 days "
+        "(leave it out for no limit).",
     )
     graceful_shutdown: Seconds = Field(
         30.0, ge=0, le=86400, description="Seconds between SIGTERM and SIGKILL when stopping."
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"Extra environment: at most {MAX_ENV} variables, "
+        f"{MAX_ENV_BYTES // 1024} KiB in all.",
+    )
     workdir: str | None = Field(
-        None, description="Absolute working directory; the job's own directory when omitted."
+        None,
+        max_length=MAX_PATH,
+        description="Absolute working directory; the job's own directory when omitted.",
     )
 
     @field_validator("command")
@@ -295,6 +350,12 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        total = sum(len(c) for c in self.commands())
+        if total > MAX_COMMANDS_TOTAL:
+            raise ValueError(
+                f"tasks: the commands add up to {total} characters; the limit is "
+                f"{MAX_COMMANDS_TOTAL}"
+            )
         if self.type is JobType.REGULAR:
             if not self.command:
                 raise ValueError("command: a regular job needs a command")
@@ -361,6 +422,14 @@ class JobSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV:
+            raise ValueError(f"{len(value)} variables; give at most {MAX_ENV}")
+        size = sum(len(k) + len(v) for k, v in value.items())
+        if size > MAX_ENV_BYTES:
+            raise ValueError(
+                f"{size} characters in all; the limit is {MAX_ENV_BYTES} (put large settings "
+                "in a file the job reads)"
+            )
         for key in value:
             if not _ENV_NAME.match(key):
                 raise ValueError(

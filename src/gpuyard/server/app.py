@@ -12,6 +12,7 @@ from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
 from gpuyard.server.deps import Services
 from gpuyard.server.errors import install_error_handlers
+from gpuyard.server.guard import RequestGuard
 from gpuyard.server.routers import accounts, jobs, nodes, pools, scheduling
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.jobs import JobService
@@ -74,6 +75,7 @@ def create_app(
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)
+    app.add_middleware(RequestGuard)
     app.include_router(jobs.router, prefix="/api/v1")
     app.include_router(nodes.router, prefix="/api/v1")
     app.include_router(accounts.router, prefix="/api/v1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Path, Request
 
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.jobs import JobService
@@ -13,7 +13,11 @@ from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
 
-__all__ = ["Services", "ServicesDep", "UserDep"]
+__all__ = ["INT64_MAX", "JobId", "Services", "ServicesDep", "UserDep"]
+
+INT64_MAX = (1 << 63) - 1
+JobId = Annotated[int, Path(ge=1, le=INT64_MAX, description="A job's id.")]
+"""A job id in a path: bounded, so that no id reaches the database as an overflow."""
 
 USER_HEADER = "X-Gpuyard-User"
 

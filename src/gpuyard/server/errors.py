@@ -33,10 +33,4 @@ def install_error_handlers(app: FastAPI) -> None:
         }
         return JSONResponse(body, status_code=422)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
-        return JSONResponse(
-            {"detail": "internal server error; see the server log", "code": "internal"},
-            status_code=500,
-        )
+    # Anything else is answered 500 by server.guard.RequestGuard, which keeps the connection.

@@ -46,10 +46,11 @@ class LogService:
             job: JobRow | None = session.get(JobRow, job_id)
             if job is None:
                 raise NotFound(f"job {job_id} does not exist")
-            spec_nodes = int(job.spec.get("nodes", 1))
-            if not 0 <= worker < spec_nodes:
-                raise InvalidSpec(
-                    f"job {job_id} has workers 0..{spec_nodes - 1}; there is no worker {worker}"
+            # Every sub-task's workers and parameter servers, in rank order (launch/topology).
+            count = (job.nodes + job.parameter_servers) * max(1, job.tasks)
+            if not 0 <= worker < count:
+                raise NotFound(
+                    f"job {job_id} has workers 0..{count - 1}; there is no worker {worker}"
                 )
             row = session.scalars(
                 select(WorkerRow).where(
@@ -91,11 +92,15 @@ class LogService:
             return b"", 0
         return self.executor.read_log(row.handle, offset, limit)
 
+    def check(self, job_id: int, *, worker: int = 0, attempt: int | None = None) -> None:
+        """Raise what :meth:`follow` would (no such job or worker), before a stream starts:
+        once it has, an error can only cut it."""
+        self._worker(job_id, worker, attempt)
+
     async def follow(
         self, job_id: int, *, worker: int = 0, attempt: int | None = None, offset: int = 0
     ) -> AsyncIterator[bytes]:
         """Bytes of the log from ``offset`` as they are written, until the worker has ended."""
-        await run_in_threadpool(self._worker, job_id, worker, attempt)  # 404/422 before streaming
         while True:
             job, row = await run_in_threadpool(self._worker, job_id, worker, attempt)
             finished = _finished(job, row)

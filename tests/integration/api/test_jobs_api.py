@@ -245,7 +245,7 @@ def test_logs_by_offset_and_follow(
     )
     rest = client.logs(job.id, offset=first.next_offset)
     assert (rest.data, rest.next_offset) == ("αβγ", 22)
-    with pytest.raises(InvalidSpec, match="no worker 3"):
+    with pytest.raises(NotFound, match="no worker 3"):
         client.logs(job.id, worker=3)
     fake_executor.exit(job.id, code=0)
     controller.tick()

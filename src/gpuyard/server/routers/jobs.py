@@ -22,7 +22,7 @@ from gpuyard.models import (
     PriorityChange,
     SubmittedJobs,
 )
-from gpuyard.server.deps import ServicesDep, UserDep
+from gpuyard.server.deps import INT64_MAX, JobId, ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -61,7 +61,7 @@ def list_jobs(
     status: Annotated[list[str] | None, Query(description="queued, running, error, …")] = None,
     name: Annotated[str | None, Query(description="Substring of the job name.")] = None,
     owner: str | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page[JobView]:
     try:
@@ -74,30 +74,30 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: int, services: ServicesDep) -> JobView:
+def get_job(job_id: JobId, services: ServicesDep) -> JobView:
     return services.jobs.get(job_id)
 
 
 @router.patch("/{job_id}")
-def change(job_id: int, change: PriorityChange, services: ServicesDep, user: UserDep) -> JobView:
+def change(job_id: JobId, change: PriorityChange, services: ServicesDep, user: UserDep) -> JobView:
     """Change a queued or suspended job's priority (its owner or an admin)."""
     return services.jobs.change_priority(job_id, change.priority, actor=user)
 
 
 @router.post("/{job_id}/stop")
-def stop(job_id: int, services: ServicesDep, user: UserDep) -> JobView:
+def stop(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
     return services.jobs.stop(job_id, actor=user)
 
 
 @router.delete("/{job_id}", status_code=204)
-def delete(job_id: int, services: ServicesDep, user: UserDep) -> Response:
+def delete(job_id: JobId, services: ServicesDep, user: UserDep) -> Response:
     services.jobs.delete(job_id, actor=user)
     return Response(status_code=204)
 
 
 @router.post("/{job_id}/clone", status_code=201)
 def clone(
-    job_id: int,
+    job_id: JobId,
     services: ServicesDep,
     user: UserDep,
     overrides: Annotated[
@@ -109,9 +109,11 @@ def clone(
 
 @router.get("/{job_id}/events")
 def events(
-    job_id: int,
+    job_id: JobId,
     services: ServicesDep,
-    after: Annotated[int, Query(ge=0, description="Only events with a larger id.")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=INT64_MAX, description="Only events with a larger id.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> list[JobEvent]:
     return services.jobs.events(job_id, after=after, limit=limit)
@@ -119,15 +121,16 @@ def events(
 
 @router.get("/{job_id}/logs", response_model=None)
 def logs(
-    job_id: int,
+    job_id: JobId,
     services: ServicesDep,
-    worker: Annotated[int, Query(ge=0)] = 0,
-    attempt: Annotated[int | None, Query(ge=0)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
+    attempt: Annotated[int | None, Query(ge=0, le=1 << 31)] = None,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 65536,
     follow: Annotated[bool, Query(description="Stream text/plain until the worker ends.")] = False,
 ) -> LogChunk | StreamingResponse:
     if follow:
+        services.logs.check(job_id, worker=worker, attempt=attempt)  # 404 now, not mid-stream
         stream = services.logs.follow(job_id, worker=worker, attempt=attempt, offset=offset)
         return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
     return services.logs.read(job_id, worker=worker, attempt=attempt, offset=offset, limit=limit)

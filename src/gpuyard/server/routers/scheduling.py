@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gpuyard.models import JobSpec, JobView, Prediction
-from gpuyard.server.deps import ServicesDep, UserDep
+from gpuyard.server.deps import JobId, ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["scheduling"])
 
@@ -17,12 +17,12 @@ def predict(spec: JobSpec, services: ServicesDep, user: UserDep) -> Prediction:
 
 
 @router.post("/{job_id}/suspend")
-def suspend(job_id: int, services: ServicesDep, user: UserDep) -> JobView:
+def suspend(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
     """Checkpoint, exit and requeue at the original position (docs/preemption.md)."""
     return services.scheduling.suspend(job_id, actor=user)
 
 
 @router.get("/{job_id}/prediction")
-def prediction(job_id: int, services: ServicesDep) -> Prediction:
+def prediction(job_id: JobId, services: ServicesDep) -> Prediction:
     """When a queued job should start, and behind which jobs."""
     return services.scheduling.prediction(job_id)
