@@ -123,6 +123,9 @@ class JobRow(Base):
     node_names: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     driver: Mapped[str | None] = mapped_column(String(64), nullable=True)
     max_runtime: Mapped[float | None] = mapped_column(Float, nullable=True)
+    access: Mapped[str] = mapped_column(String(16), default="none")
+    """What the other members of the owner's group may do with it: read-write, read-only or
+    none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""
@@ -239,6 +242,9 @@ class UserRow(Base):
     share: Mapped[float] = mapped_column(Float, default=1.0)
     """Fair-share weight inside a tier."""
     created_at: Mapped[float] = mapped_column(Float)
+    os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The OS account the user's jobs run as, where an admin mapped one (else the default
+    mapping: gpuyard.launch.accounts)."""
 
 
 class QuotaRow(Base):
@@ -330,3 +336,43 @@ def request_from_columns(
         driver=driver,
         max_runtime=max_runtime,
     )
+
+
+class TokenRow(Base):
+    """An API token: only its SHA-256 digest is stored (the token is 32 random bytes)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    user_name: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"))
+    label: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_api_tokens_user", "user_name"),)
+
+
+class SettingRow(Base):
+    """A pool-wide setting an admin changes at run time (e.g. ``sharing``)."""
+
+    __tablename__ = "pool_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)
+
+
+class AuditRow(Base):
+    """Who did what to which job or setting, and when; kept when the job is deleted."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(96))
+    action: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str] = mapped_column(String(160))
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index("ix_audit_time", "time"),)
