@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import random
 import re
 import shutil
@@ -174,7 +175,7 @@ def wrk_load(
                 f"wrk.body = {json.dumps(json.dumps(body))}\n"
                 'wrk.headers["Content-Type"] = "application/json"\n'
             )
-        script.write('wrk.headers["X-Gpuyard-User"] = "bench"\n')
+        script.write(f'wrk.headers["Authorization"] = "Bearer {os.environ["GPUYARD_TOKEN"]}"\n')
     try:
         out = subprocess.run(
             [
@@ -230,6 +231,8 @@ def python_load(
     errors = [0]
     start = threading.Barrier(clients + 1)
 
+    auth = f"Bearer {os.environ['GPUYARD_TOKEN']}"
+
     def worker() -> None:
         conn = http.client.HTTPConnection(host.hostname, host.port, timeout=120)
         start.wait()
@@ -241,13 +244,13 @@ def python_load(
             payload = body(i)
             t0 = time.perf_counter()
             if payload is None:
-                conn.request("GET", path, headers={"X-Gpuyard-User": "bench"})
+                conn.request("GET", path, headers={"Authorization": auth})
             else:
                 conn.request(
                     "POST",
                     path,
                     body=json.dumps(payload),
-                    headers={"Content-Type": "application/json", "X-Gpuyard-User": "bench"},
+                    headers={"Content-Type": "application/json", "Authorization": auth},
                 )
             response = conn.getresponse()
             data = response.read()

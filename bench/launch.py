@@ -128,6 +128,11 @@ class Pool:
     def log_path(self) -> Path:
         return self.home / "pool.log"
 
+    @property
+    def token(self) -> str:
+        """The pool owner's token, which `gpuyard up` wrote (an admin)."""
+        return (self.home / "owner.token").read_text().strip()
+
 
 @contextlib.contextmanager
 def running_pool(
@@ -157,6 +162,8 @@ def running_pool(
     pool = Pool(home=home, proc=proc)
     try:
         pool.url = wait_ready(pool)
+        # Clients of this process (and wrk) sign in as the pool's owner.
+        os.environ["GPUYARD_TOKEN"] = pool.token
         yield pool
     finally:
         stop_pool(pool)

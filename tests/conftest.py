@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from gpuyard.executors.fake import FakeExecutor
 from gpuyard.server.app import create_app
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
+from gpuyard.testing.auth import AsUser, TokenFor, user_token
 from gpuyard.testing.postgres import PostgresServer, postgres_server, unavailable_reason
 from gpuyard.testing.server import serve
 
@@ -25,6 +27,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if key.startswith("GPUYARD_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("GPUYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUYARD_CONFIG_DIR", str(tmp_path / "config"))
 
 
 @pytest.fixture(scope="session")
@@ -72,16 +75,44 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def api_url(
-    settings: Settings, store: Store, fake_executor: FakeExecutor, clock: ManualClock
-) -> Iterator[str]:
-    """The real API app, served over HTTP, on the test's store and a fake executor."""
-    app = create_app(settings, store=store, executor=fake_executor, clock=clock)
+def app(settings: Settings, store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Any:
+    """The real API app on the test's store and a fake executor."""
+    return create_app(settings, store=store, executor=fake_executor, clock=clock)
+
+
+@pytest.fixture
+def api_url(app: Any) -> Iterator[str]:
+    """The app, served over HTTP."""
     with serve(app) as url:
         yield url
 
 
 @pytest.fixture
-def client(api_url: str) -> Iterator[Client]:
-    with Client(api_url, user="alice") as client:
-        yield client
+def token_for(app: Any) -> TokenFor:
+    """``token_for(name, admin=False, group=None)``: a token of that user (created if new)."""
+
+    def make(name: str, *, admin: bool = False, group: str | None = None) -> str:
+        return user_token(app, name, admin=admin, group=group)
+
+    return make
+
+
+@pytest.fixture
+def as_user(api_url: str, token_for: TokenFor) -> Iterator[AsUser]:
+    """``as_user(name, admin=False, group=None)``: a Client signed in as that user."""
+    clients: list[Client] = []
+
+    def make(name: str, *, admin: bool = False, group: str | None = None) -> Client:
+        client = Client(api_url, token=token_for(name, admin=admin, group=group))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(as_user: AsUser) -> Client:
+    """Signed in as alice, a plain user."""
+    return as_user("alice")

@@ -18,6 +18,7 @@ __all__ = [
     "ServerUnavailable",
     "StaleWrite",
     "TooLarge",
+    "Unauthenticated",
     "error_for_code",
 ]
 
@@ -66,6 +67,13 @@ class PermissionDenied(GpuyardError):
     code = "permission_denied"
 
 
+class Unauthenticated(GpuyardError):
+    """No valid API token came with the request; the message says how to get one."""
+
+    status_code = 401
+    code = "unauthenticated"
+
+
 class InvalidSpec(GpuyardError):
     """Input that cannot be accepted; the message says what to change."""
 
@@ -96,6 +104,7 @@ _BY_CODE: dict[str, type[GpuyardError]] = {
         IllegalTransition,
         StaleWrite,
         PermissionDenied,
+        Unauthenticated,
         InvalidSpec,
         TooLarge,
         ServerUnavailable,

@@ -10,11 +10,12 @@ import getpass
 import sys
 from pathlib import Path
 
-from platformdirs import user_data_dir
+from platformdirs import user_config_dir, user_data_dir
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuyard.models.node import Network
+from gpuyard.models.worker import RunAs
 
 __all__ = ["Settings"]
 
@@ -28,6 +29,10 @@ def _default_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry, e.g. in a bare container
         return "unknown"
+
+
+def _default_config_dir() -> Path:
+    return Path(user_config_dir("gpuyard", appauthor=False))
 
 
 def _default_openmpi() -> Path | None:
@@ -62,10 +67,30 @@ class Settings(BaseSettings):
     )
     user: str = Field(
         default_factory=_default_user,
-        description="The user the CLI acts as (sent with every request) until authentication "
-        "exists.",
+        description="The pool's own user: `gpuyard up` makes it an admin and writes its token "
+        "to <home>/owner.token (0600), where the CLI on this machine finds it.",
     )
-    host: str = Field("127.0.0.1", description="Address the server listens on.")
+    token: str | None = Field(
+        None,
+        description="The API token clients send (default: the one `gpuyard login` stored for "
+        "the server's URL, else the pool owner's token of a pool on this machine).",
+    )
+    config_dir: Path = Field(
+        default_factory=_default_config_dir,
+        description="Where `gpuyard login` keeps tokens (credentials.json, 0600).",
+    )
+    host: str = Field(
+        "127.0.0.1",
+        description="Address the server listens on. Any other than a loopback address needs "
+        "TLS (tls_cert and tls_key) or insecure.",
+    )
+    tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS.")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert.")
+    insecure: bool = Field(
+        False,
+        description="Serve plain HTTP on a non-loopback address (tokens cross the network in "
+        "clear text; only behind a TLS proxy or on a trusted network).",
+    )
     port: int = Field(8470, ge=0, le=65535, description="Port the server listens on (0: any).")
     virtual_nodes: int = Field(
         0, ge=0, le=4096, description="Present this many virtual nodes (0: the machine itself)."
@@ -122,10 +147,28 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Users made admins when the pool starts, beside the user who starts it.",
     )
+    run_as: RunAs = Field(
+        RunAs.OWNER,
+        description="Which OS account runs jobs: 'owner' runs each job as its owner's account "
+        "(the one an admin mapped with `gpuyard users set NAME --os-user ACCOUNT`, else "
+        "gpy-<name>, created when missing), never root; 'pool' runs them as the pool's own "
+        "user. Switching users needs a pool run by root: a pool that is not falls back to "
+        "'pool' and says so once at start (docs/security.md).",
+    )
 
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'gpuyard.db'}"
+
+    @property
+    def owner_token_file(self) -> Path:
+        """The pool owner's token, written by `gpuyard up` (0600)."""
+        return self.home / "owner.token"
+
+    @property
+    def credentials_file(self) -> Path:
+        """Tokens `gpuyard login` stored, by server URL (0600)."""
+        return self.config_dir / "credentials.json"
 
     @property
     def server_file(self) -> Path:

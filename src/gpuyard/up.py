@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,16 +30,26 @@ import uvicorn
 
 from gpuyard.clock import SystemClock
 from gpuyard.controller.loop import Controller, LaunchConfig
-from gpuyard.errors import Conflict
+from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
+from gpuyard.models.worker import RunAs
 from gpuyard.server.app import create_app
+from gpuyard.services.auth import TokenService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 
-__all__ = ["launch_config", "read_server_file", "run_server", "server_lock"]
+__all__ = [
+    "check_exposure",
+    "ensure_owner_token",
+    "launch_config",
+    "read_server_file",
+    "run_as",
+    "run_server",
+    "server_lock",
+]
 
 log = logging.getLogger("gpuyard.up")
 
@@ -91,8 +103,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def launch_config(settings: Settings) -> LaunchConfig:
-    """The launch inputs every job shares: the MPI installations and the network preset."""
+def run_as(settings: Settings, *, euid: int) -> tuple[RunAs, str]:
+    """Whose account runs jobs on this pool, and a warning when the setting cannot be honoured:
+    only root can switch users, so a pool run by anyone else runs jobs as itself."""
+    if settings.run_as is RunAs.OWNER and euid != 0:
+        return RunAs.POOL, (
+            f"jobs run as the pool's own user (uid {euid}), not as their owners' accounts: "
+            "switching users needs a pool run by root; set GPUYARD_RUN_AS=pool to say that "
+            "this is meant (docs/security.md)"
+        )
+    return settings.run_as, ""
+
+
+def launch_config(
+    settings: Settings, *, euid: int | None = None, who: RunAs | None = None
+) -> LaunchConfig:
+    """The launch inputs every job shares: the MPI installations, the network preset, and
+    whose OS account runs the workers (:func:`run_as`; ``euid``: this process's by default)."""
     prefixes = {
         MpiImplementation.OPENMPI: settings.mpi_openmpi,
         MpiImplementation.MPICH: settings.mpi_mpich,
@@ -114,7 +141,9 @@ def launch_config(settings: Settings) -> LaunchConfig:
         interface=settings.network_iface,
         large_scale_gpus=settings.large_scale_gpus,
     )
-    return LaunchConfig(mpi=mpi, network=network)
+    if who is None:
+        who, _warning = run_as(settings, euid=os.geteuid() if euid is None else euid)
+    return LaunchConfig(mpi=mpi, network=network, run_as=who)
 
 
 def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
@@ -127,9 +156,10 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
     with server_lock(home):
         store = Store(settings.resolved_database_url)
         store.migrate()
+        tls = check_exposure(settings)
         sock = _bind(settings.host, settings.port)
         port = sock.getsockname()[1]
-        url = f"http://{settings.host}:{port}"
+        url = f"{'https' if tls else 'http'}://{_url_host(settings.host)}:{port}"
         executor = LocalExecutor(
             home,
             virtual_nodes=settings.virtual_nodes,
@@ -139,6 +169,17 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
         )
         for warning in executor.warnings():
             log.warning("%s", warning)
+        who, warning = run_as(settings, euid=os.geteuid())
+        if warning:
+            log.warning("%s", warning)
+        elif who is RunAs.OWNER and (unreachable := executor.unreachable_home()):
+            # Every job would fail to start: run them as the pool's user instead, loudly. (A
+            # root pool with the default home under /root lands here; `make run` too.)
+            who = RunAs.POOL
+            log.warning(
+                "%s. Until then jobs run as the pool's own user, which can read the pool's files",
+                unreachable,
+            )
         clock = SystemClock()
         controller = Controller(
             store,
@@ -146,7 +187,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             clock=clock,
             interval=settings.controller_interval,
             control_url=url,
-            launch_config=launch_config(settings),
+            launch_config=launch_config(settings, who=who),
         )
         app = create_app(
             settings,
@@ -156,6 +197,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             notify=controller.notify,
             controller_health=controller.health,
         )
+        ensure_owner_token(settings, app.state.services.tokens)
         controller.start()
         server_file = settings.server_file
         _write_server_file(server_file, {"url": url, "pid": os.getpid(), "started_at": time.time()})
@@ -166,6 +208,8 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             lifespan="off",
             # Log followers hold connections open; do not let them block a shutdown.
             timeout_graceful_shutdown=3,
+            ssl_certfile=str(settings.tls_cert) if tls else None,
+            ssl_keyfile=str(settings.tls_key) if tls else None,
         )
         server = uvicorn.Server(config)
         on_ready(url)
@@ -178,6 +222,77 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             info = read_server_file(home)
             if info and info.get("pid") == os.getpid():
                 server_file.unlink(missing_ok=True)
+
+
+OWNER_TOKEN_LIFE = 366 * 86400.0
+"""The pool owner's token lasts a year; each ``gpuyard up`` replaces it once it has expired."""
+
+
+def check_exposure(settings: Settings) -> bool:
+    """Whether to serve TLS. Refuses (InvalidSpec, saying what to do) a non-loopback address
+    without TLS unless ``insecure`` is set, which logs a warning."""
+    has_cert, has_key = settings.tls_cert is not None, settings.tls_key is not None
+    if has_cert != has_key:
+        raise InvalidSpec("TLS needs both --tls-cert and --tls-key (PEM files)")
+    for path in (settings.tls_cert, settings.tls_key):
+        if path is not None and not path.is_file():
+            raise InvalidSpec(f"TLS file {path} does not exist or is not a file")
+    if has_cert:
+        return True
+    if _loopback(settings.host):
+        return False
+    if not settings.insecure:
+        raise InvalidSpec(
+            f"refusing to serve plain HTTP on {settings.host}: tokens would cross the network "
+            "in clear text. Give --tls-cert and --tls-key, or --insecure if a TLS proxy or a "
+            "trusted network protects it (or listen on 127.0.0.1, the default)"
+        )
+    log.warning(
+        "serving plain HTTP on %s (--insecure): API tokens cross the network in clear text",
+        settings.host,
+    )
+    return False
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    """The host part of the URL clients use: a wildcard address is reached at loopback."""
+    if host in ("0.0.0.0", ""):  # noqa: S104 - naming it, not binding it
+        return "127.0.0.1"
+    return host
+
+
+def ensure_owner_token(settings: Settings, tokens: TokenService) -> None:
+    """Make sure ``<home>/owner.token`` (0600) holds a valid token of the pool's own user,
+    who is an admin: a laptop pool needs no sign-in step (the CLI finds the file)."""
+    path = settings.owner_token_file
+    try:
+        current = path.read_text().strip()
+    except OSError:
+        current = ""
+    if current and tokens.valid(current) == settings.user:
+        os.chmod(path, 0o600)
+        return
+    issued = tokens.issue_for_owner(settings.user, "gpuyard up", OWNER_TOKEN_LIFE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".owner.token.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(issued.token + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _write_server_file(path: Path, data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,8 +95,9 @@ def test_up_detached_and_down(tmp_path: Path) -> None:
 def test_admin_labels_a_node_and_a_user_is_held_to_their_tiers(
     pool_factory: type[ServerProcess], tmp_path: Path
 ) -> None:
-    """The pool's own user is its admin from the start; anyone else is registered as a plain
-    user on their first submission."""
+    """The pool's own user is its admin from the start and needs no sign-in on its machine;
+    it adds a user and gives them a token, who signs in from elsewhere (`gpuyard login`) and
+    is held to a plain user's rights."""
     pool = pool_factory(tmp_path / "home", "--virtual-nodes", "2", "--cpus-per-node", "2").start()
     [me] = pool.cli_json("users")
     assert me["role"] == "admin"
@@ -105,21 +107,48 @@ def test_admin_labels_a_node_and_a_user_is_held_to_their_tiers(
     assert pool.cli("wait", str(job["id"])).returncode == 0
     assert [s["node"] for s in pool.cli_json("show", str(job["id"]))["placement"]] == ["node1"]
 
-    def as_alice(*args: str) -> subprocess.CompletedProcess[str]:
+    added = pool.cli("users", "add", "alice", "--json").stdout
+    assert json.loads(added)["role"] == "user"
+    made = pool.cli("tokens", "create", "alice", "--label", "laptop", "--expires", "7d", "--json")
+    issued = json.loads(made.stdout)
+    # Alice's machine: her own home and config directory, only the pool's URL in common.
+    elsewhere = {
+        **{k: v for k, v in pool.env.items() if k != "GPUYARD_HOME"},
+        "GPUYARD_HOME": str(tmp_path / "alice-home"),
+        "GPUYARD_CONFIG_DIR": str(tmp_path / "alice-config"),
+        "GPUYARD_URL": pool.url,
+    }
+
+    def as_alice(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "gpuyard", *args],
-            env={**pool.env, "GPUYARD_USER": "alice"},
+            env=elsewhere,
+            input=stdin,
             capture_output=True,
             text=True,
             check=False,
         )
 
+    unsigned = as_alice("ls")
+    assert unsigned.returncode == 1 and "gpuyard login" in unsigned.stderr
+    login = as_alice("login", "--token-stdin", stdin=issued["token"] + "\n")
+    assert login.returncode == 0 and "signed in" in login.stdout and "as alice" in login.stdout
+    credentials = tmp_path / "alice-config" / "credentials.json"
+    assert credentials.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "home" / "owner.token").stat().st_mode & 0o777 == 0o600
+
     refused = as_alice("submit", "--priority", "highest", "--", "true")
     assert refused.returncode == 1 and "priority highest is not open to alice" in refused.stderr
-    assert "alice" not in [u["name"] for u in pool.cli_json("users")]
     queued = as_alice("submit", "--json", "--pool", "nowhere", "--", "true")
     assert queued.returncode == 2 and "there is no pool nowhere" in queued.stderr
     assert as_alice("submit", "--", "true").returncode == 0
+    # Not an admin, and cannot become one; the owner's job is not hers to see.
+    promote = as_alice("users", "set", "alice", "--role", "admin")
+    assert promote.returncode == 1 and "only admins may change users" in promote.stderr
+    hidden = as_alice("show", str(job["id"]))
+    assert hidden.returncode == 1 and f"job {job['id']} does not exist" in hidden.stderr
     assert [(u["name"], u["role"]) for u in pool.cli_json("users")] == sorted(
         [("alice", "user"), (me["name"], "admin")]
     )
+    trail = json.loads(pool.cli("audit", "--action", "token.create", "--json").stdout)
+    assert [e["target"] for e in trail][-1] == "user:alice"

@@ -1,6 +1,7 @@
 """Who may do what: ``gpuyard users``, ``groups``, ``quota``, ``pools`` and ``label``.
 
-Listing is open to everyone; changes are for admins (the server says so when you are not one).
+Reading is open to every signed-in user (the list of users to admins); changes are for admins
+(the server says so when you are not one).
 Each noun without a sub-command lists, like ``gpuyard users``.
 """
 
@@ -70,7 +71,7 @@ def users_show(
     name: Annotated[str | None, typer.Argument(help="A user (default: you).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one user (default: the one this CLI acts as, GPUYARD_USER)."""
+    """Show one user (default: you, as your token says)."""
     _print_user(_client().user_info(name), as_json)
 
 
@@ -80,11 +81,18 @@ def users_add(
     group: Annotated[str, typer.Option("--group", "-g", help="An existing group.")] = "default",
     admin: Annotated[bool, typer.Option("--admin", help="Make the user an admin.")] = False,
     share: Annotated[float, typer.Option(help="Fair-share weight inside a tier.")] = 1.0,
+    os_user: Annotated[
+        str | None,
+        typer.Option(
+            help="The OS account its jobs run as (default: gpy-<name>, made by the pool)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a user (admins only)."""
+    """Add a user (admins only); give them a token with `gpuyard tokens create NAME`."""
     role = "admin" if admin else "user"
-    _print_user(_client().create_user(name, group=group, role=role, share=share), as_json)
+    created = _client().create_user(name, group=group, role=role, share=share, os_user=os_user)
+    _print_user(created, as_json)
 
 
 @users_app.command("set")
@@ -93,10 +101,15 @@ def users_set(
     group: Annotated[str | None, typer.Option("--group", "-g", help="Move to this group.")] = None,
     role: Annotated[str | None, typer.Option(help="user or admin.")] = None,
     share: Annotated[float | None, typer.Option(help="Fair-share weight inside a tier.")] = None,
+    os_user: Annotated[
+        str | None,
+        typer.Option(help='Run its jobs as this OS account ("" returns to the default).'),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change a user's group, role or share (admins only)."""
-    _print_user(_client().update_user(name, group=group, role=role, share=share), as_json)
+    """Change a user's group, role, share or OS account (admins only)."""
+    changed = _client().update_user(name, group=group, role=role, share=share, os_user=os_user)
+    _print_user(changed, as_json)
 
 
 def _tiers(user: UserView) -> str:
@@ -111,7 +124,7 @@ def _print_user(user: UserView, as_json: bool) -> None:
         return
     console().print(
         f"{user.name}: {user.role.value} in group {user.group or '-'}, share {user.share:g}, "
-        f"may use {_tiers(user)}",
+        f"may use {_tiers(user)}" + (f", jobs run as {user.os_user}" if user.os_user else ""),
         highlight=False,
         markup=False,
     )

@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
     app.command()(stop)
     app.command()(suspend)
     app.command()(priority)
+    app.command()(runtime)
     app.command("rm")(rm)
     app.command()(clone)
     app.command()(events)
@@ -54,6 +55,13 @@ def submit(
     cpus: Annotated[float | None, typer.Option(help="CPUs per node.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory per node, e.g. 16G.")] = None,
     priority: Annotated[str | None, typer.Option(help="low, normal, high or highest.")] = None,
+    access: Annotated[
+        str | None,
+        typer.Option(
+            help="What your group's other members may do with it: read-write, read-only or "
+            "none (the default)."
+        ),
+    ] = None,
     max_runtime: Annotated[
         str | None, typer.Option(help="Max runtime, e.g. 90s, 2h; then it expires.")
     ] = None,
@@ -131,6 +139,7 @@ def submit(
         "cpus": cpus,
         "memory": memory,
         "priority": priority,
+        "access": access,
         "max_runtime": max_runtime,
         "graceful_shutdown": graceful_shutdown,
         "env": parse_env_flags(env) if env else None,
@@ -424,6 +433,25 @@ def priority(
         return
     priority = job.spec.priority.value if job.spec else "?"
     console().print(f"job {job.id}: priority {priority}, {job.status.label}")
+
+
+def runtime(
+    job_id: Annotated[int, typer.Argument(help="A job that has not ended.")],
+    limit: Annotated[str, typer.Argument(help="The new max runtime, e.g. 90m, 2h, 1d.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a job's max runtime, counted from its start (its owner, an admin, or its group
+    with read-write access)."""
+    from gpuyard.cli.output import console, print_json
+    from gpuyard.quantities import format_duration
+
+    job = _client().change_runtime(job_id, limit)
+    if as_json:
+        print_json(job)
+        return
+    limit_s = job.spec.max_runtime if job.spec else None
+    shown = format_duration(limit_s) if limit_s else "none"
+    console().print(f"job {job.id}: max runtime {shown}, {job.status.label}")
 
 
 def rm(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:

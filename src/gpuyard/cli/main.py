@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import jobs as jobs_cli
@@ -22,6 +23,7 @@ app = typer.Typer(
 jobs_cli.register(app)
 server_cli.register(app)
 admin_cli.register(app)
+access_cli.register(app)
 simulate_cli.register(app)
 app.add_typer(config_cli.app, name="config")
 

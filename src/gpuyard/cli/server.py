@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -26,7 +27,23 @@ def register(app: typer.Typer) -> None:
 
 def up(
     port: Annotated[int | None, typer.Option(help="Port (0: any free port).")] = None,
-    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address to listen on (default 127.0.0.1; any other needs TLS or --insecure)."
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve HTTPS (with --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Serve plain HTTP on a non-loopback address (tokens travel in clear text).",
+        ),
+    ] = False,
     virtual_nodes: Annotated[
         int | None, typer.Option(help="Present N virtual nodes on this machine.")
     ] = None,
@@ -46,6 +63,9 @@ def up(
     overrides: dict[str, Any] = {
         "port": port,
         "host": host,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "insecure": insecure or None,
         "virtual_nodes": virtual_nodes,
         "gpus_per_node": gpus_per_node,
         "cpus_per_node": cpus_per_node,
@@ -66,7 +86,12 @@ def up(
     def ready(url: str) -> None:
         print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
 
-    run_server(settings, on_ready=ready)
+    from gpuyard.errors import GpuyardError
+
+    try:
+        run_server(settings, on_ready=ready)
+    except GpuyardError as exc:
+        raise SystemExit(f"gpuyard up: {exc.detail}") from None
 
 
 def _up_detached(settings: Settings) -> None:
@@ -80,19 +105,25 @@ def _up_detached(settings: Settings) -> None:
     if info and _alive(int(info["pid"])):
         print(f"gpuyard pool already running at {info['url']} (pid {info['pid']})")
         return
-    argv = [sys.executable, "-m", "gpuyard", "up"] + [
-        arg
-        for flag, value in (
-            ("--port", settings.port),
-            ("--host", settings.host),
-            ("--virtual-nodes", settings.virtual_nodes),
-            ("--gpus-per-node", settings.gpus_per_node),
-            ("--cpus-per-node", settings.cpus_per_node),
-            ("--memory-per-node", settings.memory_per_node),
-        )
-        if value is not None
-        for arg in (flag, str(value))
-    ]
+    argv = (
+        [sys.executable, "-m", "gpuyard", "up"]
+        + [
+            arg
+            for flag, value in (
+                ("--port", settings.port),
+                ("--host", settings.host),
+                ("--virtual-nodes", settings.virtual_nodes),
+                ("--gpus-per-node", settings.gpus_per_node),
+                ("--cpus-per-node", settings.cpus_per_node),
+                ("--memory-per-node", settings.memory_per_node),
+                ("--tls-cert", settings.tls_cert),
+                ("--tls-key", settings.tls_key),
+            )
+            if value is not None
+            for arg in (flag, str(value))
+        ]
+        + (["--insecure"] if settings.insecure else [])
+    )
     env = {**os.environ, "GPUYARD_HOME": str(home)}
     log_path = home / "pool.log"
     with open(log_path, "ab") as log:
@@ -112,7 +143,8 @@ def _up_detached(settings: Settings) -> None:
         info = read_server_file(home)
         if info and info.get("pid") == proc.pid:
             try:
-                Client(str(info["url"])).health()
+                # Health needs no token; a self-signed certificate is the pool's own here.
+                Client(str(info["url"]), verify=False).health()
             except ServerUnavailable:
                 pass
             else:

@@ -1,14 +1,14 @@
 """The Python client of the gpuyard REST API, used by the CLI and by users' own scripts.
 
     from gpuyard.client import Client
-    client = Client()                      # finds the server like the CLI does
+    client = Client()                      # finds the server and token like the CLI does
     job = client.submit({"command": "python train.py", "resources": {"gpus": 1}})
     client.wait(job.id)
 
 Errors arrive as the same classes the server raised (:mod:`gpuyard.errors`).
 """
 
-from gpuyard.client.http import Client, discover_url
+from gpuyard.client.http import Client, discover_token, discover_url, store_token
 from gpuyard.errors import (
     Conflict,
     GpuyardError,
@@ -17,6 +17,7 @@ from gpuyard.errors import (
     NotFound,
     PermissionDenied,
     ServerUnavailable,
+    Unauthenticated,
 )
 
 __all__ = [
@@ -28,5 +29,8 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "ServerUnavailable",
+    "Unauthenticated",
+    "discover_token",
     "discover_url",
+    "store_token",
 ]

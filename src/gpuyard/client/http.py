@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
 from gpuyard.models import (
+    AuditEntry,
     BulkResult,
     GroupView,
+    IssuedToken,
     JobEvent,
     JobSpec,
     JobStatus,
@@ -21,19 +27,19 @@ from gpuyard.models import (
     NodeLabels,
     NodeView,
     Page,
+    PoolSettings,
     PoolView,
     Prediction,
     Priority,
     QuotaKind,
     QuotaView,
     SubmittedJobs,
+    TokenView,
     UserView,
 )
 from gpuyard.settings import Settings
 
-__all__ = ["Client", "discover_url"]
-
-USER_HEADER = "X-Gpuyard-User"
+__all__ = ["Client", "discover_token", "discover_url", "store_token"]
 
 
 def discover_url(settings: Settings) -> str:
@@ -50,25 +56,86 @@ def discover_url(settings: Settings) -> str:
         ) from None
 
 
+def discover_token(settings: Settings, url: str) -> str | None:
+    """The token to send to ``url``: ``GPUYARD_TOKEN``; else the one ``gpuyard login`` stored
+    for that URL; else, for the pool this machine's ``gpuyard up`` runs, the owner's token
+    (readable only by the user who started it)."""
+    if settings.token:
+        return settings.token.strip()
+    try:
+        stored = json.loads(settings.credentials_file.read_text())
+        token = stored.get(url.rstrip("/")) if isinstance(stored, dict) else None
+        if isinstance(token, str) and token:
+            return token
+    except (OSError, ValueError):
+        pass
+    try:
+        running = json.loads(settings.server_file.read_text())
+        if str(running.get("url", "")).rstrip("/") == url.rstrip("/"):
+            return settings.owner_token_file.read_text().strip() or None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def store_token(settings: Settings, url: str, token: str) -> Path:
+    """Keep ``token`` for ``url`` in the user's credentials file (0600, written whole under a
+    temporary name so that a crash leaves the old file); return its path."""
+    path = settings.credentials_file
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        stored = json.loads(path.read_text())
+        if not isinstance(stored, dict):
+            stored = {}
+    except (OSError, ValueError):
+        stored = {}
+    stored[url.rstrip("/")] = token
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(stored, out, indent=1)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
+
+
 class Client:
     def __init__(
         self,
         url: str | None = None,
         *,
-        user: str | None = None,
+        token: str | None = None,
         settings: Settings | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
+        verify: bool | str = True,
     ) -> None:
+        """A client of the server at ``url`` (default: discovered, see :func:`discover_url`),
+        signed in with ``token`` (default: :func:`discover_token`). ``verify``: TLS
+        verification, or a CA bundle's path (a pool with a self-signed certificate)."""
         settings = settings or Settings()
         self.url = (url or discover_url(settings)).rstrip("/")
-        self.user = user or settings.user
+        self.token = token or discover_token(settings, self.url)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(
             base_url=f"{self.url}/api/v1",
-            headers={USER_HEADER: self.user},
+            headers=headers,
             transport=transport,
             timeout=timeout,
+            verify=verify,
         )
+        self._me: str | None = None
+
+    @property
+    def user(self) -> str:
+        """The name of the user this client's token signs in (asked once)."""
+        if self._me is None:
+            self._me = self.user_info().name
+        return self._me
 
     def close(self) -> None:
         self._http.close()
@@ -158,6 +225,11 @@ class Client:
         """Move a queued or suspended job to another tier (its owner or an admin)."""
         response = self._request("PATCH", f"/jobs/{job_id}", json={"priority": str(priority)})
         return JobView.model_validate(response.json())
+
+    def change_runtime(self, job_id: int, max_runtime: float | str) -> JobView:
+        """Set the runtime limit of a job that has not ended (seconds, or 90m, 2h, 1d)."""
+        body = {"max_runtime": max_runtime}
+        return JobView.model_validate(self._request("PATCH", f"/jobs/{job_id}", json=body).json())
 
     def clone(self, job_id: int, **overrides: Any) -> JobView:
         response = self._request("POST", f"/jobs/{job_id}/clone", json=overrides or None)
@@ -300,14 +372,20 @@ class Client:
         return [UserView.model_validate(u) for u in self._request("GET", "/users").json()]
 
     def user_info(self, name: str | None = None) -> UserView:
-        """A user (default: the one this client acts as)."""
-        data = self._request("GET", f"/users/{name or self.user}").json()
+        """A user (default: the one this client's token signs in)."""
+        data = self._request("GET", f"/users/{name or 'me'}").json()
         return UserView.model_validate(data)
 
     def create_user(
-        self, name: str, *, group: str = "default", role: str = "user", share: float = 1.0
+        self,
+        name: str,
+        *,
+        group: str = "default",
+        role: str = "user",
+        share: float = 1.0,
+        os_user: str | None = None,
     ) -> UserView:
-        body = {"name": name, "group": group, "role": role, "share": share}
+        body = {"name": name, "group": group, "role": role, "share": share, "os_user": os_user}
         return UserView.model_validate(self._request("POST", "/users", json=body).json())
 
     def update_user(
@@ -317,8 +395,10 @@ class Client:
         group: str | None = None,
         role: str | None = None,
         share: float | None = None,
+        os_user: str | None = None,
     ) -> UserView:
-        body = _given(group=group, role=role, share=share)
+        """Change a user (admins); ``os_user=""`` removes its OS account mapping."""
+        body = _given(group=group, role=role, share=share, os_user=os_user)
         return UserView.model_validate(self._request("PATCH", f"/users/{name}", json=body).json())
 
     def groups(self) -> list[GroupView]:
@@ -362,6 +442,49 @@ class Client:
 
     def clear_quota(self, kind: QuotaKind | str, subject: str, tier: Priority | str) -> None:
         self._request("DELETE", f"/quotas/{kind}/{subject}/{tier}")
+
+    # -- tokens, settings, audit ----------------------------------------------------------
+
+    def create_token(
+        self, *, user: str | None = None, label: str = "", expires_in: float | str | None = None
+    ) -> IssuedToken:
+        """A new token (for yourself; admins may name a user); its secret is in the answer
+        only."""
+        body: dict[str, Any] = _given(user=user, expires_in=expires_in)
+        body["label"] = label
+        return IssuedToken.model_validate(self._request("POST", "/tokens", json=body).json())
+
+    def tokens(self, *, user: str | None = None) -> list[TokenView]:
+        params = _given(of=user)
+        data = self._request("GET", "/tokens", params=params).json()
+        return [TokenView.model_validate(t) for t in data]
+
+    def revoke_token(self, token_id: int) -> None:
+        self._request("DELETE", f"/tokens/{token_id}")
+
+    def pool_settings(self) -> PoolSettings:
+        return PoolSettings.model_validate(self._request("GET", "/settings").json())
+
+    def update_pool_settings(self, *, sharing: bool | None = None) -> PoolSettings:
+        response = self._request("PATCH", "/settings", json=_given(sharing=sharing))
+        return PoolSettings.model_validate(response.json())
+
+    def audit(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> list[AuditEntry]:
+        params = {
+            "after": after,
+            "limit": limit,
+            **_given(actor=actor, action=action, target=target),
+        }
+        data = self._request("GET", "/audit", params=params).json()
+        return [AuditEntry.model_validate(e) for e in data]
 
 
 def _spec_body(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:

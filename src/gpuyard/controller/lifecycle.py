@@ -4,7 +4,9 @@
 one job at a time (the loop guards each call, so one job's failure stays that job's):
 
 - *starting*: launch every worker (handles are written even if a later launch fails, so no
-  launched worker is ever forgotten); all launched -> running; a launch refused -> failing;
+  launched worker is ever forgotten), as the owner's OS account when the pool runs jobs as
+  their owners (``users.os_user``, :mod:`gpuyard.launch.accounts`); all launched -> running; a
+  launch refused, or an account no job may run as -> failing;
 - *running*: what its workers add up to (:mod:`gpuyard.controller.verdict`): succeed, fail,
   complete, stop sub-tasks; a worker that asked to be suspended suspends the job; past its
   max runtime -> expiring;
@@ -23,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, update
+from sqlalchemy import Table, bindparam, select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec
@@ -31,18 +33,19 @@ from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError
+from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, Slot
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, TRANSITIONS
-from gpuyard.models.worker import Handle, WorkerState, WorkerStatus
+from gpuyard.models.worker import Handle, RunAs, WorkerState, WorkerStatus
 from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import current
-from gpuyard.store.tables import JobRow, WorkerRow
+from gpuyard.store.tables import JobRow, UserRow, WorkerRow
 
 __all__ = ["ACTOR", "ESCALATED", "KILL_BACKSTOP", "LaunchConfig", "Lifecycle", "describe_exit"]
 
@@ -62,6 +65,9 @@ class LaunchConfig:
 
     mpi: dict[MpiImplementation, MpiInstall] = field(default_factory=dict)
     network: NetworkPreset = field(default_factory=NetworkPreset)
+    run_as: RunAs = RunAs.POOL
+    """Whose OS account runs the workers. The composition root sets OWNER from the setting
+    when the pool can switch users (it runs as root); tests of the loop keep the pool's."""
 
 
 class Lifecycle:
@@ -105,6 +111,11 @@ class Lifecycle:
     def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
         placement = [Slot.model_validate(s) for s in job.placement or []]
         spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
+        run_as, refused = None, ""
+        try:
+            run_as = self._account(job)
+        except AccountRefused as exc:
+            refused = str(exc)  # the job fails with it, as if its first worker had
         ctx = JobContext(
             job_id=job.id,
             name=job.name,
@@ -118,6 +129,7 @@ class Lifecycle:
             mpi=self.launch_config.mpi,
             network=self.launch_config.network,
             mpi_interface=self.executor.interface,
+            run_as=run_as,
         )
         handles: dict[int, Handle] = {}
         failure: tuple[WorkerRow, str] | None = None
@@ -125,6 +137,9 @@ class Lifecycle:
             for worker in workers:
                 if worker.handle is not None:
                     continue
+                if refused:
+                    failure = (worker, refused)
+                    break
                 base_env = self.executor.base_env(worker.node)
                 launch = plan_worker(spec, ctx, worker.rank, base_env=base_env)
                 try:
@@ -136,6 +151,25 @@ class Lifecycle:
             # Whatever went wrong, a launched worker must never be forgotten.
             self._record_handles(handles)
             raise
+        self._launched(job, workers, handles, failure)
+
+    def _account(self, job: JobRow) -> str | None:
+        """The OS account the job's workers run as (None: the pool's own user)."""
+        if self.launch_config.run_as is not RunAs.OWNER:
+            return None
+        with self.store.read() as session:
+            mapped = session.scalar(select(UserRow.os_user).where(UserRow.name == job.owner))
+        return os_account(job.owner, mapped)
+
+    def _launched(
+        self,
+        job: JobRow,
+        workers: list[WorkerRow],
+        handles: dict[int, Handle],
+        failure: tuple[WorkerRow, str] | None,
+    ) -> None:
+        """Record a launch: the handles of what started, and the job's move (running, or
+        failing with the reason of the worker that could not start)."""
         now = self.clock.now()
         with self.store.write() as session:
             # Handles are recorded whatever happened to the job meanwhile (the next pass

@@ -2,7 +2,8 @@
 
 It implements :class:`gpuyard.executors.base.Executor` faithfully (idempotent launch, status per
 handle, terminate with an optional automatic exit), so controller tests exercise the real loop
-against a designed seam instead of monkeypatching.
+against a designed seam instead of monkeypatching. A launch's OS account (``run_as``) is kept
+with it in :attr:`FakeExecutor.launches`, for tests to check, and otherwise ignored.
 """
 
 from __future__ import annotations

@@ -34,6 +34,17 @@ A SIGKILL of ``serve`` itself (not its SIGTERM) leaves the commands it started i
 process groups: the MPI daemons then end when their mpirun does (Open MPI's and Hydra's daemons
 exit when they lose their connection to it).
 
+Who may run what
+----------------
+``serve`` is the target worker's command, so it runs as that worker's OS account (its owner's,
+docs/security.md), never as root: a session gets a shell of that account and nothing more. A
+session must present the job's token (``GPUYARD_JOB_TOKEN``, a secret of this attempt of the
+job, compared in constant time): another job, which holds another token, is refused. The token
+reaches the job's processes in their environment only; ``/proc/<pid>/environ`` is readable by
+the same account (and root) alone, so jobs of other accounts cannot learn it. Two jobs of the
+*same* account can read each other's environment, and so each other's token: they are one
+user's jobs, and that user can already act as either.
+
 Protocol
 --------
 One TCP connection per remote command. The client first sends one header line::

@@ -79,6 +79,9 @@ class JobContext:
     network: NetworkPreset = field(default_factory=NetworkPreset)
     mpi_interface: str = "eth0"
     """HYDRA_IFACE for MPICH jobs (the reference's eth0; `lo` for virtual nodes)."""
+    run_as: str | None = None
+    """The OS account its workers run as (:func:`gpuyard.launch.accounts.os_account`); None:
+    the pool's own user."""
     memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
     """What every worker of the launch shares, worked out for the first (a gang's seats)."""
 
@@ -411,4 +414,5 @@ def plan_worker(
         task=seat.task,
         primary=seat.role.primary,
         limits=seat.member.need,
+        run_as=ctx.run_as,
     )

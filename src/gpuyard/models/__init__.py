@@ -1,12 +1,18 @@
 """Wire and domain types. Imports nothing from the server, so clients can use them."""
 
+from gpuyard.models.access import Access, Action
 from gpuyard.models.accounts import (
+    AuditEntry,
     GroupSpec,
     GroupUpdate,
     GroupView,
+    IssuedToken,
+    JobChange,
     LabelsUpdate,
     NodeLabels,
     PoolPreemption,
+    PoolSettings,
+    PoolSettingsUpdate,
     PoolSpec,
     PoolUpdate,
     PoolView,
@@ -15,6 +21,8 @@ from gpuyard.models.accounts import (
     QuotaSpec,
     QuotaView,
     Role,
+    TokenSpec,
+    TokenView,
     UserSpec,
     UserUpdate,
     UserView,
@@ -46,11 +54,16 @@ from gpuyard.models.scheduling import Prediction
 from gpuyard.models.states import JobState, JobStatus
 
 __all__ = [
+    "Access",
+    "Action",
+    "AuditEntry",
     "BulkResult",
     "GroupSpec",
     "GroupUpdate",
     "GroupView",
+    "IssuedToken",
     "JobBatch",
+    "JobChange",
     "JobEvent",
     "JobFailure",
     "JobIds",
@@ -71,6 +84,8 @@ __all__ = [
     "NodeView",
     "Page",
     "PoolPreemption",
+    "PoolSettings",
+    "PoolSettingsUpdate",
     "PoolSpec",
     "PoolUpdate",
     "PoolView",
@@ -84,6 +99,8 @@ __all__ = [
     "Slot",
     "SubTask",
     "SubmittedJobs",
+    "TokenSpec",
+    "TokenView",
     "UserSpec",
     "UserUpdate",
     "UserView",

@@ -14,15 +14,21 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuyard.models.ids import MAX_INT32
 from gpuyard.models.job import Priority, Seconds
 
 __all__ = [
+    "AuditEntry",
     "GroupSpec",
     "GroupUpdate",
     "GroupView",
+    "IssuedToken",
+    "JobChange",
     "LabelsUpdate",
     "NodeLabels",
     "PoolPreemption",
+    "PoolSettings",
+    "PoolSettingsUpdate",
     "PoolSpec",
     "PoolUpdate",
     "PoolView",
@@ -31,12 +37,15 @@ __all__ = [
     "QuotaSpec",
     "QuotaView",
     "Role",
+    "TokenSpec",
+    "TokenView",
     "UserSpec",
     "UserUpdate",
     "UserView",
     "check_label",
 ]
 
+_OS_ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
 _POOL_NAME = re.compile(r"^(?!\.{1,2}$)[\w.-]{1,64}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]{0,62}$")
@@ -48,6 +57,15 @@ def _account_name(value: str, what: str) -> str:
         raise ValueError(
             f"a {what} name is 1-64 letters, digits, '_', '.', '@' or '-', not starting with "
             f"'.', '@' or '-' (got {value!r})"
+        )
+    return value
+
+
+def _os_account(value: str) -> str:
+    if not _OS_ACCOUNT.match(value) or value == "root":
+        raise ValueError(
+            f"an OS account is 1-32 lower-case letters, digits, '_' or '-', starting with a "
+            f"letter or '_', and not root (got {value!r})"
         )
     return value
 
@@ -113,6 +131,9 @@ class UserView(BaseModel):
     role: Role
     share: float = Field(description="Fair-share weight inside a tier (default 1).")
     tiers: list[Priority] = Field(description="The priority tiers this user may choose.")
+    os_user: str | None = Field(
+        None, description="The OS account its jobs run as, where an admin mapped one."
+    )
     created_at: datetime
 
 
@@ -121,15 +142,25 @@ class UserSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="Login name; what the client sends as X-Gpuyard-User.")
+    name: str = Field(description="Login name.")
     group: str = Field("default", description="An existing group.")
     role: Role = Field(Role.USER, description="user or admin.")
     share: float = Field(1.0, gt=0, le=1e6, description="Fair-share weight inside a tier.")
+    os_user: str | None = Field(
+        None,
+        description="The OS account the user's jobs run as (default: one the pool makes, "
+        "gpy-<name>; docs/security.md).",
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return _account_name(value, "user")
+
+    @field_validator("os_user")
+    @classmethod
+    def _os_user(cls, value: str | None) -> str | None:
+        return None if value is None else _os_account(value)
 
     @field_validator("group")
     @classmethod
@@ -145,16 +176,26 @@ class UserUpdate(BaseModel):
     group: str | None = Field(None, description="Move the user to this existing group.")
     role: Role | None = None
     share: float | None = Field(None, gt=0, le=1e6)
+    os_user: str | None = Field(
+        None, description='Map the user\'s jobs to this OS account; "" removes the mapping.'
+    )
 
     @field_validator("group")
     @classmethod
     def _group(cls, value: str | None) -> str | None:
         return None if value is None else _account_name(value, "group")
 
+    @field_validator("os_user")
+    @classmethod
+    def _os_user(cls, value: str | None) -> str | None:
+        return value if not value else _os_account(value)
+
     @model_validator(mode="after")
     def _something(self) -> UserUpdate:
+        if "os_user" in self.model_fields_set:
+            return self
         if self.group is None and self.role is None and self.share is None:
-            raise ValueError("nothing to change: give group, role or share")
+            raise ValueError("nothing to change: give group, role, share or os_user")
         return self
 
 
@@ -178,7 +219,10 @@ class GroupSpec(BaseModel):
 
     name: str
     urgent_limit: int | None = Field(
-        None, ge=0, description="Most running + queued urgent jobs; omit for no limit."
+        None,
+        ge=0,
+        le=MAX_INT32,
+        description="Most running + queued urgent jobs; omit for no limit.",
     )
 
     @field_validator("name")
@@ -192,7 +236,7 @@ class GroupUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    urgent_limit: int | None = Field(ge=0)
+    urgent_limit: int | None = Field(ge=0, le=MAX_INT32)
 
 
 # -- quotas -------------------------------------------------------------------------------
@@ -207,8 +251,10 @@ class QuotaSpec(BaseModel):
     kind: QuotaKind
     subject: str = Field(description="The user's or group's name.")
     tier: Priority
-    nodes: int | None = Field(None, ge=0, description="Most nodes (workers) held at once.")
-    gpus: int | None = Field(None, ge=0, description="Most GPUs held at once.")
+    nodes: int | None = Field(
+        None, ge=0, le=MAX_INT32, description="Most nodes (workers) held at once."
+    )
+    gpus: int | None = Field(None, ge=0, le=MAX_INT32, description="Most GPUs held at once.")
 
     @field_validator("subject")
     @classmethod
@@ -374,3 +420,95 @@ class PriorityChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     priority: Priority
+
+
+class JobChange(BaseModel):
+    """Change a job's priority (queued or suspended jobs: 调整优先级) and/or its runtime limit
+    (调整使用时长: any job that has not ended; measured from its start)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Priority | None = None
+    max_runtime: Seconds | None = Field(
+        None,
+        gt=0,
+        le=366 * 86400,
+        description="The new runtime limit in seconds (or 90m, 2h, 1d).",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> JobChange:
+        if self.priority is None and self.max_runtime is None:
+            raise ValueError("nothing to change: give priority and/or max_runtime")
+        return self
+
+
+# -- sign-in, settings, audit -------------------------------------------------------------
+
+
+class TokenSpec(BaseModel):
+    """A new API token. Only admins create tokens for other users."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = Field(None, description="Whose token (default: yours).")
+    label: str = Field("", max_length=64, description="What it is for, e.g. laptop, ci.")
+    expires_in: Seconds = Field(
+        90 * 86400.0,
+        gt=0,
+        le=366 * 86400,
+        description="Seconds until it expires (or 30d, 12h); at most 366 days.",
+    )
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        return None if value is None else _account_name(value, "user")
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if any(not ch.isprintable() for ch in value):
+            raise ValueError("a label is printable text")
+        return value
+
+
+class TokenView(BaseModel):
+    id: int
+    user: str
+    label: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+
+class IssuedToken(TokenView):
+    token: str = Field(description="The token itself: shown this once, stored only as a hash.")
+
+
+class PoolSettings(BaseModel):
+    sharing: bool = Field(
+        description="Whether jobs may give their group's other members access (reference "
+        "002): off, every job's access for others is none."
+    )
+
+
+class PoolSettingsUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sharing: bool | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> PoolSettingsUpdate:
+        if self.sharing is None:
+            raise ValueError("nothing to change: give sharing")
+        return self
+
+
+class AuditEntry(BaseModel):
+    id: int
+    time: datetime
+    actor: str = Field(description="user:<name>, pool or controller.")
+    action: str = Field(description="e.g. job.stop, job.delete, user.update, token.create.")
+    target: str = Field(description="e.g. job:12, user:bob, sharing.")
+    detail: str

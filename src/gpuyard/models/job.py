@@ -17,7 +17,9 @@ from pydantic import (
     model_validator,
 )
 
+from gpuyard.models.access import Access, Action
 from gpuyard.models.command import CommandError, parse_command
+from gpuyard.models.ids import Id
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.quantities import parse_bytes, parse_duration
 
@@ -292,6 +294,12 @@ class JobSpec(BaseModel):
     )
     mounts: Mounts = Field(default_factory=Mounts, description="The job's workspace.")
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
+    access: Access = Field(
+        Access.NONE,
+        description="What the other members of your group may do with it: read-write (also "
+        "change its runtime and priority, stop, delete), read-only (view, clone) or none. "
+        "Owners and admins may do everything; while an admin has sharing off, only none.",
+    )
     pool: str | None = Field(
         None,
         max_length=64,
@@ -523,6 +531,11 @@ class JobView(BaseModel):
         None, description="When a queued job is expected to start, where a reservation says."
     )
     group: str = ""
+    access: Access = Field(Access.NONE, description="What its group's other members may do.")
+    allowed: list[Action] = Field(
+        default_factory=list,
+        description="What the caller may do with it (for interfaces to hide the rest).",
+    )
     suspensions: int = Field(0, description="How many times it was suspended and requeued.")
     placement: list[Slot] = Field(default_factory=list)
     workers: list[WorkerView] = Field(default_factory=list)
@@ -551,7 +564,7 @@ class JobIds(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[int] = Field(min_length=1, max_length=MAX_BATCH)
+    ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class JobFailure(BaseModel):

@@ -17,6 +17,7 @@ from typing import Any
 from gpuyard.models.resources import ZERO, Resources
 
 __all__ = [
+    "POOL_ACCOUNT_PREFIX",
     "PREEMPT_SIGNAL",
     "Bind",
     "ControlState",
@@ -24,6 +25,7 @@ __all__ = [
     "Handle",
     "NodeInfo",
     "Notice",
+    "RunAs",
     "Tools",
     "WorkerKey",
     "WorkerLaunch",
@@ -55,6 +57,19 @@ _ENDED = frozenset({WorkerState.EXITED, WorkerState.LOST, WorkerState.CANCELLED}
 
 
 Handle = dict[str, Any]
+
+POOL_ACCOUNT_PREFIX = "gpy-"
+"""OS accounts the pool makes for users no admin mapped (``gpy-<name>``); docs/security.md."""
+
+
+class RunAs(StrEnum):
+    """Which OS account runs a pool's jobs (the ``run_as`` setting, docs/security.md)."""
+
+    OWNER = "owner"
+    """Each job runs as its owner's account: the one an admin mapped, else ``gpy-<name>``."""
+    POOL = "pool"
+    """Jobs run as the pool's own user (what a pool not run by root falls back to)."""
+
 
 PREEMPT_SIGNAL = "SIGUSR1"
 """The preemption notice's signal (docs/preemption.md); Slurm's and Lightning's choice too."""
@@ -122,6 +137,11 @@ class WorkerLaunch:
     limits: Resources = ZERO
     """What its processes may use together: memory (bytes) and CPUs are enforced where the
     executor can (cgroups); 0 means no limit. GPUs are given by ``CUDA_VISIBLE_DEVICES``."""
+    run_as: str | None = None
+    """The OS account its processes run as (:func:`gpuyard.launch.accounts.os_account`); None:
+    the pool's own user. An account named ``POOL_ACCOUNT_PREFIX…`` is the pool's to create when
+    it is missing; any other must exist. An executor never runs a job as uid 0 when this is
+    set (docs/security.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,10 @@ Each worker has two directories on its node:
   the supervisor's spec, state and exit record and the executor's terminate request. The job is
   never told where it is.
 
-Jobs run as the pool's own user for now, so either may be rewritten by a job: everything here
-is parsed as untrusted input (strict types, finite numbers, unknown keys ignored, files capped
+A job that runs as its owner's OS account (docs/security.md) can write only its control
+directory and its workspace, and cannot reach the supervisor directory at all; a job that runs
+as the pool's own user (``run_as: pool``) could rewrite either. So everything here is parsed as
+untrusted input all the same (strict types, finite numbers, unknown keys ignored, files capped
 at :data:`FILE_CAP` bytes), and what the pool believes about a worker's life comes from its
 supervisor process, not from these files (docs/runtime.md says how).
 """
@@ -27,6 +29,7 @@ __all__ = [
     "CONTROL_FILES",
     "FILE_CAP",
     "MAX_LISTENERS",
+    "AccountSpec",
     "AckFile",
     "BindSpec",
     "CgroupSpec",
@@ -141,6 +144,17 @@ class CgroupSpec(_Record):
     """Processes; 0 is no limit."""
 
 
+class AccountSpec(_Record):
+    """The OS account the worker's command runs as (docs/security.md): the supervisor, root,
+    switches to it between fork and exec."""
+
+    name: str
+    uid: Annotated[int, Field(ge=1)]
+    """Never 0: the executor refuses root's accounts before it writes the spec."""
+    gid: Annotated[int, Field(ge=1)]
+    groups: list[Count] = Field(default_factory=list)
+
+
 class SupervisorSpec(_Record):
     """``spec.json``: what the supervisor runs; written by the executor before it starts."""
 
@@ -157,6 +171,12 @@ class SupervisorSpec(_Record):
     notify: str = ""
     """The executor's notification socket (an abstract unix address); empty for none."""
     cgroup: CgroupSpec | None = None
+    account: AccountSpec | None = None
+    """Who runs the command; None: the supervisor's own user."""
+    workspace: str = ""
+    """The worker's workspace; with an account, every bind target lies below it."""
+    job_dir: str = ""
+    """The job's directory; with an account, every file of ``files`` lies below it."""
 
 
 class SupervisorState(_Record):

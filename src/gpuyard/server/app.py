@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
-from gpuyard.server.deps import Services
+from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.guard import RequestGuard
-from gpuyard.server.routers import accounts, jobs, nodes, pools, scheduling
+from gpuyard.server.openapi import install_openapi
+from gpuyard.server.routers import accounts, auth, health, jobs, nodes, pools, scheduling
 from gpuyard.services.accounts import AccountService, parse_tiers
+from gpuyard.services.auth import Audit, Policy, TokenService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
@@ -24,6 +26,10 @@ from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 
 __all__ = ["create_app"]
+
+
+async def _signed_in(user: UserDep) -> str:
+    return user
 
 
 def create_app(
@@ -48,37 +54,50 @@ def create_app(
         docs_url="/api/docs",
         openapi_url="/api/v1/openapi.json",
     )
+    audit = Audit(clock)
+    policy = Policy(store, clock, audit)
     account_service = AccountService(
         store,
         clock=clock,
         user_tiers=parse_tiers(settings.user_tiers, "GPUYARD_USER_TIERS"),
         urgent_tier=parse_tiers([settings.urgent_tier], "GPUYARD_URGENT_TIER")[0],
         notify=notify,
+        audit=audit,
     )
     # The pool's own user and GPUYARD_ADMINS are admins from the start; everyone else is
-    # registered as a plain user on their first submission.
+    # created by an admin (`gpuyard users add`), who gives them a token.
     account_service.ensure_admins([settings.user, *settings.admins])
     job_service = JobService(
-        store, clock=clock, notify=notify, on_delete=on_delete, accounts=account_service
+        store,
+        clock=clock,
+        notify=notify,
+        on_delete=on_delete,
+        accounts=account_service,
+        policy=policy,
     )
     app.state.services = Services(
         jobs=job_service,
         nodes=NodeService(store),
-        logs=LogService(store, executor),
+        logs=LogService(store, executor, policy),
         accounts=account_service,
         scheduling=SchedulingService(
             store,
             clock=clock,
             notify=notify,
             check_submission=lambda spec, owner: job_service.check_submission(spec, owner=owner),
+            policy=policy,
         ),
+        tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
+        policy=policy,
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(RequestGuard)
-    app.include_router(jobs.router, prefix="/api/v1")
-    app.include_router(nodes.router, prefix="/api/v1")
-    app.include_router(accounts.router, prefix="/api/v1")
-    app.include_router(pools.router, prefix="/api/v1")
-    app.include_router(scheduling.router, prefix="/api/v1")
+    app.include_router(health.router, prefix="/api/v1")
+    # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
+    # dependency within a request, so the routes' own UserDep reuses it).
+    signed_in = [Depends(_signed_in)]
+    for router in (jobs, nodes, accounts, pools, scheduling, auth):
+        app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     return app

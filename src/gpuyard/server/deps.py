@@ -6,20 +6,21 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
+from starlette.concurrency import run_in_threadpool
 
+from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
+from gpuyard.services.auth import Policy, TokenService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
 
-__all__ = ["INT64_MAX", "JobId", "Services", "ServicesDep", "UserDep"]
+__all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
 
 INT64_MAX = (1 << 63) - 1
-JobId = Annotated[int, Path(ge=1, le=INT64_MAX, description="A job's id.")]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
 """A job id in a path: bounded, so that no id reaches the database as an overflow."""
-
-USER_HEADER = "X-Gpuyard-User"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,8 @@ class Services:
     logs: LogService
     accounts: AccountService
     scheduling: SchedulingService
+    tokens: TokenService
+    policy: Policy
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,
@@ -38,9 +41,19 @@ async def _services(request: Request) -> Services:
     return services
 
 
-async def _user(x_gpuyard_user: Annotated[str | None, Header()] = None) -> str:
-    # Until authentication exists the client says who it is; the server trusts it.
-    return (x_gpuyard_user or "anonymous").strip()[:64] or "anonymous"
+async def _user(
+    request: Request,
+    authorization: Annotated[
+        str | None, Header(description="`Bearer <token>` (see `gpuyard login`).")
+    ] = None,
+) -> str:
+    """The signed-in user's name; 401 without a valid token. Resolved tokens are cached, so
+    this costs a dictionary lookup on most requests (and a read when it is not cached)."""
+    services: Services = request.app.state.services
+    caller = services.tokens.authenticate_cached(authorization)
+    if caller is None:  # a read (and now and then a write): not on the event loop
+        caller = await run_in_threadpool(services.tokens.authenticate, authorization)
+    return caller.name
 
 
 ServicesDep = Annotated[Services, Depends(_services)]

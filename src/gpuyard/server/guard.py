@@ -39,56 +39,69 @@ MAX_DEPTH = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+Loc = tuple[str | int, ...]
+"""Where in a body or query a value is: keys and list indexes, e.g. ``("env", "A")``."""
+
+
 class BadInput(ValueError):
-    def __init__(self, where: str, what: str) -> None:
+    def __init__(self, loc: Loc, what: str) -> None:
+        where = _where(loc)
         super().__init__(f"{where}: {what}" if where else what)
-        self.where = where
+        self.loc = loc
         self.what = what
 
 
-def check_value(value: Any, where: str = "", depth: int = 0) -> None:
+def _where(loc: Loc) -> str:
+    """``loc`` as the message names it: ``jobs[3].env.A``."""
+    where = ""
+    for piece in loc:
+        where += f"[{piece}]" if isinstance(piece, int) else f".{piece}" if where else piece
+    return where
+
+
+def check_value(value: Any, loc: Loc = (), depth: int = 0) -> None:
     """Raise :class:`BadInput` for what no field of ours can hold (see the module)."""
     if isinstance(value, str):
-        _check_text(value, where)
+        _check_text(value, loc)
     elif isinstance(value, bool):
         return
     elif isinstance(value, int):
         if not INT64[0] <= value <= INT64[1]:
-            raise BadInput(where, f"{value} is out of range (integers are 64-bit)")
+            raise BadInput(loc, f"{value} is out of range (integers are 64-bit)")
     elif isinstance(value, dict):
         if depth >= MAX_DEPTH:
-            raise BadInput(where, f"nested deeper than {MAX_DEPTH} levels")
+            raise BadInput(loc, f"nested deeper than {MAX_DEPTH} levels")
         for key, item in value.items():
-            _check_text(key, where)
-            check_value(item, f"{where}.{key}" if where else key, depth + 1)
+            _check_text(key, loc)
+            check_value(item, (*loc, key), depth + 1)
     elif isinstance(value, list):
         if depth >= MAX_DEPTH:
-            raise BadInput(where, f"nested deeper than {MAX_DEPTH} levels")
+            raise BadInput(loc, f"nested deeper than {MAX_DEPTH} levels")
         for i, item in enumerate(value):
-            check_value(item, f"{where}[{i}]", depth + 1)
+            check_value(item, (*loc, i), depth + 1)
 
 
-def _check_text(text: str, where: str) -> None:
+def _check_text(text: str, loc: Loc) -> None:
     if "\x00" in text:
-        raise BadInput(where, "contains a NUL character (\\x00); remove it")
+        raise BadInput(loc, "contains a NUL character (\\x00); remove it")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = text[exc.start]
         raise BadInput(
-            where, f"contains an unpaired surrogate ({bad!r}): not valid Unicode text"
+            loc, f"contains an unpaired surrogate ({bad!r}): not valid Unicode text"
         ) from None
 
 
 def _no_constant(name: str) -> Any:
-    raise BadInput("", f"{name} is not a number JSON allows; give a finite number")
+    raise BadInput((), f"{name} is not a number JSON allows; give a finite number")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for key, value in pairs:
         if key in found:
-            raise BadInput(key, "given twice in one object; keep one")
+            raise BadInput((key,), "given twice in one object; keep one")
         found[key] = value
     return found
 
@@ -98,13 +111,13 @@ def parse_strict(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadInput("", f"the body is not UTF-8 (byte {exc.start})") from None
+        raise BadInput((), f"the body is not UTF-8 (byte {exc.start})") from None
     try:
         value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except RecursionError:
-        raise BadInput("", f"nested deeper than {MAX_DEPTH} levels") from None
+        raise BadInput((), f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
-        raise BadInput("", f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+        raise BadInput((), f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from None
     check_value(value)
     return value
 
@@ -147,7 +160,7 @@ class RequestGuard:
         try:
             pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True, errors="strict")
             for key, value in pairs:
-                _check_text(value, key)
+                _check_text(value, (key,))
         except BadInput as exc:
             return 422, str(exc), "invalid_spec", _errors("query", exc)
         except (UnicodeDecodeError, ValueError):
@@ -226,10 +239,7 @@ Refusal = tuple[int, str, str] | tuple[int, str, str, list[dict[str, Any]]]
 
 def _errors(part: str, exc: BadInput) -> list[dict[str, Any]]:
     """The ``errors`` list of a 422, shaped as the validation errors of the routes are."""
-    loc: list[str | int] = [part]
-    for piece in exc.where.replace("]", "").replace("[", ".").split(".") if exc.where else ():
-        loc.append(int(piece) if piece.isdigit() else piece)
-    return [{"loc": loc, "msg": exc.what}]
+    return [{"loc": [part, *exc.loc], "msg": exc.what}]
 
 
 async def _answer(

@@ -44,6 +44,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.states import HOLDING, LIVE
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.services.auth import Audit
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
@@ -112,9 +113,11 @@ class AccountService:
         user_tiers: Sequence[Priority] = DEFAULT_USER_TIERS,
         urgent_tier: Priority = Priority.HIGH,
         notify: Notify = nobody,
+        audit: Audit | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
+        self.audit = audit or Audit(clock)
         self.user_tiers = [p for p in Priority if p in user_tiers]
         self.urgent_tier = urgent_tier
         self.notify = notify
@@ -168,7 +171,7 @@ class AccountService:
         others = ", ".join(p.value for p in Priority if p not in self.user_tiers)
         raise PermissionDenied(
             f"priority {tier.value} is not open to {name}: users may choose {mine}; admins "
-            f"may also use {others} (admins: {self._admin_names(session)})"
+            f"may also use {others} (ask an admin)"
         )
 
     def register_all(self, session: Session, names: Iterable[str]) -> dict[str, str]:
@@ -233,34 +236,40 @@ class AccountService:
             or 0
         )
 
-    def _admin_names(self, session: Session) -> str:
-        names = session.scalars(
-            select(UserRow.name).where(UserRow.role == Role.ADMIN.value).order_by(UserRow.name)
-        ).all()
-        return ", ".join(names) or "none"
-
     def _require_admin(self, session: Session, actor: str, what: str) -> None:
         if self.role_of(session, actor) is Role.ADMIN:
             return
         raise PermissionDenied(
-            f"only admins may {what}; {actor} is not an admin (admins: "
-            f"{self._admin_names(session)}; GPUYARD_ADMINS names more when the pool starts)"
+            f"only admins may {what}; you ({actor}) are not an admin (ask one; GPUYARD_ADMINS "
+            "names admins when the pool starts)"
         )
 
     # -- users ----------------------------------------------------------------------------
 
-    def list_users(self) -> list[UserView]:
+    def list_users(self, *, actor: str) -> list[UserView]:
         with self.store.read() as session:
+            self._require_admin(session, actor, "list users (you may read your own: GET /users/me)")
             rows = session.scalars(select(UserRow).order_by(UserRow.name)).all()
             return [self._user_view(r) for r in rows]
 
-    def get_user(self, name: str) -> UserView:
+    def get_user(self, name: str, *, actor: str) -> UserView:
         with self.store.read() as session:
+            if name in ("me", actor):
+                name = actor
+            else:
+                self._require_admin(session, actor, "read other users")
             return self._user_view(self._user(session, name))
 
     def create_user(self, spec: UserSpec, *, actor: str) -> UserView:
         with self.store.write() as session:
             self._require_admin(session, actor, "create users")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "user.create",
+                f"user:{spec.name}",
+                spec.model_dump_json(exclude_none=True),
+            )
             if session.get(UserRow, spec.name) is not None:
                 raise Conflict(
                     f"user {spec.name} exists already; change it with `gpuyard users set "
@@ -272,6 +281,7 @@ class AccountService:
                 group_name=spec.group,
                 role=spec.role.value,
                 share=spec.share,
+                os_user=spec.os_user,
                 created_at=self.clock.now(),
             )
             session.add(row)
@@ -283,6 +293,13 @@ class AccountService:
     def update_user(self, name: str, change: UserUpdate, *, actor: str) -> UserView:
         with self.store.write() as session:
             self._require_admin(session, actor, "change users")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "user.update",
+                f"user:{name}",
+                change.model_dump_json(exclude_unset=True),
+            )
             row = self._user(session, name)
             if change.group is not None:
                 self._existing_group(session, change.group)
@@ -301,6 +318,8 @@ class AccountService:
                 row.role = change.role.value
             if change.share is not None:
                 row.share = change.share
+            if "os_user" in change.model_fields_set:
+                row.os_user = change.os_user or None
             session.flush()
             view = self._user_view(row)
         self.notify()
@@ -323,6 +342,7 @@ class AccountService:
             role=role,
             share=row.share,
             tiers=self.tiers_for(role),
+            os_user=row.os_user,
             created_at=datetime.fromtimestamp(row.created_at, UTC),
         )
 
@@ -351,6 +371,13 @@ class AccountService:
     def create_group(self, spec: GroupSpec, *, actor: str) -> GroupView:
         with self.store.write() as session:
             self._require_admin(session, actor, "create groups")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "group.create",
+                f"group:{spec.name}",
+                spec.model_dump_json(exclude_none=True),
+            )
             if session.get(GroupRow, spec.name) is not None:
                 raise Conflict(f"group {spec.name} exists already")
             row = GroupRow(
@@ -363,6 +390,9 @@ class AccountService:
     def update_group(self, name: str, change: GroupUpdate, *, actor: str) -> GroupView:
         with self.store.write() as session:
             self._require_admin(session, actor, "change groups")
+            self.audit.record(
+                session, f"user:{actor}", "group.update", f"group:{name}", change.model_dump_json()
+            )
             row = self._existing_group(session, name, found=404)
             row.urgent_limit = change.urgent_limit
             session.flush()
@@ -371,6 +401,7 @@ class AccountService:
     def delete_group(self, name: str, *, actor: str) -> None:
         with self.store.write() as session:
             self._require_admin(session, actor, "delete groups")
+            self.audit.record(session, f"user:{actor}", "group.delete", f"group:{name}", "")
             row = self._existing_group(session, name, found=404)
             if name == DEFAULT_GROUP:
                 raise Conflict(
@@ -440,6 +471,13 @@ class AccountService:
     def set_quota(self, spec: QuotaSpec, *, actor: str) -> QuotaView:
         with self.store.write() as session:
             self._require_admin(session, actor, "set quotas")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "quota.set",
+                f"quota:{spec.kind.value}:{spec.subject}:{spec.tier.value}",
+                spec.model_dump_json(include={"nodes", "gpus"}),
+            )
             self._check_subject(session, spec.kind, spec.subject)
             row = session.scalars(
                 select(QuotaRow).where(
@@ -461,6 +499,13 @@ class AccountService:
     def clear_quota(self, kind: QuotaKind, subject: str, tier: Priority, *, actor: str) -> None:
         with self.store.write() as session:
             self._require_admin(session, actor, "clear quotas")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "quota.clear",
+                f"quota:{kind.value}:{subject}:{tier.value}",
+                "",
+            )
             result = session.execute(
                 delete(QuotaRow).where(
                     QuotaRow.kind == kind.value,
@@ -537,6 +582,9 @@ class AccountService:
     def create_pool(self, spec: PoolSpec, *, actor: str) -> PoolView:
         with self.store.write() as session:
             self._require_admin(session, actor, "create pools")
+            self.audit.record(
+                session, f"user:{actor}", "pool.create", f"pool:{spec.name}", spec.model_dump_json()
+            )
             if session.get(PoolRow, spec.name) is not None:
                 raise Conflict(
                     f"pool {spec.name} exists already; change it with `gpuyard pools set "
@@ -560,6 +608,13 @@ class AccountService:
     def update_pool(self, name: str, change: PoolUpdate, *, actor: str) -> PoolView:
         with self.store.write() as session:
             self._require_admin(session, actor, "change pools")
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "pool.update",
+                f"pool:{name}",
+                change.model_dump_json(exclude_none=True),
+            )
             row = session.get(PoolRow, name)
             members = self._pool_members(session)
             if row is None:
@@ -615,6 +670,9 @@ class AccountService:
     def set_labels(self, node: str, change: LabelsUpdate, *, actor: str) -> NodeLabels:
         with self.store.write() as session:
             self._require_admin(session, actor, "label nodes")
+            self.audit.record(
+                session, f"user:{actor}", "node.labels", f"node:{node}", change.model_dump_json()
+            )
             row = self._node(session, node)
             extra = {str(k): str(v) for k, v in (row.extra_labels or {}).items()}
             absent = [k for k in change.remove if k not in extra]

@@ -18,7 +18,7 @@ from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied
+from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound
 from gpuyard.models import (
     BulkResult,
     JobEvent,
@@ -29,14 +29,16 @@ from gpuyard.models import (
     JobView,
     Page,
     Priority,
-    Role,
 )
+from gpuyard.models.access import Action
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING, check_transition
 from gpuyard.models.validation import readable_validation_errors
+from gpuyard.quantities import format_duration
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.admission import Admission
+from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view, queued_view
@@ -65,12 +67,15 @@ class JobService:
         notify: Notify = nobody,
         on_delete: Callable[[int], None] = lambda _job_id: None,
         accounts: AccountService | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.notify = notify
         self.on_delete = on_delete
         self.accounts = accounts or AccountService(store, clock=clock, notify=notify)
+        self.policy = policy or Policy(store, clock, Audit(clock))
+        self.audit = self.policy.audit
         self.admission = Admission(store, accounts=self.accounts, clock=clock)
         self._intake = GroupCommit(
             store,
@@ -85,6 +90,7 @@ class JobService:
     def check_submission(self, spec: JobSpec, *, owner: str) -> None:
         """Raise what :meth:`submit` would refuse ``spec`` with, storing nothing (dry runs)."""
         self.admission.check(spec, owner)
+        self.policy.check_access_choice(spec.access)
         with self.store.read() as session:
             user = session.get(UserRow, owner)
             group = (user.group_name or "") if user is not None else DEFAULT_GROUP
@@ -122,6 +128,7 @@ class JobService:
         for i, spec in enumerate(part.specs):
             try:
                 self.admission.check(spec, part.owner)
+                self.policy.check_access_choice(spec.access)
             except GpuyardError as exc:
                 if len(part.specs) == 1:
                     raise
@@ -196,8 +203,12 @@ class JobService:
 
     def clone(self, job_id: int, *, actor: str, overrides: dict[str, Any] | None) -> JobView:
         with self.store.read() as session:
-            source = self._job(session, job_id)
+            source = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.CLONE
+            )
             data = dict(source.spec)
+        if not self.policy.sharing():
+            data["access"] = "none"  # what the source gave others is not open any more
         data.update(overrides or {})
         if not (overrides or {}).get("name"):
             data["name"] = source.name
@@ -211,19 +222,22 @@ class JobService:
 
     # -- read -----------------------------------------------------------------------------
 
-    def get(self, job_id: int) -> JobView:
+    def get(self, job_id: int, *, actor: str) -> JobView:
         with self.store.read() as session:
-            row = self._job(session, job_id)
+            row = self._may(session, actor, job_id, Action.VIEW)
             workers = session.scalars(
                 select(WorkerRow)
                 .where(WorkerRow.job_id == job_id, WorkerRow.attempt == row.attempt)
                 .order_by(WorkerRow.rank)
             ).all()
-            return job_view(row, list(workers))
+            caller = self.policy.caller(session, actor)
+            allowed = self.policy.allowed(caller, row, sharing=self.policy.sharing(session))
+            return job_view(row, list(workers), allowed=allowed)
 
     def list_jobs(
         self,
         *,
+        actor: str,
         statuses: Sequence[JobStatus] = (),
         name: str | None = None,
         owner: str | None = None,
@@ -241,16 +255,25 @@ class JobService:
         if owner:
             query = query.where(JobRow.owner == owner)
         with self.store.read() as session:
+            caller = self.policy.caller(session, actor)
+            sharing = self.policy.sharing(session)
+            visible = self.policy.visible(caller, sharing=sharing)
+            if visible is not None:
+                query = query.where(visible)
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = session.scalars(
                 query.order_by(JobRow.id.desc()).offset(offset).limit(limit)
             ).all()
-            items = [job_view(r) for r in rows]
+            items = [
+                job_view(r, allowed=self.policy.allowed(caller, r, sharing=sharing)) for r in rows
+            ]
         return Page[JobView](items=items, total=total, offset=offset, limit=limit)
 
-    def events(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
+    def events(
+        self, job_id: int, *, actor: str, after: int = 0, limit: int = 1000
+    ) -> list[JobEvent]:
         with self.store.read() as session:
-            self._job(session, job_id)
+            self._may(session, actor, job_id, Action.VIEW)
             rows = session.scalars(
                 select(EventRow)
                 .where(EventRow.job_id == job_id, EventRow.id > after)
@@ -264,12 +287,13 @@ class JobService:
     def stop(self, job_id: int, *, actor: str) -> JobView:
         now = self.clock.now()
         with self.store.write() as session:
-            row = self._job(session, job_id)
+            row = self._may(session, actor, job_id, Action.STOP)
             state = JobState(row.state)
             if state.is_terminal():
                 raise Conflict(
                     f"job {job_id} has already ended ({state.status.label}); nothing to stop"
                 )
+            self.audit.record(session, f"user:{actor}", "job.stop", f"job:{job_id}")
             if state is JobState.STOPPING:
                 return job_view(row)  # already stopping: stopping twice is not an error
             target = JobState.STOPPED if state in PENDING else JobState.STOPPING
@@ -293,12 +317,7 @@ class JobService:
         is dropped."""
         now = self.clock.now()
         with self.store.write() as session:
-            row = self._job(session, job_id)
-            if row.owner != actor and self.accounts.role_of(session, actor) is not Role.ADMIN:
-                raise PermissionDenied(
-                    f"only job {job_id}'s owner ({row.owner}) or an admin may change its "
-                    f"priority; you are {actor}"
-                )
+            row = self._may(session, actor, job_id, Action.CHANGE_PRIORITY)
             state = JobState(row.state)
             if state not in PENDING:
                 raise Conflict(
@@ -315,6 +334,13 @@ class JobService:
             guarded_update(
                 session, row, priority=priority, spec={**row.spec, "priority": priority.value}
             )
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "job.priority",
+                f"job:{job_id}",
+                f"{old.value} -> {priority.value}",
+            )
             record_event(
                 session,
                 row,
@@ -327,6 +353,38 @@ class JobService:
         self.notify(job_id)
         return view
 
+    def change_runtime(self, job_id: int, max_runtime: float, *, actor: str) -> JobView:
+        """Set a job's runtime limit (reference 002's 调整使用时长), counted from its start: any
+        job that has not ended. A running job past the new limit expires at the next pass."""
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = self._may(session, actor, job_id, Action.CHANGE_RUNTIME)
+            state = JobState(row.state)
+            if state.is_terminal():
+                raise Conflict(
+                    f"job {job_id} has already ended ({state.status.label}); its runtime "
+                    "cannot change",
+                    extra={"state": state.value},
+                )
+            old = row.max_runtime
+            if old == max_runtime:
+                return job_view(row)
+            guarded_update(
+                session,
+                row,
+                max_runtime=max_runtime,
+                spec={**row.spec, "max_runtime": max_runtime},
+            )
+            was = "no limit" if old is None else format_duration(old)
+            change = f"max runtime {was} -> {format_duration(max_runtime)}"
+            record_event(
+                session, row, kind="runtime", actor=f"user:{actor}", reason=change, time=now
+            )
+            self.audit.record(session, f"user:{actor}", "job.runtime", f"job:{job_id}", change)
+            view = job_view(row)
+        self.notify(job_id)
+        return view
+
     @staticmethod
     def _group_of(session: Session, user: str) -> str:
         row = session.get(UserRow, user)
@@ -334,13 +392,20 @@ class JobService:
 
     def delete(self, job_id: int, *, actor: str) -> None:
         with self.store.write() as session:
-            row = self._job(session, job_id)
+            row = self._may(session, actor, job_id, Action.DELETE)
             state = JobState(row.state)
             if not state.is_terminal():
                 raise Conflict(
                     f"job {job_id} is {state.status.label}; stop it first "
                     f"(`gpuyard stop {job_id}`), then delete it"
                 )
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "job.delete",
+                f"job:{job_id}",
+                f"{row.name} of {row.owner}",
+            )
             session.delete(row)
         self.on_delete(job_id)
 
@@ -356,11 +421,13 @@ class JobService:
         draining: list[int] = []
         with self.store.write() as session:
             rows = self._rows_for_update(session, ids)
+            self._refuse_not_allowed(session, actor, rows, Action.STOP, result)
             pending: list[JobRow] = []
             for job_id in ids:
                 row = rows.get(job_id)
                 if row is None:
-                    result.failed.append(_missing(job_id))
+                    if not any(f.id == job_id for f in result.failed):
+                        result.failed.append(_missing(job_id))
                 elif row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
@@ -387,6 +454,9 @@ class JobService:
                     result.states[job_id] = JobState.STOPPING
             self._stop_pending(session, pending, actor=actor, now=now)
             result.states.update((row.id, JobState.STOPPED) for row in pending)
+            self.audit.record_many(
+                session, f"user:{actor}", "job.stop", [f"job:{i}" for i in result.states]
+            )
         result.done = [job_id for job_id in ids if job_id in result.states]  # as asked
         for job_id in draining:
             self.notify(job_id)
@@ -442,10 +512,12 @@ class JobService:
         result = BulkResult()
         with self.store.write() as session:
             rows = self._rows_for_update(session, ids)
+            self._refuse_not_allowed(session, actor, rows, Action.DELETE, result)
             for job_id in ids:
                 row = rows.get(job_id)
                 if row is None:
-                    result.failed.append(_missing(job_id))
+                    if not any(f.id == job_id for f in result.failed):
+                        result.failed.append(_missing(job_id))
                 elif not row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
@@ -457,6 +529,9 @@ class JobService:
                     )
                 else:
                     result.done.append(job_id)
+            self.audit.record_many(
+                session, f"user:{actor}", "job.delete", [f"job:{i}" for i in result.done]
+            )
             for chunk in range(0, len(result.done), 500):
                 session.execute(
                     delete(JobRow).where(JobRow.id.in_(result.done[chunk : chunk + 500]))
@@ -464,6 +539,26 @@ class JobService:
         for job_id in result.done:
             self.on_delete(job_id)
         return result
+
+    def _may(self, session: Session, actor: str, job_id: int, action: Action) -> JobRow:
+        return self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, action)
+
+    def _refuse_not_allowed(
+        self,
+        session: Session,
+        actor: str,
+        rows: dict[int, JobRow],
+        action: Action,
+        result: BulkResult,
+    ) -> None:
+        """Take out of ``rows`` the jobs ``actor`` may not do ``action`` to, reporting each as
+        :meth:`Policy.check_job` would answer for it alone (hidden ones as missing)."""
+        for job_id, row in list(rows.items()):
+            try:
+                self.policy.check_job(session, actor, row, job_id, action)
+            except GpuyardError as exc:
+                del rows[job_id]
+                result.failed.append(JobFailure(id=job_id, detail=exc.detail, code=exc.code))
 
     @staticmethod
     def _rows_for_update(session: Session, ids: Sequence[int]) -> dict[int, JobRow]:
@@ -535,6 +630,7 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         "state": JobState.QUEUED,
         "version": 0,
         "priority": spec.priority.value,
+        "access": spec.access.value,
         "spec": spec.model_dump(mode="json"),
         "attempt": 0,
         "created_at": now,

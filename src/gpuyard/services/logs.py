@@ -11,7 +11,9 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.errors import InvalidSpec, NotFound
 from gpuyard.executors.base import Executor
 from gpuyard.models import LogChunk
+from gpuyard.models.access import Action
 from gpuyard.models.worker import WorkerState
+from gpuyard.services.auth import Policy
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
 
@@ -35,17 +37,18 @@ def complete_utf8(data: bytes) -> bytes:
 
 
 class LogService:
-    def __init__(self, store: Store, executor: Executor | None) -> None:
+    def __init__(self, store: Store, executor: Executor | None, policy: Policy) -> None:
         self.store = store
         self.executor = executor
+        self.policy = policy
 
     def _worker(
-        self, job_id: int, worker: int, attempt: int | None
+        self, job_id: int, worker: int, attempt: int | None, actor: str
     ) -> tuple[JobRow, WorkerRow | None]:
         with self.store.read() as session:
-            job: JobRow | None = session.get(JobRow, job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} does not exist")
+            job = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
+            )
             # Every sub-task's workers and parameter servers, in rank order (launch/topology).
             count = (job.nodes + job.parameter_servers) * max(1, job.tasks)
             if not 0 <= worker < count:
@@ -65,6 +68,7 @@ class LogService:
         self,
         job_id: int,
         *,
+        actor: str,
         worker: int = 0,
         attempt: int | None = None,
         offset: int = 0,
@@ -72,7 +76,7 @@ class LogService:
     ) -> LogChunk:
         if offset < 0 or not 1 <= limit <= MAX_CHUNK:
             raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_CHUNK}")
-        job, row = self._worker(job_id, worker, attempt)
+        job, row = self._worker(job_id, worker, attempt, actor)
         data, size = self._read(row, offset, limit)
         data = complete_utf8(data)
         next_offset = offset + len(data)
@@ -92,17 +96,25 @@ class LogService:
             return b"", 0
         return self.executor.read_log(row.handle, offset, limit)
 
-    def check(self, job_id: int, *, worker: int = 0, attempt: int | None = None) -> None:
+    def check(
+        self, job_id: int, *, actor: str, worker: int = 0, attempt: int | None = None
+    ) -> None:
         """Raise what :meth:`follow` would (no such job or worker), before a stream starts:
         once it has, an error can only cut it."""
-        self._worker(job_id, worker, attempt)
+        self._worker(job_id, worker, attempt, actor)
 
     async def follow(
-        self, job_id: int, *, worker: int = 0, attempt: int | None = None, offset: int = 0
+        self,
+        job_id: int,
+        *,
+        actor: str,
+        worker: int = 0,
+        attempt: int | None = None,
+        offset: int = 0,
     ) -> AsyncIterator[bytes]:
         """Bytes of the log from ``offset`` as they are written, until the worker has ended."""
         while True:
-            job, row = await run_in_threadpool(self._worker, job_id, worker, attempt)
+            job, row = await run_in_threadpool(self._worker, job_id, worker, attempt, actor)
             finished = _finished(job, row)
             while True:
                 data, size = await run_in_threadpool(self._read, row, offset, MAX_CHUNK)

@@ -14,11 +14,13 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, NotFound, PermissionDenied
+from gpuyard.errors import Conflict
 from gpuyard.models import JobSpec, JobState, JobView, Prediction
+from gpuyard.models.access import Action
 from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
+from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.views import job_view
@@ -42,7 +44,9 @@ class SchedulingService:
         clock: Clock,
         notify: Notify = nobody,
         check_submission: Callable[[JobSpec, str], None] = lambda _spec, _owner: None,
+        policy: Policy | None = None,
     ) -> None:
+        self.policy = policy or Policy(store, clock, Audit(clock))
         self.store = store
         self.clock = clock
         self.notify = notify
@@ -53,10 +57,9 @@ class SchedulingService:
     def suspend(self, job_id: int, *, actor: str) -> JobView:
         now = self.clock.now()
         with self.store.write() as session:
-            row = session.get(JobRow, job_id)
-            if row is None:
-                raise NotFound(f"job {job_id} does not exist")
-            self._check_may_change(session, row, actor)
+            row = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.SUSPEND
+            )
             state = JobState(row.state)
             if state is JobState.SUSPENDING:
                 return job_view(row)  # suspending twice is not an error
@@ -72,16 +75,17 @@ class SchedulingService:
             begin_suspension(
                 session, row, actor=f"user:{actor}", why=f"suspended by {actor}", now=now
             )
+            self.policy.audit.record(session, f"user:{actor}", "job.suspend", f"job:{job_id}")
             view = job_view(row)
         self.notify(job_id)
         return view
 
-    def prediction(self, job_id: int) -> Prediction:
+    def prediction(self, job_id: int, *, actor: str) -> Prediction:
         now = self.clock.now()
         with self.store.read() as session:
-            row = session.get(JobRow, job_id)
-            if row is None:
-                raise NotFound(f"job {job_id} does not exist")
+            row = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
+            )
             if JobState(row.state) not in PENDING:
                 raise Conflict(
                     f"job {job_id} is {JobState(row.state).status.label}, not queued: there is "
@@ -112,16 +116,6 @@ class SchedulingService:
         )
         snapshot = replace(snapshot, pending=(*snapshot.pending, job))
         return _prediction(predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS), now)
-
-    @staticmethod
-    def _check_may_change(session: object, row: JobRow, actor: str) -> None:
-        if row.owner == actor:
-            return
-        user = session.get(UserRow, actor)  # type: ignore[attr-defined]
-        if user is None or user.role != "admin":
-            raise PermissionDenied(
-                f"job {row.id} belongs to {row.owner}: only its owner or an admin may suspend it"
-            )
 
 
 def _prediction(forecast: Forecast, now: float) -> Prediction:

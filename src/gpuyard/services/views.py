@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
+from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action
 from gpuyard.models.validation import readable_validation_errors
 from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
@@ -18,7 +20,9 @@ def to_datetime(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
-def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
+def job_view(
+    row: JobRow, workers: list[WorkerRow] | None = None, *, allowed: Sequence[Action] = ()
+) -> JobView:
     state = JobState(row.state)
     spec, spec_error = stored_spec(row)
     return JobView(
@@ -38,6 +42,8 @@ def job_view(row: JobRow, workers: list[WorkerRow] | None = None) -> JobView:
         wait_code=row.wait_code if state.status is JobStatus.QUEUED else None,
         start_at=to_datetime(row.start_at) if state.status is JobStatus.QUEUED else None,
         group=row.group_name or "",
+        access=Access(row.access or Access.NONE.value),
+        allowed=list(allowed),
         suspensions=row.suspensions or 0,
         placement=[Slot.model_validate(s) for s in row.placement or []],
         workers=[
@@ -75,6 +81,8 @@ def queued_view(job_id: int, row: dict[str, Any], *, spec: JobSpec) -> JobView:
         wait_code=None,
         start_at=None,
         group=row["group_name"],
+        access=spec.access,
+        allowed=list(OFFERED_JOB_ACTIONS),
         suspensions=0,
         placement=[],
         workers=[],

@@ -16,7 +16,9 @@ executed), so no writer has to remember to say so.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -130,12 +132,28 @@ def _count_writes(sessions: sessionmaker[Session], generations: Counter[str]) ->
         session.info.pop("gpuyard_touched", None)
 
 
+def _private(database: Path) -> None:
+    """Make the SQLite file (made empty if missing) and its journals the pool's alone (0600):
+    jobs must neither read nor rewrite them (docs/security.md). SQLite gives the ``-wal`` and
+    ``-shm`` files it makes the database file's mode."""
+    fd = os.open(database, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        with contextlib.suppress(PermissionError):  # someone else's: it fails on its own
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.chmod(f"{database}{suffix}", 0o600)
+
+
 def _make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     database = make_url(url).database
-    if database and database != ":memory:":
+    if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+        _private(Path(database))
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},

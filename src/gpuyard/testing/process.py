@@ -15,11 +15,19 @@ __all__ = ["ServerProcess"]
 
 
 class ServerProcess:
-    """``gpuyard up`` in its own process group, in ``home``, on a free port."""
+    """``gpuyard up`` in its own process group, in ``home``, on a free port.
 
-    def __init__(self, home: Path, *args: str) -> None:
+    Its jobs run as the pool's own user (``run_as="pool"``) unless a test asks for ``"owner"``:
+    tests' jobs run the test's interpreter on files in pytest's temporary directories, which
+    only the user running the tests can reach (pytest makes ``/tmp/pytest-of-<user>`` 0700),
+    so an owner's account could not even start them. Tests of running as owners
+    (docs/security.md) ask for it, in a home every account can pass through.
+    """
+
+    def __init__(self, home: Path, *args: str, run_as: str = "pool") -> None:
         self.home = home
         self.args = args
+        self.run_as = run_as
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -27,6 +35,7 @@ class ServerProcess:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
         env["GPUYARD_HOME"] = str(self.home)
+        env["GPUYARD_RUN_AS"] = self.run_as
         return env
 
     def start(self, timeout: float = 30) -> ServerProcess:

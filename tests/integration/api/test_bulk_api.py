@@ -3,7 +3,6 @@ bulk stop and delete (each job's own outcome), and concurrent submissions sharin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -19,6 +18,7 @@ from gpuyard.models import JobState
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import EventRow, JobRow
+from gpuyard.testing.auth import AsUser, TokenFor
 
 
 @pytest.fixture
@@ -29,9 +29,8 @@ def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) ->
 
 
 @pytest.fixture
-def admin(api_url: str, settings: Settings) -> Iterator[Client]:
-    with Client(api_url, user=settings.user) as client:  # the pool's own user is an admin
-        yield client
+def admin(as_user: AsUser, settings: Settings) -> Client:
+    return as_user(settings.user)  # the pool's own user is an admin
 
 
 def _count(store: Store, table: type[JobRow] | type[EventRow]) -> int:
@@ -65,8 +64,9 @@ def test_a_batch_with_one_bad_job_stores_nothing_and_names_it(
     assert _count(store, EventRow) == 0
 
 
-def test_empty_and_oversized_batches_are_refused(api_url: str) -> None:
-    with httpx.Client(base_url=api_url) as http:
+def test_empty_and_oversized_batches_are_refused(api_url: str, token_for: TokenFor) -> None:
+    headers = {"Authorization": f"Bearer {token_for('alice')}"}
+    with httpx.Client(base_url=api_url, headers=headers) as http:
         assert http.post("/api/v1/jobs/batch", json={"jobs": []}).status_code == 422
         big = {"jobs": [{"command": "true"}] * 5001}
         response = http.post("/api/v1/jobs/batch", json=big)
@@ -74,9 +74,13 @@ def test_empty_and_oversized_batches_are_refused(api_url: str) -> None:
         assert "5000" in response.text
 
 
-def test_concurrent_submissions_are_each_stored_exactly_once(api_url: str, store: Store) -> None:
+def test_concurrent_submissions_are_each_stored_exactly_once(
+    api_url: str, store: Store, token_for: TokenFor
+) -> None:
+    tokens = [token_for(f"user{i}") for i in range(4)]
+
     def submit(i: int) -> int:
-        with Client(api_url, user=f"user{i % 4}") as c:
+        with Client(api_url, token=tokens[i % 4]) as c:
             return c.submit({"command": "python train.py", "name": f"job-{i}"}).id
 
     with ThreadPoolExecutor(16) as pool:
@@ -140,11 +144,11 @@ def test_a_thousand_queued_jobs_stop_in_one_request(client: Client, store: Store
 
 
 def test_the_urgent_limit_counts_the_jobs_of_one_batch_together(
-    api_url: str, admin: Client
+    api_url: str, admin: Client, as_user: AsUser
 ) -> None:
     admin.create_group("vision", urgent_limit=2)
     admin.create_user("dana", group="vision")
-    dana = Client(api_url, user="dana")
+    dana = as_user("dana")
     with pytest.raises(Conflict, match="these 3 would pass it"):
         dana.submit_many([{"command": "python train.py", "priority": "high"}] * 3)
     assert len(dana.submit_many([{"command": "python train.py", "priority": "high"}] * 2)) == 2

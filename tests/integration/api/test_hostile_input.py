@@ -4,6 +4,7 @@ to fix, nothing is stored, and the same connection goes on serving (an error nev
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import func, select
 
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import EventRow, JobRow
+from gpuyard.testing.auth import TokenFor
 
 GOOD = {"command": "python train.py"}
 
@@ -53,9 +55,10 @@ def _stored(store: Store) -> tuple[int, int]:
 
 
 @pytest.fixture
-def http(api_url: str) -> httpx.Client:
-    with httpx.Client(base_url=f"{api_url}/api/v1", headers={"X-Gpuyard-User": "eve"}) as c:
-        yield c  # type: ignore[misc]
+def http(api_url: str, token_for: TokenFor) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {token_for('eve')}"}
+    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers) as c:
+        yield c
 
 
 @pytest.mark.parametrize(("body", "status", "words"), CASES, ids=range(len(CASES)))

@@ -13,6 +13,7 @@ from gpuyard.errors import Conflict, InvalidSpec, NotFound
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import EventRow, JobRow
+from gpuyard.testing.auth import AsUser, TokenFor
 
 
 @pytest.fixture
@@ -39,10 +40,11 @@ def test_submit_get_and_defaults(client: Client) -> None:
 
 
 def test_1000_submissions_then_filters_and_paging_return_exactly_the_right_jobs(
-    api_url: str, controller: Controller, fake_executor: FakeExecutor
+    api_url: str, controller: Controller, fake_executor: FakeExecutor, as_user: AsUser
 ) -> None:
     owners = ["alice", "bob", "carol"]
-    clients = {o: Client(api_url, user=o) for o in owners}
+    clients = {o: as_user(o) for o in owners}
+    admin = as_user("root-admin", admin=True)  # sees every job
     expected: dict[int, tuple[str, str, str]] = {}  # id -> (name, owner, status)
     for i in range(1000):
         owner = owners[i % 3]
@@ -50,7 +52,7 @@ def test_1000_submissions_then_filters_and_paging_return_exactly_the_right_jobs(
         job = clients[owner].submit({"command": "python train.py", "name": name})
         expected[job.id] = (name, owner, "queued")
     for job_id in list(expected)[::5]:  # every fifth is stopped while queued
-        clients["alice"].stop(job_id)
+        admin.stop(job_id)
         expected[job_id] = (*expected[job_id][:2], "stopped")
     controller.tick()  # the fake node has 64 CPUs: the first 64 queued jobs start
     started = [j for j in sorted(expected) if expected[j][2] == "queued"][:64]
@@ -81,7 +83,7 @@ def test_1000_submissions_then_filters_and_paging_return_exactly_the_right_jobs(
         ids: list[int] = []
         offset = 0
         while True:
-            page = clients["bob"].jobs(offset=offset, limit=70, **filters)  # type: ignore[arg-type]
+            page = admin.jobs(offset=offset, limit=70, **filters)  # type: ignore[arg-type]
             ids += [j.id for j in page.items]
             assert all(filters.get("owner") in (None, j.owner) for j in page.items)
             offset += 70
@@ -107,11 +109,11 @@ def test_1000_submissions_then_filters_and_paging_return_exactly_the_right_jobs(
     check(name="resnet", status=["running"], owner="bob")
     check(name="-99")
     assert len(expect({"running"})) == 64 and len(expect({"stopped"})) == 200
-    page = clients["alice"].jobs(offset=990, limit=100)
+    page = admin.jobs(offset=990, limit=100)
     assert [j.id for j in page.items] == sorted(expected)[9::-1]
-    assert clients["alice"].jobs(name="%").total == 0  # LIKE wildcards are escaped
-    for c in clients.values():
-        c.close()
+    assert admin.jobs(name="%").total == 0  # LIKE wildcards are escaped
+    # A plain user sees only its own jobs (their access for others is none).
+    assert clients["carol"].jobs(limit=1).total == len(expect(owner="carol"))
 
 
 def test_list_rejects_bad_parameters(client: Client) -> None:
@@ -158,9 +160,15 @@ INVALID = [
 
 @pytest.mark.parametrize(("body", "message"), INVALID)
 def test_invalid_specs_get_422_saying_what_to_change_and_store_nothing(
-    api_url: str, controller: Controller, store: Store, body: dict[str, object], message: str
+    api_url: str,
+    controller: Controller,
+    store: Store,
+    token_for: TokenFor,
+    body: dict[str, object],
+    message: str,
 ) -> None:
-    response = httpx.post(f"{api_url}/api/v1/jobs", json=body)
+    headers = {"Authorization": f"Bearer {token_for('alice')}"}
+    response = httpx.post(f"{api_url}/api/v1/jobs", json=body, headers=headers)
     assert response.status_code == 422
     data = response.json()
     assert data["code"] == "invalid_spec"
@@ -170,14 +178,22 @@ def test_invalid_specs_get_422_saying_what_to_change_and_store_nothing(
         assert session.scalar(select(func.count()).select_from(EventRow)) == 0
 
 
-def test_errors_have_detail_and_code(api_url: str) -> None:
+def test_errors_have_detail_and_code(api_url: str, token_for: TokenFor) -> None:
     response = httpx.get(f"{api_url}/api/v1/jobs/12345")
+    assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
+    assert "gpuyard login" in response.json()["detail"]
+    headers = {"Authorization": f"Bearer {token_for('alice')}"}
+    response = httpx.get(f"{api_url}/api/v1/jobs/12345", headers=headers)
     assert (response.status_code, response.json()) == (
         404,
         {"detail": "job 12345 does not exist", "code": "not_found"},
     )
-    response = httpx.get(f"{api_url}/api/v1/jobs/abc")
+    response = httpx.get(f"{api_url}/api/v1/jobs/0", headers=headers)
     assert response.status_code == 422 and response.json()["code"] == "invalid_spec"
+    # A word is no job id: there is no such path (and PATCH /jobs/stop is a 405, see
+    # test_api_document.py).
+    response = httpx.get(f"{api_url}/api/v1/jobs/abc", headers=headers)
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
 
 
 def test_stop_a_queued_job_then_delete_it(client: Client, fake_executor: FakeExecutor) -> None:

@@ -1,7 +1,7 @@
 """`gpuyard users / groups / quota / pools / label / priority / show` against the real API.
 
 The app is served over HTTP on SQLite (the API tests cover PostgreSQL); the CLI runs in-process
-with Typer's runner, as the user GPUYARD_USER names.
+with Typer's runner, signed in (GPUYARD_TOKEN) as the user each call names.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.worker import NodeInfo
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
+from gpuyard.testing.auth import TokenFor
 
 
 @pytest.fixture
@@ -48,8 +49,10 @@ def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) ->
 
 
 class Cli:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token_for: TokenFor) -> None:
         self.url = url
+        self.token_for = token_for
+        self.tokens: dict[str, str] = {}
 
     def __call__(self, *args: str, user: str = "ada", columns: int = 200) -> str:
         """Run a command that must succeed; its stdout."""
@@ -69,13 +72,15 @@ class Cli:
         return result.exception
 
     def _run(self, args: tuple[str, ...], user: str, columns: int) -> Any:
-        env = {"GPUYARD_URL": self.url, "GPUYARD_USER": user, "COLUMNS": str(columns)}
+        if user not in self.tokens:
+            self.tokens[user] = self.token_for(user)
+        env = {"GPUYARD_URL": self.url, "GPUYARD_TOKEN": self.tokens[user], "COLUMNS": str(columns)}
         return CliRunner().invoke(cli_app, list(args), env=env)
 
 
 @pytest.fixture
-def cli(api_url: str, controller: Controller) -> Cli:
-    return Cli(api_url)
+def cli(api_url: str, controller: Controller, token_for: TokenFor) -> Cli:
+    return Cli(api_url, token_for)
 
 
 def test_users_and_groups(cli: Cli) -> None:
@@ -93,7 +98,7 @@ def test_users_and_groups(cli: Cli) -> None:
     assert cli.json("users", "set", "bob", "--role", "admin")["role"] == "admin"
     groups = cli.json("groups")
     assert [(g["name"], g["members"], g["urgent_limit"]) for g in groups] == [
-        ("default", ["ada", "root"], None),
+        ("default", ["ada", "alice", "root"], None),  # alice: made for its token
         ("ml", ["bob"], 2),
     ]
     assert "no limit" in cli("groups", "set", "ml", "--no-urgent-limit")

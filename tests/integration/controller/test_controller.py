@@ -15,6 +15,7 @@ from gpuyard.scheduler.snapshot import Allocation
 from gpuyard.services.jobs import JobService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
+from gpuyard.testing.auth import OPS, ensure_ops
 
 TWO_NODES = [
     NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35, gpu_devices=("0", "1", "2", "3")),
@@ -30,23 +31,24 @@ class Pool:
         self.controller = Controller(store, executor, clock=clock, control_url="http://cp")
         self.controller.register_nodes()
         self.jobs = JobService(store, clock=clock, notify=self.controller.notify)
+        ensure_ops(store)
 
     def submit(self, **spec: object) -> int:
         spec.setdefault("command", "python train.py")
         return self.jobs.submit(JobSpec.model_validate(spec), owner="alice").id
 
     def state(self, job_id: int) -> JobState:
-        return self.jobs.get(job_id).state
+        return self.jobs.get(job_id, actor=OPS).state
 
     def transitions(self, job_id: int) -> list[tuple[str | None, str | None]]:
         return [
             (e.from_state, e.to_state)
-            for e in self.jobs.events(job_id)
+            for e in self.jobs.events(job_id, actor=OPS)
             if e.kind in ("transition", "submitted")
         ]
 
     def reasons(self, job_id: int, kind: str) -> list[str]:
-        return [e.reason for e in self.jobs.events(job_id) if e.kind == kind]
+        return [e.reason for e in self.jobs.events(job_id, actor=OPS) if e.kind == kind]
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ def test_a_job_runs_to_success(pool: Pool) -> None:
     assert launch.argv == ["python", "train.py"]
     pool.executor.exit(job_id, code=0)
     pool.controller.tick()
-    job = pool.jobs.get(job_id)
+    job = pool.jobs.get(job_id, actor=OPS)
     assert (job.state, job.exit_code, job.workers[0].state) == (JobState.SUCCEEDED, 0, "exited")
     assert pool.transitions(job_id) == [
         (None, "queued"),
@@ -79,13 +81,13 @@ def test_a_job_runs_to_success(pool: Pool) -> None:
 def test_a_failed_worker_takes_the_gang_down(pool: Pool) -> None:
     job_id = pool.submit(nodes=2, resources={"gpus": 4}, graceful_shutdown=7)
     pool.controller.tick()
-    assert {w.node for w in pool.jobs.get(job_id).workers} == {"n0", "n1"}
+    assert {w.node for w in pool.jobs.get(job_id, actor=OPS).workers} == {"n0", "n1"}
     pool.executor.exit(job_id, rank=1, code=3)
     pool.controller.tick()
     survivor = pool.executor.workers[WorkerKey(job_id, 0, 0)]
     assert survivor.terminated_with_grace == 7  # told to exit with the job's graceful period
     pool.controller.tick()
-    job = pool.jobs.get(job_id)
+    job = pool.jobs.get(job_id, actor=OPS)
     assert (job.state, job.exit_code) == (JobState.FAILED, 3)
     assert job.reason == "worker 1 on n1 exited with code 3"
     assert pool.transitions(job_id)[-2:] == [("running", "failing"), ("failing", "failed")]
@@ -100,7 +102,7 @@ def test_max_runtime_expires_the_job(pool: Pool) -> None:
     pool.clock.advance(0.2)
     pool.controller.tick()
     pool.controller.tick()
-    job = pool.jobs.get(job_id)
+    job = pool.jobs.get(job_id, actor=OPS)
     assert job.state is JobState.EXPIRED
     assert job.reason == "ran longer than its max runtime (2s)"
     assert pool.transitions(job_id)[-2:] == [("running", "expiring"), ("expiring", "expired")]
@@ -111,7 +113,7 @@ def test_stop_waits_for_the_graceful_period_then_kills(store: Store, clock: Manu
     pool = Pool(store, FakeExecutor(TWO_NODES, exit_on_terminate=False), clock)
     job_id = pool.submit(graceful_shutdown=5)
     pool.controller.tick()
-    pool.jobs.stop(job_id, actor="bob")
+    pool.jobs.stop(job_id, actor=OPS)
     pool.controller.tick()
     worker = pool.executor.workers[WorkerKey(job_id, 0, 0)]
     assert worker.terminated_with_grace == 5
@@ -122,8 +124,8 @@ def test_stop_waits_for_the_graceful_period_then_kills(store: Store, clock: Manu
     pool.controller.tick()
     assert worker.killed
     pool.controller.tick()
-    job = pool.jobs.get(job_id)
-    assert (job.state, job.reason) == (JobState.STOPPED, "stopped by bob")
+    job = pool.jobs.get(job_id, actor=OPS)
+    assert (job.state, job.reason) == (JobState.STOPPED, "stopped by ops")
     signals = pool.reasons(job_id, "signal")
     assert "SIGTERM" in signals[0] and "SIGKILL" in signals[1]
 
@@ -140,7 +142,7 @@ def test_a_launch_failure_fails_the_job_and_stops_the_rest(
     pool.controller.tick()  # rank 0 is told to exit
     assert pool.state(job_id) is JobState.FAILING
     pool.controller.tick()  # rank 0's exit is seen -> failed
-    job = pool.jobs.get(job_id)
+    job = pool.jobs.get(job_id, actor=OPS)
     assert (job.state, job.reason) == (JobState.FAILED, "disk full")
     assert executor.workers[WorkerKey(job_id, 0, 0)].terminated_with_grace is not None
 
@@ -205,19 +207,19 @@ def test_waiting_jobs_show_why(pool: Pool) -> None:
     pool.controller.tick()
     assert pool.state(big) is JobState.RUNNING
     assert pool.state(small) is JobState.QUEUED
-    shown = pool.jobs.get(small)
+    shown = pool.jobs.get(small, actor=OPS)
     assert shown.reason == "waiting for a node with 1 free GPUs and 1 free CPUs"
     assert shown.wait_code == "resources"
     # The small job reserved the first node to free; the gang waits behind it.
-    assert pool.jobs.get(waiting).reason == (
+    assert pool.jobs.get(waiting, actor=OPS).reason == (
         f"waiting for 2 whole free nodes; behind job {small}, which goes first"
     )
     pool.executor.exit(big, 0, 0)
     pool.executor.exit(big, 1, 0)
     pool.controller.tick()
     assert pool.state(small) is JobState.RUNNING
-    assert pool.jobs.get(small).reason is None
-    assert pool.jobs.get(small).wait_code is None
+    assert pool.jobs.get(small, actor=OPS).reason is None
+    assert pool.jobs.get(small, actor=OPS).wait_code is None
 
 
 def test_nodes_that_vanish_are_marked_gone(store: Store, clock: ManualClock) -> None:

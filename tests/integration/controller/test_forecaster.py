@@ -15,6 +15,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
+from gpuyard.testing.auth import OPS, ensure_ops
 
 
 def test_stored_forecasts_answer_and_a_changed_job_is_predicted_again(
@@ -30,16 +31,17 @@ def test_stored_forecasts_answer_and_a_changed_job_is_predicted_again(
     accounts.ensure_admins(["root"])
     jobs = JobService(store, clock=clock, accounts=accounts)
     scheduling = SchedulingService(store, clock=clock)
+    ensure_ops(store)
     spec = JobSpec.model_validate({"command": "x", "resources": {"gpus": 4}, "max_runtime": 600})
     ids = [j.id for j in jobs.submit_many([spec] * 4, owner="alice")]
     controller.tick()  # the first runs; three wait, 10 minutes apart
-    on_demand = [scheduling.prediction(i) for i in ids[1:]]
+    on_demand = [scheduling.prediction(i, actor=OPS) for i in ids[1:]]
 
     assert controller.forecaster.run_once() == 3
     with store.read() as session:
         stored = dict(session.execute(select(JobRow.id, JobRow.prediction)).all())
     assert [stored[i]["version"] for i in ids[1:]] == [0, 0, 0]
-    assert [scheduling.prediction(i) for i in ids[1:]] == on_demand
+    assert [scheduling.prediction(i, actor=OPS) for i in ids[1:]] == on_demand
     assert [p.start_at and p.start_at.timestamp() - clock.now() for p in on_demand] == [
         600.0,
         1200.0,
@@ -48,8 +50,10 @@ def test_stored_forecasts_answer_and_a_changed_job_is_predicted_again(
     assert controller.forecaster.run_once() == 0  # nothing changed: nothing written
 
     jobs.change_priority(ids[3], Priority.HIGH, actor="root")  # now it goes first
-    moved = scheduling.prediction(ids[3])  # its stored forecast is for version 0: not used
+    moved = scheduling.prediction(
+        ids[3], actor=OPS
+    )  # its stored forecast is for version 0: not used
     assert moved.start_at is not None
     assert moved.start_at.timestamp() - clock.now() == 600.0
     assert controller.forecaster.run_once() >= 1
-    assert scheduling.prediction(ids[3]) == moved
+    assert scheduling.prediction(ids[3], actor=OPS) == moved

@@ -23,6 +23,7 @@ from gpuyard.models.worker import NodeInfo
 from gpuyard.services.jobs import JobService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
+from gpuyard.testing.auth import OPS, ensure_ops
 
 NODES = [NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35)]
 
@@ -34,6 +35,7 @@ class Pool:
         self.controller = Controller(store, self.executor, clock=clock, stall_after=30)
         self.controller.register_nodes()
         self.jobs = JobService(store, clock=clock, notify=self.controller.notify)
+        ensure_ops(store)
 
     def submit(self, owner: str = "alice", **spec: object) -> int:
         spec.setdefault("command", "python train.py")
@@ -53,10 +55,10 @@ class Pool:
             self.clock.advance(RETRY_AFTER_MAX + 0.1)
 
     def state(self, job_id: int) -> JobState:
-        return self.jobs.get(job_id).state
+        return self.jobs.get(job_id, actor=OPS).state
 
     def events(self, job_id: int, kind: str) -> list[str]:
-        return [e.reason for e in self.jobs.events(job_id) if e.kind == kind]
+        return [e.reason for e in self.jobs.events(job_id, actor=OPS) if e.kind == kind]
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def _others_keep_going(pool: Pool) -> None:
     pool.passes(2)
     assert pool.state(first) is JobState.SUCCEEDED
     assert pool.state(second) is JobState.RUNNING
-    pool.jobs.stop(second, actor="bob")
+    pool.jobs.stop(second, actor=OPS)
     pool.passes(2)
     assert pool.state(second) is JobState.STOPPED
 
@@ -93,7 +95,7 @@ def test_a_job_whose_workers_break_the_executor_fails_alone(pool: Pool, broken: 
         )
     _others_keep_going(pool)
     pool.exhaust()
-    job = pool.jobs.get(poison)
+    job = pool.jobs.get(poison, actor=OPS)
     assert job.state is JobState.FAILED
     assert job.reason is not None
     assert job.reason.startswith("the controller gave up on this job: reading its workers'")
@@ -118,7 +120,7 @@ def test_a_queued_job_whose_spec_no_longer_loads_fails_alone(pool: Pool) -> None
         )
     _others_keep_going(pool)
     pool.exhaust()
-    job = pool.jobs.get(poison)
+    job = pool.jobs.get(poison, actor=OPS)
     assert job.state is JobState.FAILED
     assert job.reason is not None and "starting it: ValidationError" in job.reason
     assert pool.executor.launches[-1].key.job_id != poison

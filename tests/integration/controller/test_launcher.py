@@ -14,6 +14,7 @@ from gpuyard.models import JobSpec, JobState
 from gpuyard.models.worker import NodeInfo, WorkerLaunch, WorkerState
 from gpuyard.services.jobs import JobService
 from gpuyard.store.engine import Store
+from gpuyard.testing.auth import OPS, ensure_ops
 
 
 def _until(what: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -35,17 +36,18 @@ def test_a_stop_during_the_launch_ends_every_launched_worker(store: Store) -> No
     )
     controller = Controller(store, executor, clock=SystemClock(), interval=0.02)
     jobs = JobService(store, clock=SystemClock(), notify=controller.notify)
+    ensure_ops(store)
     controller.start()
     try:
         job = jobs.submit(JobSpec.model_validate({"command": "train", "nodes": 1}), owner="a")
         assert entered.wait(10)  # the launcher holds the launch of its worker
-        assert jobs.get(job.id).state is JobState.STARTING
+        assert jobs.get(job.id, actor=OPS).state is JobState.STARTING
         jobs.stop(job.id, actor="a")
         time.sleep(0.3)  # many passes of the loop
         # Not ended while its worker may be starting that moment.
-        assert jobs.get(job.id).state is JobState.STOPPING
+        assert jobs.get(job.id, actor=OPS).state is JobState.STOPPING
         gate.set()
-        _until(lambda: jobs.get(job.id).state is JobState.STOPPED)
+        _until(lambda: jobs.get(job.id, actor=OPS).state is JobState.STOPPED)
         assert all(w.status.state is not WorkerState.RUNNING for w in executor.workers.values())
         assert [w.terminated_with_grace for w in executor.workers.values()] == [30.0]
     finally:
@@ -66,16 +68,17 @@ def test_launches_do_not_hold_up_the_loop(store: Store) -> None:
     )
     controller = Controller(store, executor, clock=SystemClock(), interval=0.02)
     jobs = JobService(store, clock=SystemClock(), notify=controller.notify)
+    ensure_ops(store)
     spec = JobSpec.model_validate({"command": "train", "resources": {"gpus": 1}})
     controller.start()
     try:
         first = jobs.submit(spec, owner="a")
-        _until(lambda: jobs.get(first.id).state is JobState.STARTING)
+        _until(lambda: jobs.get(first.id, actor=OPS).state is JobState.STARTING)
         second = jobs.submit(spec, owner="b")
-        _until(lambda: jobs.get(second.id).state is JobState.RUNNING)
-        assert jobs.get(first.id).state is JobState.STARTING
+        _until(lambda: jobs.get(second.id, actor=OPS).state is JobState.RUNNING)
+        assert jobs.get(first.id, actor=OPS).state is JobState.STARTING
         gate.set()
-        _until(lambda: jobs.get(first.id).state is JobState.RUNNING)
+        _until(lambda: jobs.get(first.id, actor=OPS).state is JobState.RUNNING)
     finally:
         gate.set()
         controller.stop()

@@ -402,3 +402,26 @@ def test_the_runtime_and_the_executor_agree_on_the_control_files(
     [after] = executor.control([handle])
     assert after.acknowledged_at is not None and after.suspended_at is not None
     assert after.invalid == ()
+
+
+def test_a_volume_that_cannot_be_made_fails_at_once_with_a_clear_message(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory\n")
+    handle = executor.launch(
+        WorkerLaunch(
+            WorkerKey(10, 0, 0),
+            "local",
+            ["true"],
+            ENV,
+            "/",
+            5.0,
+            binds=[Bind(f"{tmp_path}/ws/volume/v", f"{blocker}/v", False)],
+        )
+    )
+    status = wait_for(executor, handle, timeout=10)
+    assert status.exit_code == 126
+    assert status.message == (
+        f"cannot create the directory to mount, '{blocker}/v': Not a directory"
+    )

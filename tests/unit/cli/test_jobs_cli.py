@@ -170,7 +170,7 @@ def test_suspend_and_job_prediction(fake_api: tuple[FakeApi, str]) -> None:
     result = _cli(url, "suspend", "5", "6")
     assert (result.exit_code, result.stdout) == (0, "job 5: suspending\njob 6: suspending\n")
     assert api.suspended == [5, 6]
-    with Client(url, user="alice") as client:
+    with Client(url, token="test-token") as client:
         assert client.prediction(7) == api.prediction
         with pytest.raises(NotFound, match="job 8 does not exist"):
             client.prediction(8)

@@ -1,4 +1,5 @@
-"""The pool's settings become the launch inputs of every job (MPI installations, network)."""
+"""The pool's settings become the launch inputs of every job (MPI installations, network,
+whose OS account runs it)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from gpuyard.launch.network import Network, NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
+from gpuyard.models.worker import RunAs
 from gpuyard.settings import Settings
-from gpuyard.up import launch_config
+from gpuyard.up import launch_config, run_as
 
 
 def test_settings_become_the_launch_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -50,4 +52,26 @@ def test_the_defaults_find_the_mpis_that_make_setup_installs() -> None:
 def test_a_bad_network_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUYARD_NETWORK", "ethernet")
     with pytest.raises(ValueError, match="roce"):
+        Settings()
+
+
+def test_jobs_run_as_their_owners_where_the_pool_can_switch_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().run_as is RunAs.OWNER  # the default
+    assert run_as(Settings(), euid=0) == (RunAs.OWNER, "")
+    assert launch_config(Settings(), euid=0).run_as is RunAs.OWNER
+    # A pool not run by root cannot switch users: it runs jobs as itself, and says so.
+    who, warning = run_as(Settings(), euid=1000)
+    assert who is RunAs.POOL and launch_config(Settings(), euid=1000).run_as is RunAs.POOL
+    assert "switching users needs a pool run by root" in warning
+    assert "GPUYARD_RUN_AS=pool" in warning
+    monkeypatch.setenv("GPUYARD_RUN_AS", "pool")  # meant: no warning
+    assert run_as(Settings(), euid=1000) == (RunAs.POOL, "")
+    assert launch_config(Settings(), euid=0).run_as is RunAs.POOL
+
+
+def test_a_bad_run_as_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUYARD_RUN_AS", "root")
+    with pytest.raises(ValueError, match="'owner' or 'pool'"):
         Settings()

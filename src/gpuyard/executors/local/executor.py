@@ -7,7 +7,16 @@ Two directories per worker (:mod:`gpuyard.models.workerdir`, docs/runtime.md):
 - ``<home>/supervisors/<job>-<attempt>-<rank>/`` (0700): the supervisor's spec, state, exit
   record and terminate request. The job is never pointed there.
 
-Jobs run as the pool's own user for now, so a job could rewrite either. What the pool believes
+Each worker runs as the OS account its launch names (``run_as``: its owner's, docs/security.md)
+when the pool runs as root; otherwise, or when the launch names none, as the pool's own user.
+With an account, the pool's files are out of the job's reach: the home is 0711 (pass through,
+no listing), the supervisors' directories 0700, the job's directory ``root:<its group>`` 0750
+(other accounts cannot enter it), and only what the job writes is the account's, 0700: its
+``outputs``, ``checkpoints``, each worker's ``control`` and ``workspace``. Those the pool makes
+itself, inside directories only root can change, and reaches without following links
+(:func:`untrusted.make_dir`); the supervisor makes what lies below them as the account.
+
+A job that runs as the pool's user could rewrite any of these files. What the pool believes
 about a worker's life therefore comes from processes, not files: the handle (stored by the
 controller, out of the job's reach) holds the supervisor's pid, start time and boot id, learned
 at launch. While that process lives the worker is RUNNING, whatever the files say. Once it is
@@ -31,6 +40,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -46,6 +56,7 @@ from pydantic import ValidationError
 from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, procfs, untrusted
+from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
@@ -64,6 +75,7 @@ from gpuyard.models.worker import (
 )
 from gpuyard.models.workerdir import (
     FILE_CAP,
+    AccountSpec,
     BindSpec,
     CgroupSpec,
     ExitRecord,
@@ -82,6 +94,9 @@ REXEC = Path(rexec_module.__file__).resolve()
 DEFAULT_PIDS_LIMIT = 4096
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
+IDENTITY = ("HOME", "USER", "LOGNAME")
+"""Who a process is: not in the base env; a worker gets its account's (HOME: its workspace),
+or the pool's own when it runs as the pool, unless its job sets them."""
 _RUNNING = WorkerStatus(WorkerState.RUNNING)
 
 
@@ -110,6 +125,12 @@ class LocalExecutor:
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
         self.isolation = isolation or cgroups.detect(self._name)
+        self.switch_users = os.geteuid() == 0
+        """Whether workers can run as accounts other than the pool's (only root can)."""
+        self._accounts = Accounts(home / "accounts.lock")
+        self._home_secured = False
+        if home.is_dir():
+            self._secure_home()
         self._nodes = layout(
             self.machine,
             virtual_nodes,
@@ -145,7 +166,11 @@ class LocalExecutor:
         return Tools(python=sys.executable, rexec=str(REXEC))
 
     def base_env(self, node: str) -> Mapping[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("GPUYARD_") and k not in IDENTITY
+        }
         env.pop("CUDA_VISIBLE_DEVICES", None)
         return env
 
@@ -171,24 +196,113 @@ class LocalExecutor:
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
         sdir = self.supervisor_dir(key)
         try:
-            (wd / "control").mkdir(parents=True, exist_ok=True)
-            job_dir = Path(self.job_dir(key.job_id))
-            (job_dir / "outputs").mkdir(exist_ok=True)
-            (job_dir / "checkpoints").mkdir(exist_ok=True)
+            account = self._account(request.run_as)
+            self._secure_home()
+            if account is None:
+                self._make_dirs(key)
+            else:
+                self._make_owned_dirs(key, account)
             self.supervisors_root.mkdir(mode=0o700, parents=True, exist_ok=True)
             try:
                 sdir.mkdir(mode=0o700)  # exactly one launch of a worker gets past this
             except FileExistsError:
                 return self._adopt(key)  # launched before (a retry after a crash)
             try:
-                return self._start(request, wd, sdir)
+                return self._start(request, wd, sdir, account)
             except BaseException:
                 shutil.rmtree(sdir, ignore_errors=True)  # so that a retry starts it
                 raise
+        except AccountError as exc:
+            raise LaunchError(f"cannot launch {key} on {request.node}: {exc}") from None
         except (OSError, untrusted.Unreadable) as exc:
             raise LaunchError(f"cannot launch {key} on {request.node}: {exc}") from exc
 
-    def _start(self, request: WorkerLaunch, wd: Path, sdir: Path) -> Handle:
+    # -- accounts and directories ---------------------------------------------------------
+
+    def _account(self, run_as: str | None) -> Account | None:
+        """The account to switch to; None to run as the pool's own user."""
+        if run_as is None:
+            return None
+        if not self.switch_users:
+            if run_as == _own_name():
+                return None
+            raise AccountError(
+                f"cannot run the job as the OS account {run_as!r}: only a pool run by root can "
+                "switch users (GPUYARD_RUN_AS=pool runs jobs as the pool's own user)"
+            )
+        return self._accounts.resolve(run_as)
+
+    def _secure_home(self) -> None:
+        """The home lets others pass through and nothing more (0711); a pool that cannot run
+        jobs as other accounts may keep it tighter (0700). Its ``jobs`` folder likewise."""
+        if self._home_secured:
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.jobs_root.mkdir(exist_ok=True)
+        for path in (self.home, self.jobs_root):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            wanted = (mode & 0o711) | (0o011 if self.switch_users else 0)
+            if mode != wanted:
+                os.chmod(path, wanted)
+        self._home_secured = True
+
+    def _make_dirs(self, key: WorkerKey) -> None:
+        """A worker's directories, all the pool user's (a job that runs as the pool)."""
+        job_dir = Path(self.job_dir(key.job_id))
+        job_dir.mkdir(mode=0o700, exist_ok=True)
+        (self.worker_dir(key.job_id, key.attempt, key.rank) / "control").mkdir(
+            parents=True, exist_ok=True
+        )
+        (job_dir / "outputs").mkdir(exist_ok=True)
+        (job_dir / "checkpoints").mkdir(exist_ok=True)
+
+    def _make_owned_dirs(self, key: WorkerKey, account: Account) -> None:
+        """A worker's directories when it runs as ``account``: root's, which it can read but
+        not change, down to the worker's directory; its own (0700) where the job writes. Each
+        step opens the last without following a link, inside directories the job cannot
+        change, so no name the job controls can send root elsewhere."""
+        theirs = (account.uid, account.gid)
+        opened: list[int] = []
+
+        def make(parent: int, name: str, mode: int, owner: tuple[int, int] | None = None) -> int:
+            opened.append(untrusted.make_dir(parent, name, mode, owner))
+            return opened[-1]
+
+        try:
+            opened.append(os.open(self.home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            jobs = make(opened[0], self.jobs_root.name, 0o711)
+            job = make(jobs, str(key.job_id), 0o750, (os.geteuid(), account.gid))
+            for name in ("outputs", "checkpoints"):
+                make(job, name, 0o700, theirs)
+            attempt = make(make(job, "attempts", 0o755), str(key.attempt), 0o755)
+            worker = make(attempt, f"worker-{key.rank}", 0o755)
+            for name in ("control", "workspace"):
+                make(worker, name, 0o700, theirs)
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    def unreachable_home(self) -> str:
+        """Why other OS accounts cannot reach this pool's home ("" when they can): every
+        directory above it must let them pass (search permission for others)."""
+        home = self.home.absolute()
+        for directory in home.parents:
+            try:
+                info = os.stat(directory)
+            except OSError:
+                continue
+            if not info.st_mode & stat.S_IXOTH:
+                return (
+                    f"jobs cannot run as their owners' OS accounts: those cannot reach the pool's "
+                    f"home {home}, since {directory} is mode {stat.S_IMODE(info.st_mode):04o} "
+                    "(no passing through for other accounts); choose a home every account can "
+                    "pass through (GPUYARD_HOME=/var/lib/gpuyard, say)"
+                )
+        return ""
+
+    def _start(
+        self, request: WorkerLaunch, wd: Path, sdir: Path, account: Account | None
+    ) -> Handle:
         key = request.key
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}",
@@ -202,7 +316,11 @@ class LocalExecutor:
             rank=key.rank,
             argv=list(request.argv),
             # The control directory is where this executor reads: the job is told so.
-            env={**request.env, CONTROL_DIR_VARIABLE: str(wd / "control")},
+            env={
+                **_identity(account, wd / "workspace"),
+                **request.env,
+                CONTROL_DIR_VARIABLE: str(wd / "control"),
+            },
             cwd=request.cwd,
             grace=request.grace,
             log=str(wd / "log"),
@@ -213,6 +331,13 @@ class LocalExecutor:
             ],
             notify=self._name,
             cgroup=None if cgroup is None else CgroupSpec.model_validate(cgroup.to_json()),
+            account=None
+            if account is None
+            else AccountSpec(
+                name=account.name, uid=account.uid, gid=account.gid, groups=list(account.groups)
+            ),
+            workspace=str(wd / "workspace"),
+            job_dir=self.job_dir(key.job_id),
         )
         fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
@@ -540,6 +665,21 @@ class LocalExecutor:
             self._listener = None
         self._watcher.close()
         self.isolation.remove_parents()  # only if no worker's cgroup is left in them
+
+
+def _own_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return ""
+
+
+def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
+    """HOME, USER and LOGNAME of a worker, unless its job sets them: its account's (HOME its
+    workspace, which only it can write), or the pool's own."""
+    if account is None:
+        return {k: os.environ[k] for k in IDENTITY if k in os.environ}
+    return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
 
 
 def _marker(handle: Handle) -> str:

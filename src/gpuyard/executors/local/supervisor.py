@@ -11,6 +11,9 @@ worker's handle: while this process lives, the worker is running, whatever any f
   execs, so no process of the job ever runs outside it;
 - starts the command in a process group of its own, with stdout and stderr going straight to
   the log file (no pipe to drain, so the log is complete even if nobody is watching);
+- when the spec names an ``account`` (docs/security.md), stays root itself (cgroups, signals,
+  mounts) while the child prepares the workspace as that account and then drops to it for
+  good (groups, gid, uid; umask 077) before it execs: nothing of the job runs as root;
 - writes ``state.json`` (its own pid and start time, the command's pid) as a hint for adoption;
 - sleeps in ``sigwaitinfo`` until SIGCHLD or SIGTERM (or the end of a graceful period): an
   idle supervisor never wakes up;
@@ -48,6 +51,8 @@ else:
 
 EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
+REPORT_CAP = 4096
+"""Bytes of the child's report of a failed step (one write to a pipe up to PIPE_BUF is whole)."""
 SIGNAL_NAMES = {
     getattr(_signal, name): name
     for name in dir(_signal)
@@ -160,10 +165,26 @@ MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 class Binder:
     """The worker's workspace: bind mounts in a private mount namespace, read-only where asked,
     when this process may (root or CAP_SYS_ADMIN); symbolic links otherwise, which show the same
-    tree but cannot enforce read-only."""
+    tree but cannot enforce read-only.
 
-    def __init__(self, binds: list[tuple[str, str, bool]]) -> None:
+    With an ``account`` (the command runs as another user, docs/security.md) the workspace is
+    the job's, so it is prepared in the child, as that account, before it drops root for good
+    (:meth:`apply`): a source the account cannot reach is refused, a volume is created only
+    where the account may create it, and mount points are made below the workspace, walked
+    without following links (a link planted there must not move a mount onto ``/etc``). The
+    mounts themselves are done as root, onto the directories the account opened
+    (``/proc/self/fd/N``): what gets mounted, and where, is what the account could reach.
+    """
+
+    def __init__(
+        self,
+        binds: list[tuple[str, str, bool]],
+        account: dict[str, Any] | None = None,
+        workspace: str = "",
+    ) -> None:
         self.binds = binds
+        self.account = account
+        self.workspace = workspace
         self.libc: Any = None
         self.mode = ""
         if binds:
@@ -182,35 +203,178 @@ class Binder:
         return os.waitstatus_to_exitcode(status) == 0
 
     def prepare(self) -> None:
-        """In the supervisor: check sources, create mount points or links."""
+        """In the supervisor, for a command that runs as the supervisor's user: check sources,
+        create mount points or links. (With an account, :meth:`apply` does it, as the account.)"""
+        if self.account is not None:
+            return
         for target, source, readonly in self.binds:
             if not os.path.isdir(source):
                 if readonly:
                     raise SpawnError("source", errno.ENOENT, source)
-                os.makedirs(source, exist_ok=True)  # an output or volume directory to fill
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.lexists(target):
-                continue  # prepared by an earlier start of this worker
-            if self.mode == "bind":
-                os.mkdir(target)
-            else:
-                os.symlink(source, target)
+                try:
+                    os.makedirs(source, exist_ok=True)  # an output or volume directory to fill
+                except OSError as exc:
+                    raise SpawnError("volume", exc.errno or errno.EIO, source) from None
+            try:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if os.path.lexists(target):
+                    continue  # prepared by an earlier start of this worker
+                if self.mode == "bind":
+                    os.mkdir(target)
+                else:
+                    os.symlink(source, target)
+            except OSError as exc:
+                raise SpawnError("target", exc.errno or errno.EIO, target) from None
 
     def apply(self) -> None:  # pragma: no cover - runs in the child between fork and exec
+        if self.mode == "bind":
+            self._unshare()
+        if self.account is not None:
+            self._apply_as(self.account)
+            return
         if self.mode != "bind":
             return
         libc = self.libc
-        if libc.unshare(CLONE_NEWNS) != 0:
-            raise OSError(ctypes_errno(libc), "unshare")
-        # Keep our mounts out of the host's mount table (and the host's changes out of ours).
-        if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes_errno(libc), "mount --make-rprivate /")
         for target, source, readonly in self.binds:
             if libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
                 raise OSError(ctypes_errno(libc), target)
             flags = MS_BIND | MS_REMOUNT | MS_RDONLY
             if readonly and libc.mount(None, target.encode(), None, flags, None) != 0:
                 raise OSError(ctypes_errno(libc), target)
+
+    def _unshare(self) -> None:  # pragma: no cover - child side
+        libc = self.libc
+        if libc.unshare(CLONE_NEWNS) != 0:
+            raise OSError(ctypes_errno(libc), "unshare")
+        # Keep our mounts out of the host's mount table (and the host's changes out of ours).
+        if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes_errno(libc), "mount --make-rprivate /")
+
+    def _apply_as(self, account: dict[str, Any]) -> None:  # pragma: no cover - child side
+        """Open and make everything as ``account`` (effective ids only), then mount as root."""
+        mounts: list[tuple[int, int, int, str, bool, str]] = []
+        become(account)
+        try:
+            try:
+                base = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise SpawnError("workspace", exc.errno or errno.EACCES, self.workspace) from None
+            for target, source, readonly in self.binds:
+                src = _open_source(source, readonly)
+                parent, name = self._mount_point(base, target)
+                if self.mode != "bind":
+                    try:  # noqa: SIM105 - contextlib would cost an import
+                        os.symlink(source, name, dir_fd=parent)
+                    except FileExistsError:
+                        pass  # prepared by an earlier start of this worker
+                    continue
+                try:  # noqa: SIM105 - as above
+                    os.mkdir(name, 0o700, dir_fd=parent)
+                except FileExistsError:
+                    pass
+                try:
+                    point = os.open(name, PATH_NOFOLLOW, dir_fd=parent)
+                except OSError as exc:
+                    raise SpawnError("target", exc.errno or errno.EINVAL, target) from None
+                mounts.append((src, point, parent, name, readonly, target))
+        finally:
+            unbecome()
+        libc = self.libc
+        for src, point, parent, name, readonly, target in mounts:
+            source_path, point_path = f"/proc/self/fd/{src}", f"/proc/self/fd/{point}"
+            if libc.mount(source_path.encode(), point_path.encode(), None, MS_BIND | MS_REC, None):
+                raise OSError(ctypes_errno(libc), target)
+            if readonly:
+                # The mount's own root, as the name is looked up again (through the new mount).
+                mounted = os.open(name, PATH_NOFOLLOW, dir_fd=parent)
+                flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+                if libc.mount(None, f"/proc/self/fd/{mounted}".encode(), None, flags, None):
+                    raise OSError(ctypes_errno(libc), target)
+
+    def _mount_point(self, base: int, target: str) -> tuple[int, str]:  # pragma: no cover
+        """The directory that holds ``target``'s mount point, reached from the workspace one
+        name at a time without following links (made as the account where missing)."""
+        relative = os.path.relpath(target, self.workspace)
+        parts = relative.split(os.sep)
+        if relative == os.curdir or os.pardir in parts:
+            raise SpawnError("target", errno.EXDEV, target)
+        fd = os.dup(base)
+        for part in parts[:-1]:
+            try:  # noqa: SIM105 - as above
+                os.mkdir(part, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(part, DIR_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise SpawnError("target", exc.errno or errno.EINVAL, target) from None
+            finally:
+                os.close(fd)
+            fd = child
+        return fd, parts[-1]
+
+
+PATH_NOFOLLOW = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_source(source: str, readonly: bool) -> int:  # pragma: no cover - child side
+    """The directory to mount, opened as the account; a writable one made when missing."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        return os.open(source, flags)
+    except FileNotFoundError:
+        if readonly:
+            raise SpawnError("source", errno.ENOENT, source) from None
+    except OSError as exc:
+        raise SpawnError("source", exc.errno or errno.EACCES, source) from None
+    try:
+        os.makedirs(source, exist_ok=True)  # an output or volume directory to fill
+        return os.open(source, flags)
+    except OSError as exc:
+        raise SpawnError("volume", exc.errno or errno.EACCES, source) from None
+
+
+def execvpe(argv: list[str], env: dict[str, str]) -> None:  # pragma: no cover - child side
+    """``os.execvpe``, without its import of ``warnings``: the child may run as an account
+    that cannot read this Python's standard library, so it imports nothing after it drops
+    root. Searches the command's PATH the same way (the first error other than "not there"
+    wins)."""
+    name = argv[0]
+    if os.sep in name:
+        os.execve(name, argv, env)  # noqa: S606 - argv, never a shell
+    found: OSError | None = None
+    last: OSError = FileNotFoundError(errno.ENOENT, "not found", name)
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory or os.curdir, name), argv, env)  # noqa: S606
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except OSError as exc:
+            last = exc
+            found = found or exc
+    raise found or last
+
+
+def become(account: dict[str, Any]) -> None:  # pragma: no cover - child side
+    """Act as ``account`` for file access (effective ids), keeping the way back to root."""
+    os.setgroups(account["groups"] or [account["gid"]])
+    os.setegid(account["gid"])
+    os.seteuid(account["uid"])
+
+
+def unbecome() -> None:  # pragma: no cover - child side
+    os.seteuid(0)
+    os.setegid(0)
+
+
+def drop_to(account: dict[str, Any]) -> None:  # pragma: no cover - child side
+    """Become ``account`` for good: real, effective and saved ids (root's capabilities go)."""
+    os.setgroups(account["groups"] or [account["gid"]])
+    os.setresgid(account["gid"], account["gid"], account["gid"])
+    os.setresuid(account["uid"], account["uid"], account["uid"])
+    if os.getuid() == 0 or os.geteuid() == 0:  # never run a job as root by mistake
+        raise OSError(errno.EPERM, "still root")
 
 
 def ctypes_errno(libc: Any) -> int:  # pragma: no cover - child side
@@ -223,12 +387,18 @@ class Child:
     """What the forked child does before it execs the command."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], cwd: str, cgroup: cgroups.Cgroup | None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        cgroup: cgroups.Cgroup | None,
+        account: dict[str, Any] | None = None,
     ) -> None:
         self.argv = argv
         self.env = env
         self.cwd = cwd
         self.cgroup = cgroup
+        self.account = account
 
     def spawn(self, log_fd: int, binder: Binder) -> int:
         """fork + exec in a new process group; raise SpawnError if a step before exec fails."""
@@ -243,7 +413,7 @@ class Child:
             os.setpgid(pid, pid)  # also in the parent, so no signal can race the child's call
         except OSError:
             pass
-        report = os.read(read_fd, 512).decode()
+        report = os.read(read_fd, REPORT_CAP).decode(errors="replace")
         os.close(read_fd)
         if report:
             os.waitpid(pid, 0)
@@ -264,20 +434,52 @@ class Child:
                 step = "cgroup"
                 self.cgroup.join()
             os.setpgid(0, 0)
+            if self.account is not None:
+                os.umask(0o077)  # what the job makes is its account's alone
             step = "mount"
             binder.apply()
+            if self.account is not None:
+                step = "account"
+                drop_to(self.account)  # root (cgroup, mounts) ends here, before the job runs
             step = "chdir"
             os.chdir(self.cwd)
             os.dup2(devnull, 0)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
             step = "exec"
-            os.execvpe(self.argv[0], self.argv, self.env)  # noqa: S606 - argv, never a shell
+            execvpe(self.argv, self.env)
+        except SpawnError as exc:
+            report = f"{exc.step}:{exc.errno or 0}:{exc.where}"
+            os.write(report_fd, report.encode()[:REPORT_CAP])
         except OSError as exc:
-            where = exc.strerror if step in ("mount", "cgroup") else ""
-            os.write(report_fd, f"{step}:{exc.errno or 0}:{where}".encode())
+            where = exc.strerror if step in ("mount", "cgroup", "account") else ""
+            os.write(report_fd, f"{step}:{exc.errno or 0}:{where}".encode()[:REPORT_CAP])
+        except BaseException as exc:  # a bug of ours: say so rather than exit in silence
+            report = f"setup:{errno.EIO}:{type(exc).__name__}: {exc}"
+            os.write(report_fd, report.encode()[:REPORT_CAP])
         finally:
             os._exit(EXIT_NOT_FOUND)
+
+
+CANNOT_START = {
+    "source:missing": "the directory to mount, {where!r}, does not exist",
+    "source": "cannot reach the directory to mount, {where!r}{who}: {why}",
+    "volume": "cannot create the directory to mount, {where!r}{who}: {why}",
+    "target:outside": "the mount point {where!r} is not inside the worker's workspace",
+    "target": "cannot make the mount point {where!r}{who}: {why}",
+    "workspace": "the OS account {name!r} cannot reach the worker's workspace {where!r}: {why} "
+    "(every directory above the pool's home must let other accounts pass)",
+    "files": "cannot write {where!r}: {why}",
+    "account": "cannot switch to the OS account {name!r}: {detail}",
+    "mount": "cannot mount the workspace at {where!r}: {why}",
+    "cgroup": "cannot set up the worker's cgroup: {detail}",
+    "chdir:missing": "working directory {cwd!r} does not exist",
+    "chdir": "cannot enter working directory {cwd!r}{who}: {why}",
+    "setup": "cannot prepare the command: {detail}",
+    "exec:missing": "{argv0!r}: command not found",
+    "exec": "cannot execute {argv0!r}{who}: {why}",
+}
+"""What the log and the exit record say when a step before exec failed, by step (and cause)."""
 
 
 class Supervisor:
@@ -295,6 +497,7 @@ class Supervisor:
         self.cwd: str = self.spec["cwd"]
         self.notify_address: str = self.spec.get("notify", "")
         self.cgroup = cgroups.Cgroup.from_json(self.spec.get("cgroup"))
+        self.account: dict[str, Any] | None = self.spec.get("account")
         self.pgid = 0
         self.identity = {
             "supervisor_pid": os.getpid(),
@@ -312,12 +515,20 @@ class Supervisor:
         if untrusted.read_file(self.dir_fd, "exit.json") is not None:
             return 0  # already ran to the end (a second start by mistake)
         self.write("state.json", self.identity)
-        self._write_files()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         log_fd = os.open(self.spec["log"], flags, 0o644)
-        binder = Binder([(b["target"], b["source"], b["readonly"]) for b in self.spec["binds"]])
-        child = Child(self.argv, self.spec["env"], self.cwd, self.cgroup)
+        if self.account is not None:
+            # Its job reads it, nobody else; it writes only through the descriptor it is given.
+            os.fchown(log_fd, 0, self.account["gid"])
+            os.fchmod(log_fd, 0o640)
+        binder = Binder(
+            [(b["target"], b["source"], b["readonly"]) for b in self.spec["binds"]],
+            self.account,
+            self.spec.get("workspace", ""),
+        )
+        child = Child(self.argv, self.spec["env"], self.cwd, self.cgroup, self.account)
         try:
+            self._write_files()
             if self.cgroup is not None:
                 try:
                     self.cgroup.create()
@@ -367,36 +578,59 @@ class Supervisor:
         return facts
 
     def _write_files(self) -> None:
+        """The launch's files (hostfiles, agents): SpawnError("files") when one cannot be."""
         files: dict[str, dict[str, Any]] = self.spec.get("files") or {}
         for path, file in files.items():
-            content, mode = file["content"], file["mode"]
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"  # workers of one job on one host share the files
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(tmp, flags, mode)
             try:
-                os.write(fd, content.encode())
-            finally:
+                if self.account is None:
+                    self._write_file(path, file["content"], file["mode"])
+                else:
+                    self._write_job_file(path, file["content"], file["mode"])
+            except untrusted.Unreadable:
+                raise SpawnError("files", errno.ENOTDIR, path) from None
+            except OSError as exc:
+                raise SpawnError("files", exc.errno or errno.EIO, path) from None
+
+    def _write_job_file(self, path: str, content: str, mode: int) -> None:
+        """For a job of another account: below the job's directory (root's, which the job
+        cannot change), reached without following links; new folders 0755 (the job reads
+        them; other accounts cannot enter the job's directory)."""
+        job_dir = self.spec.get("job_dir", "")
+        relative = os.path.relpath(os.path.dirname(path), job_dir) if job_dir else os.pardir
+        if relative.split(os.sep)[0] == os.pardir:
+            raise OSError(errno.EXDEV, "not below the job's directory")
+        fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in [] if relative == os.curdir else relative.split(os.sep):
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    made = False
+                child = os.open(part, DIR_NOFOLLOW, dir_fd=fd)
                 os.close(fd)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+                fd = child
+                if made:
+                    os.fchmod(fd, 0o755)  # whatever the umask
+            untrusted.write_file(fd, os.path.basename(path), content.encode(), mode=mode)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _write_file(path: str, content: str, mode: int) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"  # workers of one job on one host share the files
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, mode)
+        try:
+            os.write(fd, content.encode())
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
 
     def _cannot_start(self, log_fd: int, exc: SpawnError) -> int:
-        argv0 = self.argv[0] if self.argv else ""
-        if exc.step == "source":
-            what = f"the directory to mount, {exc.where!r}, does not exist"
-        elif exc.step == "mount":
-            what = f"cannot mount the workspace at {exc.where!r}: {os.strerror(exc.errno)}"
-        elif exc.step == "cgroup":
-            what = f"cannot set up the worker's cgroup: {exc.where or os.strerror(exc.errno)}"
-        elif exc.step == "chdir" and exc.errno == errno.ENOENT:
-            what = f"working directory {self.cwd!r} does not exist"
-        elif exc.step == "chdir":
-            what = f"cannot enter working directory {self.cwd!r}: {os.strerror(exc.errno)}"
-        elif exc.errno == errno.ENOENT:
-            what = f"{argv0!r}: command not found"
-        else:
-            what = f"cannot execute {argv0!r}: {os.strerror(exc.errno)}"
+        what = self._describe(exc)
         os.write(log_fd, f"gpuyard: {what}\n".encode())
         code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
         if self.cgroup is not None:
@@ -408,6 +642,27 @@ class Supervisor:
         self.write("exit.json", record, sync=True)
         self.notify("exited")
         return 0
+
+    def _describe(self, exc: SpawnError) -> str:
+        """Why the command could not start, in one line."""
+        key = exc.step
+        if key not in CANNOT_START or (key == "setup" and not exc.where):
+            key = "exec"
+        if exc.errno == errno.ENOENT and key in ("source", "chdir", "exec"):
+            key += ":missing"
+        elif key == "target" and exc.errno == errno.EXDEV:
+            key += ":outside"
+        name = self.account["name"] if self.account is not None else ""
+        why = os.strerror(exc.errno)
+        return CANNOT_START[key].format(
+            argv0=self.argv[0] if self.argv else "",
+            cwd=self.cwd,
+            where=exc.where,
+            detail=exc.where or why,
+            why=why,
+            name=name,
+            who=f" as {name!r}" if name else "",
+        )
 
     def _grace(self) -> float:
         """The graceful period: the executor's terminate.json if it is sound, else the spec's."""

@@ -1,9 +1,11 @@
 """Files in directories a job can write: opened without following links, never blocking, and
 read only up to a cap.
 
-Jobs run as the pool's own user for now, so anything under the pool's home may have been
-replaced by a job: a file by a symbolic link (to ``/dev/zero``, to a FIFO, to a file the pool
-must not overwrite), by a directory, by something huge. Every path below the home is walked
+A job's own directories (its control directory, its workspace) are the job's to write, and a
+job that runs as the pool's own user (``run_as: pool``) can write anything under the pool's
+home, so any of it may have been replaced by a job: a file by a symbolic link (to
+``/dev/zero``, to a FIFO, to a file the pool must not overwrite), by a directory, by something
+huge. Every path below the home is walked
 one directory at a time with ``O_NOFOLLOW``; a file is opened non-blocking and read only if it
 is a regular file, at most ``cap + 1`` bytes; a file is written under a fresh temporary name
 (``O_EXCL``, so never through a link someone planted) and renamed into place.
@@ -18,7 +20,7 @@ import os
 import stat
 import time
 
-__all__ = ["CAP", "Unreadable", "open_dir", "read_file", "write_file"]
+__all__ = ["CAP", "Unreadable", "make_dir", "open_dir", "read_file", "write_file"]
 
 CAP = 64 * 1024
 """Bytes a file of the worker directory may have (control files, records)."""
@@ -49,6 +51,30 @@ def open_dir(root: str, path: str) -> int:
                 raise
             os.close(fd)
             fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None = None) -> int:
+    """An fd of directory ``name`` in ``parent_fd``, made if it is missing and never reached
+    through a link, set to exactly ``mode`` and, when given, ``owner`` (uid, gid). Raises
+    Unreadable when ``name`` is there but is not a directory."""
+    try:  # noqa: SIM105 - contextlib would cost the supervisor an import
+        os.mkdir(name, mode, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(name, _DIR, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Unreadable(f"{name} is not a directory") from None
+        raise
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, mode)
     except BaseException:
         os.close(fd)
         raise
@@ -122,6 +148,7 @@ def write_file(
         raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
     try:
         try:
+            os.fchmod(fd, mode)  # exactly: the umask of whoever runs this does not apply
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

@@ -1,6 +1,7 @@
 """/api/v1/users, /api/v1/groups, /api/v1/quotas: thin routes over AccountService.
 
-Reads are open to everyone; writes are for admins (the service says so with a 403).
+Every route needs a signed-in user; writes are for admins (the service says so with a 403),
+and so is the list of users (anyone may read their own record).
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ router = APIRouter(tags=["accounts"])
 
 
 @router.get("/users")
-def list_users(services: ServicesDep) -> list[UserView]:
-    return services.accounts.list_users()
+def list_users(services: ServicesDep, user: UserDep) -> list[UserView]:
+    """Every user (admins only)."""
+    return services.accounts.list_users(actor=user)
 
 
 @router.get("/users/{name}")
-def get_user(name: str, services: ServicesDep) -> UserView:
-    return services.accounts.get_user(name)
+def get_user(name: str, services: ServicesDep, user: UserDep) -> UserView:
+    """One user: yourself (``me``), or anyone for admins."""
+    return services.accounts.get_user(name, actor=user)
 
 
 @router.post("/users", status_code=201)

@@ -1,4 +1,8 @@
-"""/api/v1/jobs: thin routes over JobService and LogService."""
+"""/api/v1/jobs: thin routes over JobService and LogService.
+
+``/{job_id:int}`` where a word sits at the same place (/jobs/stop, /jobs/batch, …): the word
+is not a job id, so ``PATCH /jobs/stop`` is a 405 that lists POST, not a 422 about job_id.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from gpuyard.errors import InvalidSpec
 from gpuyard.models import (
     BulkResult,
     JobBatch,
+    JobChange,
     JobEvent,
     JobIds,
     JobSpec,
@@ -19,10 +24,9 @@ from gpuyard.models import (
     JobView,
     LogChunk,
     Page,
-    PriorityChange,
     SubmittedJobs,
 )
-from gpuyard.server.deps import INT64_MAX, JobId, ServicesDep, UserDep
+from gpuyard.server.deps import INT64_MAX, MAX_ID, JobId, ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -58,6 +62,7 @@ def delete_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult
 @router.get("")
 def list_jobs(
     services: ServicesDep,
+    user: UserDep,
     status: Annotated[list[str] | None, Query(description="queued, running, error, …")] = None,
     name: Annotated[str | None, Query(description="Substring of the job name.")] = None,
     owner: str | None = None,
@@ -69,19 +74,28 @@ def list_jobs(
     except ValueError as exc:
         raise InvalidSpec(str(exc)) from None
     return services.jobs.list_jobs(
-        statuses=statuses, name=name, owner=owner, offset=offset, limit=limit
+        actor=user, statuses=statuses, name=name, owner=owner, offset=offset, limit=limit
     )
 
 
-@router.get("/{job_id}")
-def get_job(job_id: JobId, services: ServicesDep) -> JobView:
-    return services.jobs.get(job_id)
+@router.get("/{job_id:int}")
+def get_job(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
+    return services.jobs.get(job_id, actor=user)
 
 
-@router.patch("/{job_id}")
-def change(job_id: JobId, change: PriorityChange, services: ServicesDep, user: UserDep) -> JobView:
-    """Change a queued or suspended job's priority (its owner or an admin)."""
-    return services.jobs.change_priority(job_id, change.priority, actor=user)
+@router.patch("/{job_id:int}")
+def change(job_id: JobId, change: JobChange, services: ServicesDep, user: UserDep) -> JobView:
+    """Change a queued or suspended job's priority, and/or the runtime limit of a job that
+    has not ended (its owner, an admin, or its group with read-write access)."""
+    view = None
+    # The priority first: it is refused more often (by state, tier, limit), and then nothing
+    # has changed.
+    if change.priority is not None:
+        view = services.jobs.change_priority(job_id, change.priority, actor=user)
+    if change.max_runtime is not None:
+        view = services.jobs.change_runtime(job_id, change.max_runtime, actor=user)
+    assert view is not None  # JobChange asks for at least one
+    return view
 
 
 @router.post("/{job_id}/stop")
@@ -89,7 +103,7 @@ def stop(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
     return services.jobs.stop(job_id, actor=user)
 
 
-@router.delete("/{job_id}", status_code=204)
+@router.delete("/{job_id:int}", status_code=204)
 def delete(job_id: JobId, services: ServicesDep, user: UserDep) -> Response:
     services.jobs.delete(job_id, actor=user)
     return Response(status_code=204)
@@ -111,26 +125,41 @@ def clone(
 def events(
     job_id: JobId,
     services: ServicesDep,
-    after: Annotated[
-        int, Query(ge=0, le=INT64_MAX, description="Only events with a larger id.")
-    ] = 0,
+    user: UserDep,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> list[JobEvent]:
-    return services.jobs.events(job_id, after=after, limit=limit)
+    return services.jobs.events(job_id, actor=user, after=after, limit=limit)
 
 
-@router.get("/{job_id}/logs", response_model=None)
+@router.get(
+    "/{job_id}/logs",
+    response_model=None,
+    responses={
+        200: {
+            "model": LogChunk,
+            "description": "A slice of the log; with follow, the log as it grows (text/plain).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
 def logs(
     job_id: JobId,
     services: ServicesDep,
+    user: UserDep,
     worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
-    attempt: Annotated[int | None, Query(ge=0, le=1 << 31)] = None,
+    attempt: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 65536,
     follow: Annotated[bool, Query(description="Stream text/plain until the worker ends.")] = False,
 ) -> LogChunk | StreamingResponse:
     if follow:
-        services.logs.check(job_id, worker=worker, attempt=attempt)  # 404 now, not mid-stream
-        stream = services.logs.follow(job_id, worker=worker, attempt=attempt, offset=offset)
+        # 404 now, not mid-stream.
+        services.logs.check(job_id, actor=user, worker=worker, attempt=attempt)
+        stream = services.logs.follow(
+            job_id, actor=user, worker=worker, attempt=attempt, offset=offset
+        )
         return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
-    return services.logs.read(job_id, worker=worker, attempt=attempt, offset=offset, limit=limit)
+    return services.logs.read(
+        job_id, actor=user, worker=worker, attempt=attempt, offset=offset, limit=limit
+    )

@@ -22,7 +22,10 @@ def suspend(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
     return services.scheduling.suspend(job_id, actor=user)
 
 
-@router.get("/{job_id}/prediction")
-def prediction(job_id: JobId, services: ServicesDep) -> Prediction:
+@router.get(
+    "/{job_id}/prediction",
+    responses={409: {"description": "The job is not queued: it has no start to predict."}},
+)
+def prediction(job_id: JobId, services: ServicesDep, user: UserDep) -> Prediction:
     """When a queued job should start, and behind which jobs."""
-    return services.scheduling.prediction(job_id)
+    return services.scheduling.prediction(job_id, actor=user)

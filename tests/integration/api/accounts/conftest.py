@@ -3,7 +3,7 @@ plain user, and a picture of every table to prove that a refused request stored 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from gpuyard.store.tables import (
     UserRow,
     WorkerRow,
 )
+from gpuyard.testing.auth import AsUser, TokenFor
 
 NODES = [
     NodeInfo("n0", "127.0.0.10", gpus=8, cpus=32, memory=256 << 30, labels={"zone": "z1"}),
@@ -58,9 +59,8 @@ def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) ->
 
 
 @pytest.fixture
-def admin(api_url: str) -> Iterator[Client]:
-    with Client(api_url, user="ada") as client:
-        yield client
+def admin(as_user: AsUser) -> Client:
+    return as_user("ada")
 
 
 def store_picture(store: Store) -> dict[str, list[tuple[str, ...]]]:
@@ -84,7 +84,7 @@ def store_picture(store: Store) -> dict[str, list[tuple[str, ...]]]:
 
 
 @pytest.fixture
-def refuse(api_url: str, store: Store) -> Refuse:
+def refuse(api_url: str, store: Store, token_for: TokenFor) -> Refuse:
     """``refuse(method, path, user=, status=, says=, json=)``: send a request that must be
     refused with ``status`` and a detail containing each of ``says``; check that the store is
     exactly as it was. Returns the body."""
@@ -98,9 +98,13 @@ def refuse(api_url: str, store: Store) -> Refuse:
         says: str | list[str],
         json: Any = None,
     ) -> dict[str, Any]:
+        token = token_for(user)
         before = store_picture(store)
         response = httpx.request(
-            method, f"{api_url}/api/v1{path}", json=json, headers={"X-Gpuyard-User": user}
+            method,
+            f"{api_url}/api/v1{path}",
+            json=json,
+            headers={"Authorization": f"Bearer {token}"},
         )
         body: dict[str, Any] = response.json()
         assert response.status_code == status, body

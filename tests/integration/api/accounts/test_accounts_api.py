@@ -15,7 +15,7 @@ from sqlalchemy import select
 from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
-from gpuyard.errors import InvalidSpec
+from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied
 from gpuyard.services.accounts import AccountService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, UserRow
@@ -23,18 +23,17 @@ from gpuyard.store.tables import JobRow, UserRow
 Refuse = Callable[..., dict[str, Any]]
 
 
-def test_bootstrap_admins_and_first_submission_registers_a_user(
-    client: Client, admin: Client, store: Store
-) -> None:
+def test_bootstrap_admins_and_plain_users(client: Client, admin: Client, store: Store) -> None:
     users = {u.name: u for u in admin.users()}
     assert {n: (u.role.value, u.group) for n, u in users.items()} == {
         "ada": ("admin", "default"),
+        "alice": ("user", "default"),  # the `client` fixture's user, made by the test
         "root": ("admin", "default"),
     }
     assert [t.value for t in users["ada"].tiers] == ["low", "normal", "high", "highest"]
-    assert [(g.name, g.members) for g in admin.groups()] == [("default", ["ada", "root"])]
+    assert [(g.name, g.members) for g in admin.groups()] == [("default", ["ada", "alice", "root"])]
 
-    job = client.submit({"command": "python train.py"})  # alice, never seen before
+    job = client.submit({"command": "python train.py"})
     alice = client.user_info()
     assert (alice.name, alice.role.value, alice.group) == ("alice", "user", "default")
     assert [t.value for t in alice.tiers] == ["low", "normal", "high"]
@@ -55,7 +54,7 @@ def test_ensure_admins_promotes_and_is_idempotent(store: Store, clock: ManualClo
         accounts.register(session, "bob")
     accounts.ensure_admins(["bob", " ", "carol", "bob"])
     accounts.ensure_admins(["bob", "carol"])
-    assert [(u.name, u.role.value, u.group) for u in accounts.list_users()] == [
+    assert [(u.name, u.role.value, u.group) for u in accounts.list_users(actor="bob")] == [
         ("bob", "admin", "default"),
         ("carol", "admin", "default"),
     ]
@@ -71,7 +70,7 @@ def test_users_are_managed_by_admins_only(
         "/users",
         user="alice",
         status=403,
-        says=["only admins may create users", "admins: ada, root"],
+        says=["only admins may create users", "you (alice) are not an admin"],
         json={"name": "bob"},
     )
     refuse(
@@ -129,11 +128,17 @@ def test_users_are_managed_by_admins_only(
     changed = admin.update_user("bob", group="default", role="admin", share=0.5)
     assert (changed.group, changed.role.value, changed.share) == ("default", "admin", 0.5)
     assert [t.value for t in changed.tiers] == ["low", "normal", "high", "highest"]
-    # Anyone may read.
-    assert client.user_info("bob") == changed
-    assert [u.name for u in client.users()] == ["ada", "bob", "root"]
-    response = httpx.get(f"{api_url}/api/v1/users/zed")
-    assert response.status_code == 404 and "gpuyard users add" in response.json()["detail"]
+    # Admins read anyone; a user reads itself only, and the refusal names no one.
+    assert admin.user_info("bob") == changed
+    assert client.user_info().name == "alice"
+    with pytest.raises(PermissionDenied, match="only admins may read other users") as refused:
+        client.user_info("bob")
+    assert "ada" not in str(refused.value)
+    with pytest.raises(PermissionDenied, match="only admins may list users"):
+        client.users()
+    assert [u.name for u in admin.users()] == ["ada", "alice", "bob", "root"]
+    with pytest.raises(NotFound, match="gpuyard users add"):
+        admin.user_info("zed")
 
     # There is always an admin left.
     admin.update_user("bob", role="user")

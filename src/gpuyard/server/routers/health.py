@@ -1,0 +1,32 @@
+"""/api/v1/health: open to everyone (load balancers and monitors have no token)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from gpuyard import __version__
+from gpuyard.server.deps import ServicesDep
+
+router = APIRouter(tags=["pool"])
+
+
+@router.get(
+    "/health",
+    responses={503: {"description": "The controller is not making progress (see its errors)."}},
+)
+async def health(request: Request, response: Response, services: ServicesDep) -> dict[str, Any]:
+    """Whether the server and its controller work. 503 while the controller's loop makes no
+    progress (it stopped, or no pass has completed for a while); its recent errors say why."""
+    controller = request.app.state.controller_health
+    state = controller() if controller else None
+    stalled = state is not None and not state.get("progressing", True)
+    if stalled:
+        response.status_code = 503
+    return {
+        "status": "stalled" if stalled else "ok",
+        "version": __version__,
+        "database": services.jobs.store.dialect,
+        "controller": state,
+    }

@@ -1,0 +1,465 @@
+"""Sign-in and authorization: API tokens, the caller's standing, the pool's sharing switch,
+and the audit trail.
+
+Tokens are 32 random bytes (``gy_`` + URL-safe base64); the store keeps only their SHA-256
+digest, so a copy of the database signs no one in. A token belongs to one user, has an
+expiry (at most :data:`MAX_TOKEN_LIFE`), and can be listed and revoked. Resolving a token is
+on every request's path, so resolved tokens are cached while no user, group or token changes
+in this process (``Store.generation``) and for at most :data:`CACHE_AGE` seconds (changes by
+another server process).
+
+Every decision goes through :func:`gpuyard.models.access.decide`; :class:`Policy` only
+gathers its inputs (the caller's role and group, the job's owner, group and access, the
+sharing switch) and turns a verdict into the error the API answers with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy.orm import Session
+
+from gpuyard.clock import Clock
+from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied, Unauthenticated
+from gpuyard.models.access import (
+    OFFERED_JOB_ACTIONS,
+    Access,
+    Action,
+    Caller,
+    Verdict,
+    decide,
+    relation_to,
+)
+from gpuyard.models.accounts import (
+    AuditEntry,
+    IssuedToken,
+    PoolSettings,
+    PoolSettingsUpdate,
+    Role,
+    TokenSpec,
+    TokenView,
+)
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import AuditRow, JobRow, SettingRow, TokenRow, UserRow
+
+__all__ = [
+    "CACHE_AGE",
+    "DEFAULT_TOKEN_LIFE",
+    "MAX_TOKEN_LIFE",
+    "Audit",
+    "Policy",
+    "TokenService",
+    "digest",
+]
+
+CACHE_AGE = 5.0
+DEFAULT_TOKEN_LIFE = 90 * 86400.0
+MAX_TOKEN_LIFE = 366 * 86400.0
+TOKEN_PREFIX = "gy_"  # noqa: S105 - a prefix, not a secret
+_TOUCH_EVERY = 600.0
+"""Seconds between writes of a token's ``last_used_at``."""
+
+SIGN_IN_HELP = (
+    "send `Authorization: Bearer <token>`; get a token with `gpuyard login` (an admin creates "
+    "one with `gpuyard tokens create USER`; on your own machine `gpuyard up` made yours)"
+)
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _when(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+class Audit:
+    """Who did what to which job or setting, and when. Written in the transaction of the
+    change itself, so the trail never shows a change that did not happen or misses one."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def record(
+        self, session: Session, actor: str, action: str, target: str, detail: str = ""
+    ) -> None:
+        session.add(
+            AuditRow(
+                time=self.clock.now(),
+                actor=actor[:96],
+                action=action[:32],
+                target=target[:160],
+                detail=detail[:2000],
+            )
+        )
+
+    def record_many(
+        self, session: Session, actor: str, action: str, targets: Sequence[str], detail: str = ""
+    ) -> None:
+        if not targets:
+            return
+        now = self.clock.now()
+        session.execute(
+            AuditRow.__table__.insert(),  # type: ignore[attr-defined]
+            [
+                {
+                    "time": now,
+                    "actor": actor[:96],
+                    "action": action[:32],
+                    "target": t[:160],
+                    "detail": detail[:2000],
+                }
+                for t in targets
+            ],
+        )
+
+    @staticmethod
+    def entries(
+        session: Session,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> list[AuditEntry]:
+        query = select(AuditRow).where(AuditRow.id > after)
+        if actor:
+            query = query.where(AuditRow.actor == actor)
+        if action:
+            query = query.where(AuditRow.action == action)
+        if target:
+            query = query.where(AuditRow.target == target)
+        rows = session.scalars(query.order_by(AuditRow.id).limit(limit)).all()
+        return [
+            AuditEntry(
+                id=r.id,
+                time=datetime.fromtimestamp(r.time, UTC),
+                actor=r.actor,
+                action=r.action,
+                target=r.target,
+                detail=r.detail,
+            )
+            for r in rows
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    caller: Caller
+    token_id: int
+    expires_at: float | None
+    last_used_at: float | None
+    cached_at: float
+
+
+class Policy:
+    """The inputs of :func:`decide`, read from the store, and its verdicts as errors."""
+
+    SHARING = "sharing"
+
+    def __init__(self, store: Store, clock: Clock, audit: Audit) -> None:
+        self.store = store
+        self.clock = clock
+        self.audit = audit
+        self._sharing: tuple[tuple[int, ...], float, bool] | None = None
+
+    # -- the caller -----------------------------------------------------------------------
+
+    @staticmethod
+    def caller(session: Session, name: str) -> Caller:
+        """``name``'s standing now (role, group), read in ``session``."""
+        if not name:
+            return Caller("")
+        row = session.get(UserRow, name)
+        if row is None:
+            return Caller(name)
+        return Caller(name, admin=row.role == Role.ADMIN.value, group=row.group_name or "")
+
+    # -- the sharing switch ---------------------------------------------------------------
+
+    def sharing(self, session: Session | None = None) -> bool:
+        generation = self.store.generation("pool_settings")
+        now = self.clock.monotonic()
+        cached = self._sharing
+        if cached is not None and cached[0] == generation and now - cached[1] < CACHE_AGE:
+            return cached[2]
+        if session is None:
+            with self.store.read() as fresh:
+                value = fresh.get(SettingRow, self.SHARING)
+        else:
+            value = session.get(SettingRow, self.SHARING)
+        sharing = True if value is None or value.value is None else bool(value.value)
+        self._sharing = (generation, now, sharing)
+        return sharing
+
+    def settings(self) -> PoolSettings:
+        return PoolSettings(sharing=self.sharing())
+
+    def update_settings(self, change: PoolSettingsUpdate, *, actor: str) -> PoolSettings:
+        with self.store.write() as session:
+            self.require(session, actor, Action.MANAGE_POOL, "change the pool's settings")
+            if change.sharing is not None:
+                row = session.get(SettingRow, self.SHARING)
+                if row is None:
+                    session.add(SettingRow(key=self.SHARING, value=change.sharing))
+                else:
+                    row.value = change.sharing
+                self.audit.record(
+                    session, f"user:{actor}", "settings", "sharing", f"sharing={change.sharing}"
+                )
+        self._sharing = None
+        return self.settings()
+
+    def audit_entries(self, *, actor_name: str, **filters: object) -> list[AuditEntry]:
+        with self.store.read() as session:
+            self.require(session, actor_name, Action.READ_AUDIT, "read the audit trail")
+            return self.audit.entries(session, **filters)  # type: ignore[arg-type]
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def require(self, session: Session, actor: str, action: Action, what: str) -> Caller:
+        """The caller, unless ``action`` on the pool is not open to it (PermissionDenied,
+        naming the role that may, never the users who have it)."""
+        caller = self.caller(session, actor)
+        verdict = decide(relation_to(caller, None, None), action)
+        if verdict is Verdict.SIGN_IN:
+            raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
+        if verdict is not Verdict.ALLOW:
+            raise PermissionDenied(f"only admins may {what}; you ({actor}) are not an admin")
+        return caller
+
+    def verdict(self, caller: Caller, row: JobRow, action: Action, *, sharing: bool) -> Verdict:
+        relation = relation_to(caller, row.owner, row.group_name)
+        return decide(relation, action, Access(row.access or "none"), sharing=sharing)
+
+    def check_job(
+        self, session: Session, actor: str, row: JobRow | None, job_id: int, action: Action
+    ) -> JobRow:
+        """``row`` if ``actor`` may do ``action`` to it; NotFound when it does not exist or
+        the actor may not see it (the same words either way), PermissionDenied when it may see
+        it but not do this."""
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist")
+        caller = self.caller(session, actor)
+        verdict = self.verdict(caller, row, action, sharing=self.sharing(session))
+        if verdict is Verdict.ALLOW:
+            return row
+        if verdict is Verdict.SIGN_IN:
+            raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
+        if verdict is Verdict.HIDDEN:
+            raise NotFound(f"job {job_id} does not exist")
+        raise PermissionDenied(
+            f"your access to job {job_id} is read-only: you may view and clone it; its owner "
+            f"or an admin may {action.value.replace('-', ' ')} it (or give its group "
+            "read-write access)"
+        )
+
+    def allowed(self, caller: Caller, row: JobRow, *, sharing: bool) -> list[Action]:
+        return [
+            a
+            for a in OFFERED_JOB_ACTIONS
+            if self.verdict(caller, row, a, sharing=sharing) is Verdict.ALLOW
+        ]
+
+    def visible(self, caller: Caller, *, sharing: bool) -> ColumnElement[bool] | None:
+        """A WHERE clause for the jobs ``caller`` may see (None: all of them)."""
+        if caller.admin:
+            return None
+        mine = JobRow.owner == caller.name
+        if not sharing or not caller.group:
+            return mine
+        return or_(
+            mine,
+            and_(JobRow.group_name == caller.group, JobRow.access != Access.NONE.value),
+        )
+
+    def check_access_choice(self, access: Access, session: Session | None = None) -> None:
+        """InvalidSpec when a job asks for access for others while sharing is off."""
+        if access is not Access.NONE and not self.sharing(session):
+            raise InvalidSpec(
+                f"access: an admin has turned sharing off, so access for others can only be "
+                f"none (got {access.value})"
+            )
+
+
+class TokenService:
+    def __init__(self, store: Store, *, clock: Clock, policy: Policy, audit: Audit) -> None:
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+        self.audit = audit
+        self._lock = threading.Lock()
+        self._cache: dict[str, _Resolved] = {}
+        self._generation: tuple[int, ...] = ()
+
+    # -- on every request -----------------------------------------------------------------
+
+    def authenticate_cached(self, authorization: str | None) -> Caller | None:
+        """:meth:`authenticate` when the answer needs no database (a token resolved lately, or
+        a malformed header); None when it does. For an event loop, which must not block."""
+        resolved = self._cached(self._key(authorization))
+        if resolved is None:
+            return None
+        return self._check_expiry(resolved)
+
+    def authenticate(self, authorization: str | None) -> Caller:
+        """The caller an ``Authorization`` header names; Unauthenticated, saying how to sign
+        in, when it is absent, malformed, unknown, revoked or expired."""
+        key = self._key(authorization)
+        resolved = self._cached(key) or self._resolve(key, self.clock.now())
+        return self._check_expiry(resolved)
+
+    def _key(self, authorization: str | None) -> str:
+        if not authorization:
+            raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated(
+                f"the Authorization header must be `Bearer <token>`: {SIGN_IN_HELP}"
+            )
+        if len(token) > 256 or not token.isascii():
+            raise Unauthenticated(f"that is not a gpuyard token: {SIGN_IN_HELP}")
+        return digest(token)
+
+    def _check_expiry(self, resolved: _Resolved) -> Caller:
+        if resolved.expires_at is not None and resolved.expires_at <= self.clock.now():
+            raise Unauthenticated(
+                "your token has expired; get a new one with `gpuyard login` (an admin creates "
+                "it with `gpuyard tokens create USER`)"
+            )
+        return resolved.caller
+
+    def _cached(self, key: str) -> _Resolved | None:
+        generation = self.store.generation("users", "groups", "api_tokens")
+        with self._lock:
+            if generation != self._generation:
+                self._cache.clear()
+                self._generation = generation
+            found = self._cache.get(key)
+        if found is None or self.clock.monotonic() - found.cached_at > CACHE_AGE:
+            return None
+        return found
+
+    def _resolve(self, key: str, now: float) -> _Resolved:
+        with self.store.read() as session:
+            row = session.scalars(select(TokenRow).where(TokenRow.digest == key)).one_or_none()
+            if row is None:
+                raise Unauthenticated(f"that token is unknown or was revoked: {SIGN_IN_HELP}")
+            caller = self.policy.caller(session, row.user_name)
+            resolved = _Resolved(
+                caller, row.id, row.expires_at, row.last_used_at, self.clock.monotonic()
+            )
+        if resolved.last_used_at is None or now - resolved.last_used_at > _TOUCH_EVERY:
+            # At most every _TOUCH_EVERY seconds per token: it is a write (and empties the
+            # cache of resolved tokens, which then fills again from reads).
+            with self.store.write() as session:
+                session.execute(
+                    update(TokenRow)
+                    .where(TokenRow.id == resolved.token_id)
+                    .values(last_used_at=now)
+                )
+        with self._lock:
+            self._cache[key] = resolved
+        return resolved
+
+    # -- managing tokens ------------------------------------------------------------------
+
+    def issue(self, spec: TokenSpec, *, actor: str) -> IssuedToken:
+        """A new token for ``spec.user`` (default: the actor). Only admins issue tokens for
+        others. The token is in the answer only: the store keeps its digest."""
+        user = spec.user or actor
+        with self.store.write() as session:
+            if user != actor:
+                self.policy.require(
+                    session, actor, Action.MANAGE_TOKENS, "create tokens for others"
+                )
+            if session.get(UserRow, user) is None:
+                raise NotFound(
+                    f"user {user} does not exist; an admin creates it with `gpuyard users add "
+                    f"{user}`"
+                )
+            view = self._insert(session, user, spec.label, spec.expires_in)
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "token.create",
+                f"user:{user}",
+                f"token {view.id} ({spec.label or 'no label'}), expires {view.expires_at}",
+            )
+        return view
+
+    def issue_for_owner(self, user: str, label: str, life: float) -> IssuedToken:
+        """A token for the pool's own user, made when the pool starts (no caller to check)."""
+        with self.store.write() as session:
+            view = self._insert(session, user, label, life)
+            self.audit.record(session, "pool", "token.create", f"user:{user}", label)
+        return view
+
+    def _insert(self, session: Session, user: str, label: str, life: float | None) -> IssuedToken:
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        now = self.clock.now()
+        row = TokenRow(
+            digest=digest(token),
+            user_name=user,
+            label=label,
+            created_at=now,
+            expires_at=now + (life if life is not None else DEFAULT_TOKEN_LIFE),
+        )
+        session.add(row)
+        session.flush()
+        return IssuedToken(**self._view(row).model_dump(), token=token)
+
+    def valid(self, token: str) -> str | None:
+        """The user a token signs in, or None (unknown, revoked, expired)."""
+        with self.store.read() as session:
+            row = session.scalars(
+                select(TokenRow).where(TokenRow.digest == digest(token))
+            ).one_or_none()
+            if row is None or (row.expires_at is not None and row.expires_at <= self.clock.now()):
+                return None
+            return row.user_name
+
+    def list_tokens(self, *, actor: str, user: str | None = None) -> list[TokenView]:
+        """The actor's tokens; an admin may name another user or all (``user="*"``)."""
+        with self.store.read() as session:
+            wanted = user or actor
+            if wanted != actor:
+                self.policy.require(session, actor, Action.MANAGE_TOKENS, "list others' tokens")
+            query = select(TokenRow).order_by(TokenRow.id)
+            if wanted != "*":
+                query = query.where(TokenRow.user_name == wanted)
+            return [self._view(r) for r in session.scalars(query)]
+
+    def revoke(self, token_id: int, *, actor: str) -> None:
+        with self.store.write() as session:
+            row = session.get(TokenRow, token_id)
+            caller = self.policy.caller(session, actor)
+            if row is None or (row.user_name != actor and not caller.admin):
+                raise NotFound(f"token {token_id} does not exist (see `gpuyard tokens list`)")
+            session.execute(delete(TokenRow).where(TokenRow.id == token_id))
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "token.revoke",
+                f"user:{row.user_name}",
+                f"token {token_id}",
+            )
+
+    @staticmethod
+    def _view(row: TokenRow) -> TokenView:
+        return TokenView(
+            id=row.id,
+            user=row.user_name,
+            label=row.label,
+            created_at=datetime.fromtimestamp(row.created_at, UTC),
+            expires_at=_when(row.expires_at),
+            last_used_at=_when(row.last_used_at),
+        )

@@ -1,0 +1,126 @@
+"""Signing in with API tokens over real HTTP: stored hashed, expiring, listed and revoked, the
+pool owner's token made by `gpuyard up`'s start-up step, and the network defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from gpuyard.client import Client
+from gpuyard.clock import ManualClock
+from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied, Unauthenticated
+from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import TokenRow
+from gpuyard.testing.auth import AsUser, TokenFor
+from gpuyard.up import check_exposure, ensure_owner_token
+
+
+def test_tokens_are_stored_hashed_expire_and_can_be_revoked(
+    api_url: str, as_user: AsUser, token_for: TokenFor, store: Store, clock: ManualClock
+) -> None:
+    admin = as_user("ada", admin=True)
+    admin.create_user("bob")
+    issued = admin.create_token(user="bob", label="laptop", expires_in="1d")
+    assert issued.token.startswith("gy_") and len(issued.token) > 40
+    with store.read() as session:
+        digests = session.scalars(select(TokenRow.digest)).all()
+    assert issued.token not in digests  # only its SHA-256 is kept
+    bob = Client(api_url, token=issued.token)
+    assert bob.user_info().name == "bob"
+    listed = {t.id: t for t in bob.tokens()}
+    assert listed[issued.id].label == "laptop" and listed[issued.id].last_used_at is not None
+    assert "token" not in listed[issued.id].model_dump()
+
+    # Bob may make tokens for himself, not for others, nor list others'.
+    mine = bob.create_token(label="ci")
+    with pytest.raises(PermissionDenied, match="only admins may create tokens for others"):
+        bob.create_token(user="ada")
+    with pytest.raises(PermissionDenied):
+        bob.tokens(user="ada")
+    # Another user's token id is as unknown as one that does not exist.
+    ada_token = admin.tokens()[0].id
+    with pytest.raises(NotFound, match=f"token {ada_token} does not exist"):
+        bob.revoke_token(ada_token)
+
+    bob.revoke_token(mine.id)
+    with pytest.raises(Unauthenticated, match="unknown or was revoked"):
+        Client(api_url, token=mine.token).user_info()
+    clock.advance(86400 + 1)
+    with pytest.raises(Unauthenticated, match="expired"):
+        bob.user_info()
+    trail = [(e.action, e.target) for e in admin.audit()]
+    assert ("token.create", "user:bob") in trail and ("token.revoke", "user:bob") in trail
+
+
+@pytest.mark.parametrize(
+    ("header", "says"),
+    [
+        (None, "sign in first"),
+        ("Basic Ym9iOnNlY3JldA==", "must be `Bearer <token>`"),
+        ("Bearer", "must be `Bearer <token>`"),
+        ("Bearer gy_" + "x" * 300, "not a gpuyard token"),
+        ("Bearer gy_nope", "unknown or was revoked"),
+    ],
+)
+def test_requests_without_a_valid_token_get_401(
+    api_url: str, header: str | None, says: str
+) -> None:
+    headers = {"Authorization": header} if header is not None else {}
+    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers) as http:
+        for method, path in [("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/nodes")]:
+            response = http.request(method, path, json={"command": "x"})
+            assert response.status_code == 401, response.text
+            assert response.json()["code"] == "unauthenticated"
+            assert says in response.json()["detail"]
+        assert http.get("/health").status_code == 200  # monitors have no token
+
+
+def test_token_specs_are_checked(as_user: AsUser) -> None:
+    admin = as_user("ada", admin=True)
+    with pytest.raises(InvalidSpec, match="expires_in"):
+        admin.create_token(expires_in="400d")
+    with pytest.raises(NotFound, match="user nobody does not exist"):
+        admin.create_token(user="nobody")
+
+
+def test_the_pool_owner_token_is_made_once_and_kept_private(
+    tmp_path: Path, app: Any, settings: Settings
+) -> None:
+    tokens = app.state.services.tokens
+    ensure_owner_token(settings, tokens)
+    path = settings.owner_token_file
+    first = path.read_text().strip()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert tokens.valid(first) == settings.user
+    ensure_owner_token(settings, tokens)
+    assert path.read_text().strip() == first  # still valid: kept
+    path.write_text("gy_forged\n")
+    ensure_owner_token(settings, tokens)
+    assert path.read_text().strip() not in ("gy_forged", first)
+
+
+def test_a_non_loopback_address_needs_tls_or_insecure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert check_exposure(Settings(home=tmp_path, host="127.0.0.1")) is False
+    assert check_exposure(Settings(home=tmp_path, host="::1")) is False
+    assert check_exposure(Settings(home=tmp_path, host="localhost")) is False
+    with pytest.raises(InvalidSpec, match=r"refusing to serve plain HTTP on 0\.0\.0\.0"):
+        check_exposure(Settings(home=tmp_path, host="0.0.0.0"))  # noqa: S104
+    assert check_exposure(Settings(home=tmp_path, host="10.1.2.3", insecure=True)) is False
+    assert "clear text" in caplog.text
+    with pytest.raises(InvalidSpec, match="both --tls-cert and --tls-key"):
+        check_exposure(Settings(home=tmp_path, host="10.1.2.3", tls_cert=tmp_path / "c"))
+    with pytest.raises(InvalidSpec, match="does not exist"):
+        check_exposure(
+            Settings(home=tmp_path, host="10.1.2.3", tls_cert=tmp_path / "c", tls_key=tmp_path)
+        )
+    (tmp_path / "c.pem").write_text("cert")
+    (tmp_path / "k.pem").write_text("key")
+    tls = Settings(host="10.1.2.3", tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem")
+    assert check_exposure(tls) is True
