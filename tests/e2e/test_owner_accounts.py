@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import secrets
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -75,3 +77,74 @@ def test_a_job_runs_as_its_owners_account_and_cannot_read_the_pools_database(
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
     assert stat.S_IMODE(pool.home.stat().st_mode) == 0o711
     assert "cannot reach the pool's home" not in pool.log_tail()
+
+
+def test_a_plain_user_signed_in_elsewhere_reaches_nothing_of_anyone_else(
+    pool: OwnerPool, tmp_path: Path
+) -> None:
+    """Issue 10's acceptance, end to end: a plain user with a token of their own fails to
+    become admin, to see the owner's job, and, from inside a job, to read the database, the
+    owner's token, the owner's job directory or its processes' environment (where its job
+    token, the key to its remote-exec channel, lives)."""
+    owner_job = pool.cli_json("submit", "--", "sleep 60")
+    pool.wait_status(owner_job["id"], {"running"})
+    mallory = f"m{secrets.token_hex(4)}"
+    pool.cli("groups", "add", "outsiders")
+    pool.cli("users", "add", mallory, "--group", "outsiders")
+    token = json.loads(pool.cli("tokens", "create", mallory, "--json").stdout)["token"]
+    env = {
+        **{k: v for k, v in pool.env.items() if k != "GPUYARD_HOME"},
+        "GPUYARD_HOME": str(tmp_path / "elsewhere"),
+        "GPUYARD_URL": pool.url,
+        "GPUYARD_TOKEN": token,
+    }
+
+    def as_mallory(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuyard", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    promote = as_mallory("users", "set", mallory, "--role", "admin")
+    assert promote.returncode == 1 and "only admins may change users" in promote.stderr
+    hidden = as_mallory("show", str(owner_job["id"]))
+    assert f"job {owner_job['id']} does not exist" in hidden.stderr
+    stop = as_mallory("stop", str(owner_job["id"]))
+    assert stop.returncode == 1 and "does not exist" in stop.stderr
+
+    home = pool.home
+    owner_dir = home / "jobs" / str(owner_job["id"])
+    probes = " ; ".join(
+        [
+            f"cat {home / 'gpuyard.db'} >/dev/null 2>&1 && echo db-read || echo db-denied",
+            f"cat {home / 'owner.token'} >/dev/null 2>&1 && echo token-read || echo token-denied",
+            f"ls {owner_dir} >/dev/null 2>&1 && echo dir-read || echo dir-denied",
+            # Every environment this job can read: only its own job's.
+            "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null | tr '\\0' '\\n'; done"
+            " | grep '^GPUYARD_JOB_ID=' | sort -u",
+        ]
+    )
+    scripts = Path(tempfile.mkdtemp(prefix="gpuyard-e2e-probe-"))
+    scripts.chmod(0o755)
+    (scripts / "probe.sh").write_text(probes + "\n")
+    (scripts / "probe.sh").chmod(0o644)
+    submitted = as_mallory("submit", "--json", "--", f"sh {scripts / 'probe.sh'}")
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(submitted.stdout)
+    deadline = time.monotonic() + 60
+    while as_mallory("wait", str(job["id"])).returncode not in (0, 1):
+        assert time.monotonic() < deadline
+    log = as_mallory("logs", str(job["id"])).stdout
+    assert log.splitlines() == [
+        "db-denied",
+        "token-denied",
+        "dir-denied",
+        f"GPUYARD_JOB_ID={job['id']}",
+    ], log
+    shutil.rmtree(scripts, ignore_errors=True)
+    pool.cli("stop", str(owner_job["id"]))
+    with contextlib.suppress(KeyError):
+        subprocess.run(["userdel", f"gpy-{mallory}"], check=False, capture_output=True)
