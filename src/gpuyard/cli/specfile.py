@@ -73,36 +73,27 @@ def _read_yaml(path: Path) -> Any:
     except yaml.YAMLError as exc:
         raise InvalidSpec(f"job file {path} is not valid YAML: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("env"), dict):
-        data["env"] = _env_as_written(path, data["env"], _raw_env(node))
+        data["env"] = _env_as_written(path, node)
     return data
 
 
-def _raw_env(node: Any) -> dict[str, str]:
-    """The text of each plain value under the top-level ``env`` key, as written."""
+def _env_as_written(path: Path, node: Any) -> dict[str, str]:
+    """The top-level ``env`` mapping with its keys and values as written: YAML would read
+    ``yes`` as true, ``1.10`` as 1.1 and ``007`` as 7, in keys (``OFF:``) as in values."""
     import yaml
 
-    if not isinstance(node, yaml.MappingNode):
-        return {}
     for key, value in node.value:
-        if key.value == "env" and isinstance(value, yaml.MappingNode):
-            return {
-                str(k.value): str(v.value) for k, v in value.value if isinstance(v, yaml.ScalarNode)
-            }
+        if key.value != "env" or not isinstance(value, yaml.MappingNode):
+            continue
+        env = {}
+        for k, v in value.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise InvalidSpec(f"job file {path}: env names must be text")
+            if not isinstance(v, yaml.ScalarNode):
+                raise InvalidSpec(f"job file {path}: env.{k.value} must be text, not a list or map")
+            env[str(k.value)] = str(v.value)
+        return env
     return {}
-
-
-def _env_as_written(path: Path, env: dict[Any, Any], raw: dict[str, str]) -> dict[str, str]:
-    result = {}
-    for key, value in env.items():
-        if isinstance(value, str):
-            result[str(key)] = value
-        elif str(key) in raw:
-            result[str(key)] = raw[str(key)]  # 'yes' stays 'yes', 1.10 stays 1.10
-        else:
-            raise InvalidSpec(
-                f"job file {path}: env.{key} must be text, not {type(value).__name__}"
-            )
-    return result
 
 
 def _strict_loader() -> type:

@@ -122,3 +122,45 @@ def test_driver_and_driver_version_together(tmp_path: Path) -> None:
     path.write_text("command: x\ndriver: '1'\ndriver_version: '2'\n")
     with pytest.raises(InvalidSpec, match="gives both driver and driver_version; keep one"):
         load_job_file(path)
+
+
+def test_yaml_env_values_are_kept_exactly_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "command: python train.py\n"
+        "env:\n  DEBUG: yes\n  VERSION: 1.10\n  OFF: off\n  N: 007\n  EMPTY: ''\n"
+    )
+    env = load_job_file(path)["env"]
+    assert env == {"DEBUG": "yes", "VERSION": "1.10", "OFF": "off", "N": "007", "EMPTY": ""}
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("command: a\ncommand: b\n", "command"),  # a key given twice: which wins is a guess
+        ("env:\n  A: x\n  A: y\ncommand: a\n", "A"),
+        ("a: &x [1, 2]\nb: *x\ncommand: a\n", "alias"),
+        # The billion laughs: a few lines that would expand to gigabytes.
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\ncommand: a\n",
+            "alias",
+        ),
+        ("command: a\nenv:\n  A: [1, 2]\n", "env.A must be text"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("command: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_yaml_job_files_are_read_strictly(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidSpec, match=None) as refused:
+        load_job_file(path)
+    assert says in str(refused.value)
+
+
+def test_a_huge_yaml_job_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"command: a\n" + b"# padding\n" * 200_000)
+    with pytest.raises(InvalidSpec, match="the limit is 1048576"):
+        load_job_file(path)
