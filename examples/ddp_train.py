@@ -24,9 +24,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--lr", type=float, default=0.1)
-    # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead.
-    parser.add_argument("--local-rank", "--local_rank", type=int, default=None)
-    args, _ = parser.parse_known_args()
+    # The launcher (torchrun's) puts LOCAL_RANK, RANK and WORLD_SIZE in the environment.
+    args = parser.parse_args()
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -124,9 +124,8 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds to sleep per step")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead.
-    parser.add_argument("--local-rank", "--local_rank", type=int, default=None)
-    args, _ = parser.parse_known_args()
+    # The launcher (torchrun's) puts LOCAL_RANK, RANK and WORLD_SIZE in the environment.
+    args = parser.parse_args()
     torch.set_num_threads(1)
     train(args)
 

@@ -68,6 +68,66 @@ def test_pytorch_ddp_two_nodes_by_two_processes_wrapped_and_torchrun(pool: Serve
     assert "4 ranks on 2 nodes: weights identical" in log
 
 
+MODERN = """
+import argparse, os
+import torch.distributed as dist
+parser = argparse.ArgumentParser()  # strict: an unexpected --local-rank is an error
+parser.add_argument("--steps", type=int, default=1)
+args = parser.parse_args()
+dist.init_process_group("gloo")
+local = int(os.environ["LOCAL_RANK"])
+t = __import__("torch").tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+print(f"modern rank {dist.get_rank()} local {local} sum {t.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+LEGACY = """
+import argparse, warnings
+warnings.simplefilter("ignore")
+import torch.distributed as dist
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", "--local-rank", type=int, required=True)
+args = parser.parse_args()
+dist.init_process_group("gloo")
+print(f"legacy rank {dist.get_rank()} local {args.local_rank}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_modern_script_runs_as_is_and_a_legacy_one_with_the_legacy_launcher(
+    pool: ServerProcess, tmp_path: Path
+) -> None:
+    """Issue 11 point 1: the default launcher is torchrun's (LOCAL_RANK in the environment, no
+    argument); reference 002's torch.distributed.launch stays as `launcher: legacy`."""
+    modern, legacy = tmp_path / "modern.py", tmp_path / "legacy.py"
+    modern.write_text(MODERN)
+    legacy.write_text(LEGACY)
+    common = ["--mode", "pytorch", "--nodes", "2", "--gpus", "2", "--"]
+    job = run(pool, *common, PYTHON, str(modern), "--steps", "2")
+    log = (
+        pool.cli("logs", str(job["id"])).stdout
+        + pool.cli("logs", str(job["id"]), "--worker", "1").stdout
+    )
+    assert sorted(line for line in log.splitlines() if line.startswith("modern")) == [
+        f"modern rank {r} local {r % 2} sum 6" for r in range(4)
+    ]
+    assert "FutureWarning" not in log
+    job = run(pool, "--launcher", "legacy", *common, PYTHON, str(legacy))
+    log = (
+        pool.cli("logs", str(job["id"])).stdout
+        + pool.cli("logs", str(job["id"]), "--worker", "1").stdout
+    )
+    assert sorted(line for line in log.splitlines() if line.startswith("legacy")) == [
+        f"legacy rank {r} local {r % 2}" for r in range(4)
+    ]
+    # The legacy script under the default launcher gets no --local-rank, and says so.
+    failed = pool.cli_json("submit", *common, PYTHON, str(legacy))
+    done = pool.wait_status(failed["id"], {"succeeded", "failed"}, 120)
+    assert done["status"] == "failed"
+    assert "--local_rank" in pool.cli("logs", str(failed["id"])).stdout
+
+
 def test_lightning_slurm_detection_agrees_with_the_allocation(
     pool: ServerProcess, tmp_path: Path
 ) -> None:

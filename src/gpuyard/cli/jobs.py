@@ -82,6 +82,13 @@ def submit(
         int | None, typer.Option(help="tensorflow: parameter servers (0: AllReduce).")
     ] = None,
     mpi: Annotated[str | None, typer.Option(help="mpi/horovod: openmpi or mpich.")] = None,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            help="pytorch modes: torchrun (default; LOCAL_RANK in the environment) or legacy "
+            "(torch.distributed.launch, which passes --local-rank)."
+        ),
+    ] = None,
     algorithm: Annotated[
         str | None, typer.Option(help="Code directory, at workspace/algorithm.")
     ] = None,
@@ -147,6 +154,7 @@ def submit(
         "tasks": [{"command": t} for t in task] if task else None,
         "parameter_servers": parameter_servers,
         "mpi": mpi,
+        "launcher": launcher,
         "algorithm": algorithm,
         "datasets": parse_mount_flags(dataset, flag="--dataset") if dataset else None,
         "models": parse_mount_flags(model, flag="--model") if model else None,

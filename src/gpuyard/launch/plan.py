@@ -360,6 +360,7 @@ def plan_worker(
             node_rank=seat.node_rank,
             master_addr="localhost" if seat.node_rank == 0 else w.master.address,
             master_port=w.master.port,
+            launcher=spec.launcher,
         )
         if wrapped is not None:
             command, processes_per_node = wrapped, w.slots_per_node

@@ -47,6 +47,7 @@ from gpuyard.models.job import (
     Slot,
     SubmittedJobs,
     SubTask,
+    TorchLauncher,
     WorkerView,
 )
 from gpuyard.models.node import NodeState, NodeView
@@ -101,6 +102,7 @@ __all__ = [
     "SubmittedJobs",
     "TokenSpec",
     "TokenView",
+    "TorchLauncher",
     "UserSpec",
     "UserUpdate",
     "UserView",

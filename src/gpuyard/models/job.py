@@ -258,6 +258,16 @@ class NodeResources(BaseModel):
     )
 
 
+class TorchLauncher(StrEnum):
+    """How ``pytorch`` modes wrap a ``python script.py`` command (docs/distributed.md)."""
+
+    TORCHRUN = "torchrun"
+    """``python -m torch.distributed.run``: ``LOCAL_RANK`` in the environment, no argument."""
+    LEGACY = "legacy"
+    """``python -m torch.distributed.launch`` (reference 002's form): the script also gets
+    ``--local-rank=N``."""
+
+
 class JobSpec(BaseModel):
     """A training job as submitted. New fields must have defaults (clients send old specs).
 
@@ -291,6 +301,12 @@ class JobSpec(BaseModel):
     )
     mpi: MpiImplementation = Field(
         MpiImplementation.OPENMPI, description="mpi/horovod: openmpi or mpich."
+    )
+    launcher: TorchLauncher = Field(
+        TorchLauncher.TORCHRUN,
+        description="pytorch modes: how `python script.py` is wrapped: torchrun (python -m "
+        "torch.distributed.run; LOCAL_RANK in the environment) or legacy (python -m "
+        "torch.distributed.launch, reference 002's form: the script also gets --local-rank).",
     )
     mounts: Mounts = Field(default_factory=Mounts, description="The job's workspace.")
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")

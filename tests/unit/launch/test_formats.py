@@ -14,6 +14,7 @@ import pytest
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.torchrun import wrap_python
+from gpuyard.models import TorchLauncher
 from gpuyard.models.command import parse_command
 from gpuyard.models.job import MpiImplementation
 
@@ -121,17 +122,25 @@ PYTORCH_WORKER = """python \\
     [(0, "localhost", PYTORCH_MASTER), (1, "10.0.0.1", PYTORCH_WORKER)],
 )
 def test_pytorch_wrapping(node_rank: int, master_addr: str, reference: str) -> None:
-    wrapped = wrap_python(
-        parse_command("python /workspace/algorithm/train.py"),
-        nproc_per_node=4,
-        nnodes=2,
-        node_rank=node_rank,
-        master_addr=master_addr,
-        master_port=2222,
-    )
-    assert wrapped is not None
+    """The legacy launcher is reference 002's form, word for word; the default is the same with
+    torch.distributed.run (torchrun), which passes no --local-rank."""
     expected = reference_text(reference.replace("${master address}", master_addr))
-    assert " ".join(wrapped.display_words()) == expected
+    for launcher, module in [
+        (TorchLauncher.LEGACY, "torch.distributed.launch"),
+        (TorchLauncher.TORCHRUN, "torch.distributed.run"),
+    ]:
+        wrapped = wrap_python(
+            parse_command("python /workspace/algorithm/train.py"),
+            nproc_per_node=4,
+            nnodes=2,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            master_port=2222,
+            launcher=launcher,
+        )
+        assert wrapped is not None
+        want = expected.replace("torch.distributed.launch", module)
+        assert " ".join(wrapped.display_words()) == want
 
 
 TORCHRUN = """torchrun \\
@@ -189,14 +198,14 @@ def test_torchrun_reference_form_expands_from_the_env() -> None:
     [
         (
             "python3 -u train.py --lr 0.1",
-            "python3 -u -m torch.distributed.launch {L} train.py --lr 0.1",
+            "python3 -u -m torch.distributed.run {L} train.py --lr 0.1",
         ),
-        ("python -m pkg.train --x", "python -m torch.distributed.launch {L} -m pkg.train --x"),
+        ("python -m pkg.train --x", "python -m torch.distributed.run {L} -m pkg.train --x"),
         (
             "/opt/venv/bin/python3.11 t.py",
-            "/opt/venv/bin/python3.11 -m torch.distributed.launch {L} t.py",
+            "/opt/venv/bin/python3.11 -m torch.distributed.run {L} t.py",
         ),
-        ("python -W ignore t.py", "python -W ignore -m torch.distributed.launch {L} t.py"),
+        ("python -W ignore t.py", "python -W ignore -m torch.distributed.run {L} t.py"),
     ],
 )
 def test_pytorch_wrapping_keeps_interpreter_options_and_modules(

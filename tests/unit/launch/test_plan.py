@@ -148,7 +148,7 @@ def test_pytorch_env_and_wrapping() -> None:
         "RANK": "1",
         "SLOTS": "2",
     }
-    launcher = "-m torch.distributed.launch --nproc_per_node=2 --nnodes=2"
+    launcher = "-m torch.distributed.run --nproc_per_node=2 --nnodes=2"
     assert " ".join(master.argv) == (
         f"python {launcher} --node_rank=0 --master_addr=localhost --master_port=20000 "
         "train.py --lr 0.1"
