@@ -31,6 +31,7 @@ from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
+from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused, os_account
@@ -50,6 +51,11 @@ from gpuyard.store.tables import JobRow, UserRow, WorkerRow
 __all__ = ["ACTOR", "ESCALATED", "KILL_BACKSTOP", "LaunchConfig", "Lifecycle", "describe_exit"]
 
 log = logging.getLogger("gpuyard.controller")
+
+DIAGNOSIS_TAIL = 32 * 1024
+"""Bytes of each worker's log the failure diagnosis reads (the end, where the fault is)."""
+DIAGNOSIS_WORKERS = 128
+"""Workers of one job whose logs it reads at most."""
 
 ACTOR = "controller"
 KILL_BACKSTOP = 10.0
@@ -210,6 +216,28 @@ class Lifecycle:
                 )
         self._mark_dirty()
 
+    def _diagnose(self, workers: list[WorkerRow]) -> Diagnosis | None:
+        """The likely root cause of a failure from the tail of each worker's log (at most
+        :data:`DIAGNOSIS_TAIL` bytes of :data:`DIAGNOSIS_WORKERS` workers); the first worker
+        to end counts as earliest. Never stops a failure from being recorded."""
+        observations = []
+        try:
+            for worker in sorted(workers, key=lambda w: w.rank)[:DIAGNOSIS_WORKERS]:
+                if worker.handle is None:
+                    continue
+                _, size = self.executor.read_log(worker.handle, 0, 1)
+                start = max(0, size - DIAGNOSIS_TAIL)
+                data, _ = self.executor.read_log(worker.handle, start, DIAGNOSIS_TAIL)
+                lines = data.decode("utf-8", errors="replace").splitlines()
+                if start:
+                    lines = lines[1:]  # the first may be cut
+                at = worker.finished_at if worker.finished_at is not None else float("inf")
+                observations += scan(lines, rank=worker.rank, node=worker.node, at=at)
+        except Exception:
+            log.warning("could not read the logs of a failed job to diagnose it", exc_info=True)
+            return None
+        return diagnose(observations)
+
     def _record_handles(self, handles: dict[int, Handle]) -> None:
         if handles:
             with self.store.write() as session:
@@ -234,6 +262,7 @@ class Lifecycle:
             failure = verdict.failure
             ended = all(w.state.is_ended() for w in workers)
             target = JobState.FAILED if ended else JobState.FAILING
+            diagnosis = self._diagnose(workers)
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
                 transition(
@@ -247,6 +276,16 @@ class Lifecycle:
                     reason=verdict.why,
                     exit_code=failure.exit_code if failure else None,
                 )
+                if diagnosis is not None and diagnosis.cause is not None:
+                    record_event(
+                        session,
+                        row,
+                        kind="diagnosis",
+                        actor=ACTOR,
+                        reason=f"{diagnosis.summary()} [suspect: {diagnosis.suspect.value}]",
+                        time=now,
+                        node=diagnosis.cause.node or None,
+                    )
             if not ended:
                 self._drain(row, target, workers)
             return

@@ -232,3 +232,49 @@ def test_nodes_that_vanish_are_marked_gone(store: Store, clock: ManualClock) -> 
         ("n0", "ready"),
         ("n1", "gone"),
     ]
+
+
+def test_a_failed_jobs_event_names_the_root_cause_across_ranks(
+    store: Store, clock: ManualClock
+) -> None:
+    """Rank 1 hits an illegal memory access; rank 0 times out in a collective and exits first.
+    The diagnosis names rank 1's fault (a root), not rank 0's timeout (a cascade)."""
+    pool = Pool(store, FakeExecutor(TWO_NODES, exit_on_terminate=True), clock)
+    job_id = pool.submit(mode="pytorch", nodes=2)
+    pool.controller.tick()
+    pool.executor.write_log(
+        job_id,
+        b"step 10 loss 0.41\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+        b"unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete\n",
+        rank=0,
+    )
+    pool.executor.write_log(
+        job_id,
+        b'step 10 loss 0.40\nTraceback (most recent call last):\n  File "t.py", line 9\n'
+        b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        b"CUDA kernel errors might be asynchronously reported at some other API call\n",
+        rank=1,
+    )
+    pool.executor.exit(job_id, rank=0, code=1)  # the cascade ends first
+    pool.controller.tick()
+    clock.advance(1)
+    pool.executor.exit(job_id, rank=1, code=1)
+    pool.controller.tick()
+    pool.controller.tick()
+    assert pool.state(job_id) is JobState.FAILED
+    [why] = pool.reasons(job_id, "diagnosis")
+    assert why.startswith("rank 1 on n1: CUDA fatal error (RuntimeError: CUDA error: an illegal")
+    assert why.endswith("[suspect: node]")
+
+
+def test_a_failure_without_a_known_signature_adds_no_diagnosis(
+    store: Store, clock: ManualClock
+) -> None:
+    pool = Pool(store, FakeExecutor(TWO_NODES), clock)
+    job_id = pool.submit()
+    pool.controller.tick()
+    pool.executor.write_log(job_id, b"step 1\nbye\n")
+    pool.executor.exit(job_id, code=3)
+    pool.controller.tick()
+    assert pool.state(job_id) is JobState.FAILED
+    assert pool.reasons(job_id, "diagnosis") == []
