@@ -62,7 +62,7 @@ def create_app(
         user_tiers=parse_tiers(settings.user_tiers, "GPUYARD_USER_TIERS"),
         urgent_tier=parse_tiers([settings.urgent_tier], "GPUYARD_URGENT_TIER")[0],
         notify=notify,
-        audit=audit,
+        policy=policy,
     )
     # The pool's own user and GPUYARD_ADMINS are admins from the start; everyone else is
     # created by an admin (`gpuyard users add`), who gives them a token.

@@ -1,14 +1,16 @@
 """Who may do what: users, groups, quotas, pool policies and node labels.
 
-Reads are open to everyone; every write here is for admins, and a refusal says who may do it.
+Reading is open to signed-in users (the list of users to admins); every write here is for admins,
+as the policy table says (gpuyard.models.access), and a refusal names the role that may.
 The job rules that depend on the submitter (which tiers they may use, their group's limit on
 urgent jobs) are here too, called by :class:`~gpuyard.services.jobs.JobService` inside
 its own transaction, so that a refused submission or priority change stores nothing.
 
 Bootstrap: :meth:`AccountService.ensure_admins` runs when the app is built; it creates the
-``default`` group and makes the pool's own user and ``GPUYARD_ADMINS`` admins. A user the
-store has never seen is registered on their first submission (role ``user``, group
-``default``), so a one-person pool needs no set-up at all.
+``default`` group and makes the pool's own user and ``GPUYARD_ADMINS`` admins, so a one-person
+pool needs no set-up at all. Everyone else is created by an admin, who gives them a token
+(:mod:`gpuyard.services.auth`); :meth:`AccountService.register` remains for callers inside the
+server that act for a user the store has not seen.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from gpuyard.models import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.access import Action
 from gpuyard.models.states import HOLDING, LIVE
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
-from gpuyard.services.auth import Audit
+from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
@@ -54,7 +57,7 @@ __all__ = ["DEFAULT_GROUP", "AccountService", "parse_tiers"]
 CACHE_AGE = 5.0
 """Seconds a cache of users' groups serves at most (writes by other processes)."""
 DEFAULT_GROUP = "default"
-"""The group of users registered on their first submission; it cannot be deleted."""
+"""The group of users created without one; it cannot be deleted."""
 
 DEFAULT_USER_TIERS = (Priority.LOW, Priority.NORMAL, Priority.HIGH)
 
@@ -113,11 +116,12 @@ class AccountService:
         user_tiers: Sequence[Priority] = DEFAULT_USER_TIERS,
         urgent_tier: Priority = Priority.HIGH,
         notify: Notify = nobody,
-        audit: Audit | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
-        self.audit = audit or Audit(clock)
+        self.policy = policy or Policy(store, clock, Audit(clock))
+        self.audit = self.policy.audit
         self.user_tiers = [p for p in Priority if p in user_tiers]
         self.urgent_tier = urgent_tier
         self.notify = notify
@@ -236,19 +240,16 @@ class AccountService:
             or 0
         )
 
-    def _require_admin(self, session: Session, actor: str, what: str) -> None:
-        if self.role_of(session, actor) is Role.ADMIN:
-            return
-        raise PermissionDenied(
-            f"only admins may {what}; you ({actor}) are not an admin (ask one; GPUYARD_ADMINS "
-            "names admins when the pool starts)"
-        )
-
     # -- users ----------------------------------------------------------------------------
 
     def list_users(self, *, actor: str) -> list[UserView]:
         with self.store.read() as session:
-            self._require_admin(session, actor, "list users (you may read your own: GET /users/me)")
+            self.policy.require(
+                session,
+                actor,
+                Action.READ_USERS,
+                "list users (you may read your own: GET /users/me)",
+            )
             rows = session.scalars(select(UserRow).order_by(UserRow.name)).all()
             return [self._user_view(r) for r in rows]
 
@@ -257,12 +258,12 @@ class AccountService:
             if name in ("me", actor):
                 name = actor
             else:
-                self._require_admin(session, actor, "read other users")
+                self.policy.require(session, actor, Action.READ_USERS, "read other users")
             return self._user_view(self._user(session, name))
 
     def create_user(self, spec: UserSpec, *, actor: str) -> UserView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "create users")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create users")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -292,7 +293,7 @@ class AccountService:
 
     def update_user(self, name: str, change: UserUpdate, *, actor: str) -> UserView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "change users")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change users")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -329,8 +330,7 @@ class AccountService:
         row: UserRow | None = session.get(UserRow, name)
         if row is None:
             raise NotFound(
-                f"user {name} does not exist (users are registered on their first submission, "
-                "or created by an admin with `gpuyard users add`)"
+                f"user {name} does not exist (an admin creates users with `gpuyard users add`)"
             )
         return row
 
@@ -370,7 +370,7 @@ class AccountService:
 
     def create_group(self, spec: GroupSpec, *, actor: str) -> GroupView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "create groups")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create groups")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -389,7 +389,7 @@ class AccountService:
 
     def update_group(self, name: str, change: GroupUpdate, *, actor: str) -> GroupView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "change groups")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change groups")
             self.audit.record(
                 session, f"user:{actor}", "group.update", f"group:{name}", change.model_dump_json()
             )
@@ -400,13 +400,13 @@ class AccountService:
 
     def delete_group(self, name: str, *, actor: str) -> None:
         with self.store.write() as session:
-            self._require_admin(session, actor, "delete groups")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "delete groups")
             self.audit.record(session, f"user:{actor}", "group.delete", f"group:{name}", "")
             row = self._existing_group(session, name, found=404)
             if name == DEFAULT_GROUP:
                 raise Conflict(
-                    f"the {DEFAULT_GROUP} group cannot be deleted: new users join it on their "
-                    "first submission"
+                    f"the {DEFAULT_GROUP} group cannot be deleted: it is where new users go "
+                    "unless given a group"
                 )
             members = session.scalars(
                 select(UserRow.name).where(UserRow.group_name == name).order_by(UserRow.name)
@@ -470,7 +470,7 @@ class AccountService:
 
     def set_quota(self, spec: QuotaSpec, *, actor: str) -> QuotaView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "set quotas")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "set quotas")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -498,7 +498,7 @@ class AccountService:
 
     def clear_quota(self, kind: QuotaKind, subject: str, tier: Priority, *, actor: str) -> None:
         with self.store.write() as session:
-            self._require_admin(session, actor, "clear quotas")
+            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "clear quotas")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -523,7 +523,7 @@ class AccountService:
         elif session.get(UserRow, subject) is None:
             raise InvalidSpec(
                 f"user {subject} does not exist; an admin creates it with `gpuyard users add "
-                f"{subject}` (or it is registered on its first submission)"
+                f"{subject}`"
             )
 
     def _usage(self, session: Session) -> dict[tuple[str, str, str], tuple[int, int]]:
@@ -581,7 +581,7 @@ class AccountService:
 
     def create_pool(self, spec: PoolSpec, *, actor: str) -> PoolView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "create pools")
+            self.policy.require(session, actor, Action.MANAGE_POOL, "create pools")
             self.audit.record(
                 session, f"user:{actor}", "pool.create", f"pool:{spec.name}", spec.model_dump_json()
             )
@@ -607,7 +607,7 @@ class AccountService:
 
     def update_pool(self, name: str, change: PoolUpdate, *, actor: str) -> PoolView:
         with self.store.write() as session:
-            self._require_admin(session, actor, "change pools")
+            self.policy.require(session, actor, Action.MANAGE_POOL, "change pools")
             self.audit.record(
                 session,
                 f"user:{actor}",
@@ -669,7 +669,7 @@ class AccountService:
 
     def set_labels(self, node: str, change: LabelsUpdate, *, actor: str) -> NodeLabels:
         with self.store.write() as session:
-            self._require_admin(session, actor, "label nodes")
+            self.policy.require(session, actor, Action.MANAGE_POOL, "label nodes")
             self.audit.record(
                 session, f"user:{actor}", "node.labels", f"node:{node}", change.model_dump_json()
             )

@@ -232,7 +232,10 @@ class Policy:
         if verdict is Verdict.SIGN_IN:
             raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
         if verdict is not Verdict.ALLOW:
-            raise PermissionDenied(f"only admins may {what}; you ({actor}) are not an admin")
+            raise PermissionDenied(
+                f"only admins may {what}; you ({actor}) are not an admin (ask one; "
+                "GPUYARD_ADMINS names admins when the pool starts)"
+            )
         return caller
 
     def verdict(self, caller: Caller, row: JobRow, action: Action, *, sharing: bool) -> Verdict:

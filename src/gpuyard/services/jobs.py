@@ -38,7 +38,7 @@ from gpuyard.models.validation import readable_validation_errors
 from gpuyard.quantities import format_duration
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.admission import Admission
-from gpuyard.services.auth import Audit, Policy
+from gpuyard.services.auth import Policy
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view, queued_view
@@ -74,7 +74,7 @@ class JobService:
         self.notify = notify
         self.on_delete = on_delete
         self.accounts = accounts or AccountService(store, clock=clock, notify=notify)
-        self.policy = policy or Policy(store, clock, Audit(clock))
+        self.policy = policy or self.accounts.policy
         self.audit = self.policy.audit
         self.admission = Admission(store, accounts=self.accounts, clock=clock)
         self._intake = GroupCommit(
@@ -421,13 +421,14 @@ class JobService:
         draining: list[int] = []
         with self.store.write() as session:
             rows = self._rows_for_update(session, ids)
-            self._refuse_not_allowed(session, actor, rows, Action.STOP, result)
+            refused = self._refused(session, actor, rows, Action.STOP)
             pending: list[JobRow] = []
             for job_id in ids:
                 row = rows.get(job_id)
-                if row is None:
-                    if not any(f.id == job_id for f in result.failed):
-                        result.failed.append(_missing(job_id))
+                if job_id in refused:
+                    result.failed.append(refused[job_id])
+                elif row is None:
+                    result.failed.append(_missing(job_id))
                 elif row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
@@ -512,12 +513,13 @@ class JobService:
         result = BulkResult()
         with self.store.write() as session:
             rows = self._rows_for_update(session, ids)
-            self._refuse_not_allowed(session, actor, rows, Action.DELETE, result)
+            refused = self._refused(session, actor, rows, Action.DELETE)
             for job_id in ids:
                 row = rows.get(job_id)
-                if row is None:
-                    if not any(f.id == job_id for f in result.failed):
-                        result.failed.append(_missing(job_id))
+                if job_id in refused:
+                    result.failed.append(refused[job_id])
+                elif row is None:
+                    result.failed.append(_missing(job_id))
                 elif not row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
@@ -543,22 +545,18 @@ class JobService:
     def _may(self, session: Session, actor: str, job_id: int, action: Action) -> JobRow:
         return self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, action)
 
-    def _refuse_not_allowed(
-        self,
-        session: Session,
-        actor: str,
-        rows: dict[int, JobRow],
-        action: Action,
-        result: BulkResult,
-    ) -> None:
-        """Take out of ``rows`` the jobs ``actor`` may not do ``action`` to, reporting each as
-        :meth:`Policy.check_job` would answer for it alone (hidden ones as missing)."""
-        for job_id, row in list(rows.items()):
+    def _refused(
+        self, session: Session, actor: str, rows: dict[int, JobRow], action: Action
+    ) -> dict[int, JobFailure]:
+        """The jobs of ``rows`` that ``actor`` may not do ``action`` to, each with what
+        :meth:`Policy.check_job` answers for it alone (a hidden one: as if it did not exist)."""
+        refused = {}
+        for job_id, row in rows.items():
             try:
                 self.policy.check_job(session, actor, row, job_id, action)
             except GpuyardError as exc:
-                del rows[job_id]
-                result.failed.append(JobFailure(id=job_id, detail=exc.detail, code=exc.code))
+                refused[job_id] = JobFailure(id=job_id, detail=exc.detail, code=exc.code)
+        return refused
 
     @staticmethod
     def _rows_for_update(session: Session, ids: Sequence[int]) -> dict[int, JobRow]:
