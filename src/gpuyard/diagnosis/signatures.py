@@ -161,7 +161,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         Cause.NAN,
-        r"\b(?:loss|grad(?:ient)?(?:[ _]norm)?)\b\s*(?:is|=|:)?\s*[-+]?(?:nan|inf)\b"
+        r"\b(?:loss|grad(?:ient)?(?:[ _]norm)?)\b\s*(?:(?:is|=|:)\s*)?[-+]?(?:nan|inf)\b"
         r"|non[- ]finite (?:loss|value|gradient)"
         r"|Minimum loss scale reached|loss scale already at minimum",
         root=True,
@@ -253,15 +253,21 @@ def xid_suspect(code: int) -> Suspect:
     return Suspect.JOB if code in APPLICATION_XIDS else Suspect.NODE
 
 
-def observe(line: str) -> tuple[Signature, str] | None:
-    """The signature ``line`` matches (and a title refined for Xids), or None."""
-    text = line.strip()
+MAX_LINE = 2000
+"""Characters of a line the signatures look at: a job writes its log, and a line of megabytes
+must not cost the controller more than one of ordinary length."""
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Terminal escape sequences and control characters: a job's text must not reach an admin's
+terminal through an event as anything but plain characters."""
+
+
+def observe(line: str) -> Signature | None:
+    """The signature ``line`` matches first, or None (advice lines match none)."""
+    text = line[:MAX_LINE].strip()
     if not text or _ADVICE.search(text):
         return None
-    for signature in SIGNATURES:
-        if signature.pattern.search(text):
-            return signature, signature.title
-    return None
+    return next((sig for sig in SIGNATURES if sig.pattern.search(text)), None)
 
 
 def scan(
@@ -273,14 +279,13 @@ def scan(
     in_traceback = False
     traceback_matched = False
     for seq, raw in enumerate(lines):
-        line = raw.rstrip("\n")
+        line = _ESCAPES.sub("", raw[:MAX_LINE].rstrip("\n"))
         if line.startswith("Traceback (most recent call last):"):
             in_traceback, traceback_matched = True, False
             continue
-        hit = observe(line)
-        if hit is not None:
-            signature, title = hit
-            suspect = signature.suspect
+        signature = observe(line)
+        if signature is not None:
+            suspect, title = signature.suspect, signature.title
             if signature.cause is Cause.XID:
                 match = _XID.search(line)
                 code = int(match.group(2)) if match else -1

@@ -85,3 +85,25 @@ def test_advice_and_ordinary_lines_are_not_observations() -> None:
         "",
     ]:
         assert observe(line) is None, line
+
+
+def test_a_hostile_log_costs_little_and_reaches_no_terminal() -> None:
+    """A job writes its own log: long lines, runs of blanks after a keyword, terminal escapes
+    and control characters must neither stall the controller nor come out in an event."""
+    import time
+
+    lines = [
+        "loss" + " " * 50_000 + "x",
+        "grad_norm" + "\t" * 50_000,
+        "NCCL WARN " + "a" * 100_000,
+        "x" * 1_000_000,
+    ]
+    started = time.perf_counter()
+    assert scan(lines) == []
+    assert time.perf_counter() - started < 0.5
+    [seen] = scan(
+        ["\x1b]0;owned\x07\x1b[31mRuntimeError: CUDA error: unspecified launch failure\x1b[0m\r"]
+    )
+    assert seen.cause is Cause.CUDA_FATAL
+    assert seen.line == "]0;ownedRuntimeError: CUDA error: unspecified launch failure"
+    assert all(ch.isprintable() for ch in seen.describe())

@@ -48,8 +48,8 @@ def _cause(entry: dict[str, Any]) -> Cause | None:
             ["Traceback (most recent call last):", '  File "train.py", line 1', entry["line"]]
         )
         return found[0].cause if found else None
-    hit = observe(entry["line"])
-    return hit[0].cause if hit else None
+    signature = observe(entry["line"])
+    return signature.cause if signature else None
 
 
 @pytest.mark.parametrize(
