@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
+from gpuyard.private_files import write_private
 from gpuyard.server.app import create_app
 from gpuyard.services.auth import TokenService
 from gpuyard.settings import Settings
@@ -282,17 +282,7 @@ def ensure_owner_token(settings: Settings, tokens: TokenService) -> None:
         os.chmod(path, 0o600)
         return
     issued = tokens.issue_for_owner(settings.user, "gpuyard up", OWNER_TOKEN_LIFE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".owner.token.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(issued.token + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_private(path, issued.token + "\n")
 
 
 def _write_server_file(path: Path, data: dict[str, Any]) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +34,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.private_files import write_private
 from gpuyard.settings import Settings
 
 __all__ = ["Client", "discover_token", "discover_url", "store_token"]
@@ -79,10 +77,8 @@ def discover_token(settings: Settings, url: str) -> str | None:
 
 
 def store_token(settings: Settings, url: str, token: str) -> Path:
-    """Keep ``token`` for ``url`` in the user's credentials file (0600, written whole under a
-    temporary name so that a crash leaves the old file); return its path."""
+    """Keep ``token`` for ``url`` in the user's credentials file (0600); return its path."""
     path = settings.credentials_file
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         stored = json.loads(path.read_text())
         if not isinstance(stored, dict):
@@ -90,16 +86,7 @@ def store_token(settings: Settings, url: str, token: str) -> Path:
     except (OSError, ValueError):
         stored = {}
     stored[url.rstrip("/")] = token
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(stored, out, indent=1)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_private(path, json.dumps(stored, indent=1))
     return path
 
 
