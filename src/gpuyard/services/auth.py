@@ -217,10 +217,22 @@ class Policy:
         self._sharing = None
         return self.settings()
 
-    def audit_entries(self, *, actor_name: str, **filters: object) -> list[AuditEntry]:
+    def audit_entries(
+        self,
+        *,
+        reader: str,
+        after: int = 0,
+        limit: int = 100,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> list[AuditEntry]:
+        """The audit trail, filtered, for ``reader`` (admins only)."""
         with self.store.read() as session:
-            self.require(session, actor_name, Action.READ_AUDIT, "read the audit trail")
-            return self.audit.entries(session, **filters)  # type: ignore[arg-type]
+            self.require(session, reader, Action.READ_AUDIT, "read the audit trail")
+            return self.audit.entries(
+                session, after=after, limit=limit, actor=actor, action=action, target=target
+            )
 
     # -- decisions ------------------------------------------------------------------------
 

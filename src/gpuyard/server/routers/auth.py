@@ -73,5 +73,5 @@ def audit(
 ) -> list[AuditEntry]:
     """Who did what to which job or setting, and when (admins)."""
     return services.policy.audit_entries(
-        actor_name=user, after=after, limit=limit, actor=actor, action=action, target=target
+        reader=user, after=after, limit=limit, actor=actor, action=action, target=target
     )
