@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
-from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied, Unauthenticated
+from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, Unauthenticated
 from gpuyard.models.access import (
     OFFERED_JOB_ACTIONS,
     Access,
@@ -61,6 +61,8 @@ __all__ = [
 CACHE_AGE = 5.0
 DEFAULT_TOKEN_LIFE = 90 * 86400.0
 MAX_TOKEN_LIFE = 366 * 86400.0
+MAX_TOKENS = 100
+"""Unexpired tokens one user may hold (each is a row every sign-in may look up)."""
 TOKEN_PREFIX = "gy_"  # noqa: S105 - a prefix, not a secret
 _TOUCH_EVERY = 600.0
 """Seconds between writes of a token's ``last_used_at``."""
@@ -401,6 +403,7 @@ class TokenService:
                     f"user {user} does not exist; an admin creates it with `gpuyard users add "
                     f"{user}`"
                 )
+            self._make_room(session, user)
             view = self._insert(session, user, spec.label, spec.expires_in)
             self.audit.record(
                 session,
@@ -410,6 +413,22 @@ class TokenService:
                 f"token {view.id} ({spec.label or 'no label'}), expires {view.expires_at}",
             )
         return view
+
+    def _make_room(self, session: Session, user: str) -> None:
+        """Drop ``user``'s expired tokens; Conflict when it still has :data:`MAX_TOKENS`."""
+        session.execute(
+            delete(TokenRow).where(
+                TokenRow.user_name == user, TokenRow.expires_at <= self.clock.now()
+            )
+        )
+        held = session.scalar(
+            select(func.count()).select_from(TokenRow).where(TokenRow.user_name == user)
+        )
+        if (held or 0) >= MAX_TOKENS:
+            raise Conflict(
+                f"{user} has {held} tokens, the most one user may hold; revoke some first "
+                "(`gpuyard tokens`, `gpuyard tokens revoke ID`)"
+            )
 
     def issue_for_owner(self, user: str, label: str, life: float) -> IssuedToken:
         """A token for the pool's own user, made when the pool starts (no caller to check)."""

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from gpuyard.client import Client
 from gpuyard.clock import ManualClock
-from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied, Unauthenticated
+from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, Unauthenticated
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import TokenRow
@@ -124,3 +124,19 @@ def test_a_non_loopback_address_needs_tls_or_insecure(
     (tmp_path / "k.pem").write_text("key")
     tls = Settings(host="10.1.2.3", tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem")
     assert check_exposure(tls) is True
+
+
+def test_a_user_cannot_pile_up_tokens_and_expired_ones_are_dropped(
+    as_user: AsUser, clock: ManualClock, store: Store
+) -> None:
+    bob = as_user("bob")  # one token already: the fixture's
+    for _ in range(98):
+        bob.create_token(expires_in="1h")
+    bob.create_token(expires_in="30d")  # the 100th
+    with pytest.raises(Conflict, match="bob has 100 tokens"):
+        bob.create_token()
+    clock.advance(2 * 3600)  # the 98 short ones expire (the fixture's lasts a year)
+    bob.create_token()
+    with store.read() as session:
+        held = session.scalars(select(TokenRow).where(TokenRow.user_name == "bob")).all()
+    assert len(held) == 3
