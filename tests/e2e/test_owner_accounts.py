@@ -40,6 +40,12 @@ class OwnerPool(ServerProcess):
         return {**super().env, "GPUYARD_USER": self.user}
 
 
+def workdir_flags(pool: OwnerPool) -> list[str]:
+    """A working directory every account may enter (the CLI's default, the current one, may
+    be this checkout, private to root in a fresh clone under ``mktemp -d``)."""
+    return ["--workdir", str(pool.home.parent)]
+
+
 @pytest.fixture
 def pool() -> Iterator[OwnerPool]:
     # pytest's temporary directories are private to root: the home must be one every
@@ -68,7 +74,7 @@ def test_a_job_runs_as_its_owners_account_and_cannot_read_the_pools_database(
 ) -> None:
     database = pool.home / "gpuyard.db"
     probe = f"cat {database} >/dev/null 2>&1 && echo db-read || echo db-denied"
-    job = pool.cli_json("submit", "--", f'sh -c "id -un; id -u; {probe}"')
+    job = pool.cli_json("submit", *workdir_flags(pool), "--", f'sh -c "id -un; id -u; {probe}"')
     done = pool.wait_status(job["id"], {"succeeded", "failed"})
     log = pool.cli("logs", str(job["id"])).stdout
     assert done["status"] == "succeeded", log
@@ -86,7 +92,7 @@ def test_a_plain_user_signed_in_elsewhere_reaches_nothing_of_anyone_else(
     become admin, to see the owner's job, and, from inside a job, to read the database, the
     owner's token, the owner's job directory or its processes' environment (where its job
     token, the key to its remote-exec channel, lives)."""
-    owner_job = pool.cli_json("submit", "--", "sleep 60")
+    owner_job = pool.cli_json("submit", *workdir_flags(pool), "--", "sleep 60")
     pool.wait_status(owner_job["id"], {"running"})
     mallory = f"m{secrets.token_hex(4)}"
     pool.cli("groups", "add", "outsiders")
@@ -131,7 +137,9 @@ def test_a_plain_user_signed_in_elsewhere_reaches_nothing_of_anyone_else(
     scripts.chmod(0o755)
     (scripts / "probe.sh").write_text(probes + "\n")
     (scripts / "probe.sh").chmod(0o644)
-    submitted = as_mallory("submit", "--json", "--", f"sh {scripts / 'probe.sh'}")
+    submitted = as_mallory(
+        "submit", "--json", *workdir_flags(pool), "--", f"sh {scripts / 'probe.sh'}"
+    )
     assert submitted.returncode == 0, submitted.stderr
     job = json.loads(submitted.stdout)
     deadline = time.monotonic() + 60

@@ -474,11 +474,16 @@ def test_rexec_gives_a_valid_token_only_its_accounts_shell_and_refuses_another_j
     python = python_for(entry.pw_uid, entry.pw_gid)
     if python is None:
         pytest.skip("no Python 3.11+ on this machine that other accounts may run")
+    # rexec.py stands alone (stdlib only); a copy where the accounts may read it, since this
+    # checkout may lie in a directory private to root (a fresh clone under mktemp -d).
+    rexec = base / "rexec.py"
+    shutil.copyfile(REXEC, rexec)
+    rexec.chmod(0o644)
     token_a, token_b = secrets.token_hex(32), secrets.token_hex(32)
     port = free_port()
     serve = launch(
         executor,
-        [python, "-I", "-S", str(REXEC), "serve"],
+        [python, "-I", "-S", str(rexec), "serve"],
         run_as=bob,
         job=2,
         env={
@@ -491,7 +496,7 @@ def test_rexec_gives_a_valid_token_only_its_accounts_shell_and_refuses_another_j
     hosts = base / "hosts.json"
     hosts.write_text(json.dumps({"b": {"address": "127.0.0.1", "port": port}}))
     hosts.chmod(0o644)
-    agent = [python, "-I", "-S", str(REXEC), "agent", "b", "id", "-u"]
+    agent = [python, "-I", "-S", str(rexec), "agent", "b", "id", "-u"]
     # With bob's job's token, from anywhere (here: root): bob's shell, not root's.
     own = subprocess.run(
         agent,
