@@ -90,7 +90,16 @@ def processes_under(root: Path) -> list[psutil.Process]:
                 continue
             if any(f"{k}={v}".startswith(prefix) for k, v in proc.environ().items()):
                 found.append(proc)
-    return found
+    # A process killed a moment ago can turn into a zombie (dead, awaiting its reaper) after
+    # its environment was read: it has not outlived anything.
+    return [p for p in found if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @pytest.fixture
