@@ -6,10 +6,11 @@ What it prints
 1. **Reference check** (when fifo / sjf run): per Venus VC, our average JCT and queueing
    delay beside the artifact's published ones, the relative difference, and how many jobs
    differ at all (0 means a job-by-job reproduction).
-2. **Summary**: average JCT, average / p99 / p99.9 queueing delay, GPU allocation while jobs
-   wait, makespan and preemptions of each policy over the whole trace, and the five published
-   policies (FIFO, SJF, SRTF, Tiresias, QSSF; marked ``*``) as the baseline. For gpuyard's
-   policy, its ratio to Tiresias' published averages (the figures to beat).
+2. **Summary**: average JCT, average / median (p50) / p99 / p99.9 queueing delay, GPU
+   allocation while jobs wait, makespan and preemptions of each policy over the whole trace,
+   and the five published policies (FIFO, SJF, SRTF, Tiresias, QSSF; marked ``*``) as the
+   baseline. For gpuyard's policy, its ratio to Tiresias' published averages (the figures to
+   beat).
 3. **Wall time** of each policy's replay, the number of policy decisions and decisions per
    second, with ``--workers`` processes (the VCs are independent partitions).
 
@@ -103,6 +104,8 @@ def run_venus(args: argparse.Namespace, policies: list[str], console: Console) -
         f"\n[bold]Helios Venus[/]: {len(loaded.jobs):,} jobs, "
         f"{len(loaded.partitions)} VCs, {sum(p.gpus for p in loaded.partitions):,} GPUs"
     )
+    for line in loaded.report.lines():
+        console.print("  " + line, highlight=False, markup=False)
     results, timing = timed_replay(loaded, policies, args.workers, console)
     summaries = summaries_of(results, published)
     checks = reference_check(results, published, console)
@@ -195,7 +198,7 @@ def run_openb(args: argparse.Namespace, policies: list[str], console: Console) -
         f"{sum(p.gpus for p in loaded.partitions):,} GPUs"
     )
     for line in loaded.report.lines():
-        console.print("  " + line, highlight=False)
+        console.print("  " + line, highlight=False, markup=False)
     results, timing = timed_replay(loaded, policies, args.workers, console)
     summaries = summaries_of(results)
     console.print(summary_table([s for s in summaries if s.cluster == OVERALL], title="openb"))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +14,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpuyard.simulator.engine import Overhead
+    from gpuyard.simulator.metrics import JobResult
 
 
 def register(app: typer.Typer) -> None:
@@ -41,11 +44,18 @@ def simulate(
     ] = None,
     map_: Annotated[
         list[str] | None,
-        typer.Option("--map", help="CANONICAL=COLUMN, e.g. submit_time=creation_time; repeatable."),
+        typer.Option(
+            "--map",
+            help="CANONICAL=COLUMN, e.g. submit_time=creation_time; repeatable. The other "
+            "columns are still detected; CANONICAL= drops one.",
+        ),
     ] = None,
     map_file: Annotated[
         Path | None,
-        typer.Option(help="YAML/JSON mapping: {columns: {...}, priorities: {...}}."),
+        typer.Option(
+            help="YAML/JSON mapping: {columns: {...}, priorities: {...}}; like --map, it "
+            "names only the columns that differ from the detected schema."
+        ),
     ] = None,
     cluster_preset: Annotated[
         str | None,
@@ -53,7 +63,11 @@ def simulate(
     ] = None,
     overhead: Annotated[
         str,
-        typer.Option(help="Preemption overhead, SECONDS or SMALL,LARGE (up to 8 GPUs, more)."),
+        typer.Option(
+            help="Preemption overhead in seconds: SECONDS, SMALL,LARGE (up to 8 GPUs, above) "
+            "or a table GPUS:SECONDS,... such as 1:30,8:40,64:90 (jobs of up to GPUS GPUs; "
+            "larger ones pay the last entry's)."
+        ),
     ] = "40,60",
     published: Annotated[
         str | None,
@@ -72,64 +86,217 @@ def simulate(
 ) -> None:
     """Replay a job trace on a simulated cluster under each policy; report JCT, queueing
     delay, GPU allocation while jobs wait, makespan and preemptions."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from gpuyard.cli.output import err_console
+    from gpuyard.errors import InvalidSpec
+    from gpuyard.simulator.engine import Overhead
     from gpuyard.simulator.metrics import OVERALL
-    from gpuyard.simulator.published import find_published
-    from gpuyard.simulator.report import summary_table
+    from gpuyard.simulator.published import find_published, load_published
+    from gpuyard.simulator.report import check_plot, summary_table
     from gpuyard.simulator.runner import POLICIES, default_workers
-    from gpuyard.simulator.study import load, run_study, write_outputs
+    from gpuyard.simulator.study import check_out, load, run_study, write_outputs
     from gpuyard.simulator.trace import parse_mapping
 
+    # Every input is read and checked before anything is replayed: a replay can take
+    # minutes, and an input refused after it would lose its results.
     policies = _policies(policy, list(POLICIES))
-    cost = _overhead(overhead)
+    cost = Overhead.parse(overhead)
+    if workers is not None and workers < 1:
+        raise InvalidSpec(f"--workers {workers}: give 1 or more processes")
+    columns = parse_mapping(map_ or [])
+    if plot:
+        check_plot()
+    check_out(out)
     loaded = load(
         trace,
         cluster,
         preset=preset,
-        columns=parse_mapping(map_ or []),
+        columns=columns,
         map_file=map_file,
         cluster_preset=cluster_preset,
     )
     err = err_console()
+
+    def say(text: str) -> None:
+        err.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    others: dict[str, list[JobResult]] = {}
+    if published is not None and published != "none":
+        others = load_published(Path(published), loaded.jobs)
+        source: Path | None = Path(published)
+    elif published is None and (source := find_published(trace)) is not None:
+        try:
+            others = load_published(source, loaded.jobs)
+        except InvalidSpec as exc:  # not asked for: say why it is not shown, and go on
+            say(f"not showing the published results found beside the trace: {exc.detail}")
+            source = None
+    else:
+        source = None
+
     for line in loaded.report.lines():
-        err.print(line, highlight=False, markup=False)
-    others = None if published == "none" else (Path(published) if published else None)
-    if published is None:
-        others = find_published(trace)
-    if others is not None:
-        err.print(f"published results beside ours: {others}", highlight=False, markup=False)
+        say(line)
+    say(f"preemption overhead: {cost.describe()}")
+    if source is not None:
+        covered = len(next(iter(others.values()), []))
+        say(
+            f"published results beside ours: {source}"
+            + (
+                f" (they cover {covered:,} of the {len(loaded.jobs):,} jobs)"
+                if covered < len(loaded.jobs)
+                else ""
+            )
+        )
 
     total = len(loaded.jobs) * len(policies)
     started = time.perf_counter()
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"replaying {', '.join(policies)}", total=total)
+    with _progress(err, total, f"replaying {', '.join(policies)}") as advance:
         outcome = run_study(
             loaded,
             policies,
             overhead=cost,
             workers=workers or default_workers(),
-            progress=lambda n: bar.advance(task, n),
+            progress=advance,
             published=others,
         )
     wall = time.perf_counter() - started
     written = write_outputs(outcome, out, plot=plot, title=f"queueing delay: {trace.name}")
     rows = [s for s in outcome.summaries if per_cluster or s.cluster == OVERALL]
     _wide_console().print(summary_table(rows, title=f"{trace.name} on {cluster.name}"))
-    err.print(
+    say(
         f"replayed {len(loaded.jobs):,} jobs x {len(policies)} policies in {wall:.1f} s; "
-        f"wrote {', '.join(str(p) for p in written)}",
-        highlight=False,
-        markup=False,
+        f"wrote {', '.join(str(p) for p in written)}"
     )
+
+
+class PlainProgress:
+    """Progress as plain lines, for a stderr that is not a terminal (a pipe, a log file, CI),
+    where a redrawn bar would be lost or turn into garbage: a line each ``step`` percent
+    and at least every ``every`` seconds, e.g.
+    ``replayed 12,345/67,890 jobs (18 %), elapsed 0:42, ETA 3:10``.
+
+    The ETA assumes the rest goes at the average rate so far. Thread-safe: :meth:`tick`
+    may come from a timer while the replay calls :meth:`advance`."""
+
+    def __init__(
+        self,
+        total: int,
+        write: Callable[[str], None],
+        *,
+        every: float = 10.0,
+        step: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.done = 0
+        self._write = write
+        self._every = every
+        self._step = step
+        self._clock = clock
+        self._start = self._last = clock()
+        self._last_step = 0
+        self._written = -1
+        self._lock = threading.Lock()
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.done = min(self.total, self.done + n)
+            now = self._clock()
+            step = self._step_of(self.done)
+            if step > self._last_step or now - self._last >= self._every:
+                self._emit(now)
+
+    def start(self) -> None:
+        """The 0 % line: the replay has begun, and how many jobs it has."""
+        with self._lock:
+            self._emit(self._clock())
+
+    def tick(self) -> None:
+        """Time passed: a line if none was written for ``every`` seconds."""
+        self.advance(0)
+
+    def finish(self) -> None:
+        with self._lock:
+            if self._written != self.done:
+                self._emit(self._clock())
+
+    def line(self, now: float) -> str:
+        elapsed = now - self._start
+        percent = 100 * self.done // self.total if self.total else 100
+        text = (
+            f"replayed {self.done:,}/{self.total:,} jobs ({percent} %), "
+            f"elapsed {_clock_time(elapsed)}"
+        )
+        if self.done >= self.total:
+            return text
+        if self.done == 0 or elapsed <= 0:
+            return text + ", ETA unknown"
+        return text + f", ETA {_clock_time(elapsed * (self.total - self.done) / self.done)}"
+
+    def _step_of(self, done: int) -> int:
+        return done * 100 // (self._step * self.total) if self.total else 0
+
+    def _emit(self, now: float) -> None:
+        self._write(self.line(now))
+        self._last = now
+        self._last_step = self._step_of(self.done)
+        self._written = self.done
+
+
+def _clock_time(seconds: float) -> str:
+    """``0:42``, ``3:10``, ``1:02:03``."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+@contextmanager
+def _progress(err: Console, total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A callback that counts replayed jobs. On a terminal, a bar with the rate-based ETA
+    (Rich redraws it 10 times a second, and the replay reports at every completion, so it
+    moves as the replay does); elsewhere :class:`PlainProgress` lines, with a timer so that
+    a line comes every 10 s even while no job finishes."""
+    if err.is_terminal:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda n: bar.advance(task, n)
+        return
+    lines = PlainProgress(
+        total, lambda text: err.print(text, highlight=False, markup=False, soft_wrap=True)
+    )
+    lines.start()
+    stop = threading.Event()
+
+    def timer() -> None:
+        while not stop.wait(1.0):
+            lines.tick()
+
+    thread = threading.Thread(target=timer, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield lines.advance
+    finally:
+        stop.set()
+        thread.join()
+    lines.finish()
 
 
 def _wide_console() -> Console:
@@ -149,18 +316,3 @@ def _policies(given: list[str] | None, known: list[str]) -> list[str]:
     if unknown:
         raise InvalidSpec(f"unknown policy {unknown[0]!r}; choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
-
-
-def _overhead(text: str) -> Overhead:
-    from gpuyard.errors import InvalidSpec
-    from gpuyard.simulator.engine import Overhead
-
-    try:
-        parts = [float(p) for p in text.split(",")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or any(p < 0 for p in parts):
-        raise InvalidSpec(
-            f"--overhead {text!r}: give SECONDS or SMALL,LARGE (e.g. 40,60), not negative"
-        )
-    return Overhead(parts[0], parts[-1])

@@ -97,6 +97,37 @@ class Partition:
     def largest_node(self) -> int:
         return max(c.gpus for c in self.classes)
 
+    def never_fits(self, gpus: int, nodes: int | None = None) -> str | None:
+        """Why a job of ``gpus`` GPUs (on ``nodes`` nodes, when the trace says) can never
+        start here, even on the empty partition; None if it can.
+
+        The request is the one both policies place (see
+        :func:`gpuyard.simulator.gpuyard_policy.request_for`): up to the largest node, one
+        node; above, whole nodes of the largest size plus one member for the remainder; with
+        a node count that divides the GPUs, that many equal members. Such a job would wait
+        forever, and under FIFO block its whole cluster behind it."""
+        if gpus > self.gpus:
+            return f"{gpus} GPUs; {self.name} has {self.gpus}"
+        largest = self.largest_node
+        if nodes is not None and nodes > 1 and gpus % nodes == 0:
+            per = gpus // nodes
+            fit = sum(c.count for c in self.classes if c.gpus >= per)
+            if fit < nodes:
+                return f"{nodes} nodes of {per} GPUs; {self.name} has {fit} such nodes"
+            return None
+        if gpus <= largest:
+            return None
+        whole, rest = divmod(gpus, largest)
+        big = sum(c.count for c in self.classes if c.gpus == largest)
+        spare = big > whole or any(c.gpus >= rest for c in self.classes if c.gpus != largest)
+        if big < whole or (rest and not spare):
+            return (
+                f"{gpus} GPUs as {whole} whole {largest}-GPU nodes"
+                + (f" plus {rest} GPUs on another" if rest else "")
+                + f"; {self.name} has {big} nodes of {largest} GPUs"
+            )
+        return None
+
     @classmethod
     def uniform(cls, name: str, nodes: int, gpus_per_node: int = 8) -> Partition:
         return cls(name, (NodeClass("default", nodes, gpus_per_node),))
@@ -119,25 +150,32 @@ def detect_cluster_preset(header: Sequence[str]) -> ClusterSchema:
 
 def load_cluster(path: Path, schema: ClusterSchema | None = None) -> list[Partition]:
     """The partitions of a cluster file, in order of first appearance."""
+    counts: dict[str, dict[tuple[str, int], int]] = {}
+    line = 1
     with open_text(path) as stream:
-        reader = csv.DictReader(stream)
-        header = list(reader.fieldnames or [])
-        schema = schema or detect_cluster_preset(header)
-        absent = [s for s in schema.columns.values() if s not in header]
-        if "gpus_per_node" not in schema.columns or absent:
-            raise InvalidSpec(
-                f"{path}: the cluster schema {schema.name!r} needs columns "
-                f"{sorted(schema.columns.values())}; the file has {header}"
-            )
-        counts: dict[str, dict[tuple[str, int], int]] = {}
-        for line, row in enumerate(reader, start=2):
-            cluster, node_class, nodes, gpus = _row(path, line, row, schema)
-            if gpus <= 0 or nodes <= 0:
-                continue
-            per = counts.setdefault(cluster, {})
-            per[(node_class, gpus)] = per.get((node_class, gpus), 0) + nodes
+        try:
+            reader = csv.DictReader(stream)
+            header = list(reader.fieldnames or [])
+            if not header:
+                raise InvalidSpec(f"{path}: empty file, no CSV header")
+            schema = schema or detect_cluster_preset(header)
+            absent = [s for s in schema.columns.values() if s not in header]
+            if "gpus_per_node" not in schema.columns or absent:
+                raise InvalidSpec(
+                    f"{path}: the cluster schema {schema.name!r} needs columns "
+                    f"{sorted(schema.columns.values())}; the file has {header}"
+                )
+            for row in reader:
+                line = reader.line_num
+                cluster, node_class, nodes, gpus = _row(path, line, row, schema)
+                if gpus == 0 or nodes == 0:
+                    continue
+                per = counts.setdefault(cluster, {})
+                per[(node_class, gpus)] = per.get((node_class, gpus), 0) + nodes
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as exc:
+            raise InvalidSpec(f"{path}, after line {line}: cannot read the CSV ({exc})") from None
     if not counts:
-        raise InvalidSpec(f"{path}: no nodes with GPUs")
+        raise InvalidSpec(f"{path}: no nodes with GPUs (every row has 0 GPUs or 0 nodes)")
     return [
         Partition(name, tuple(NodeClass(c, n, g) for (c, g), n in classes.items()))
         for name, classes in counts.items()
@@ -151,11 +189,19 @@ def _row(
         source = schema.columns.get(name)
         return (row.get(source) or "").strip() if source else ""
 
-    try:
-        gpus = int(get("gpus_per_node"))
-        nodes = int(get("num_nodes") or 1)
-    except ValueError:
-        raise InvalidSpec(
-            f"{path}, line {line}: gpus_per_node and num_nodes must be whole numbers"
-        ) from None
+    def count(name: str, default: str) -> int:
+        text = get(name) or default
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            source = schema.columns.get(name, name)
+            column = repr(source) if source == name else f"{source!r} ({name})"
+            what = "empty" if not text else f"{text!r} is not a whole number of 0 or more"
+            raise InvalidSpec(f"{path}, line {line}, column {column}: {what}")
+        return value
+
+    gpus = count("gpus_per_node", "")
+    nodes = count("num_nodes", "1")
     return get("cluster") or schema.default_cluster, get("node_class") or "default", nodes, gpus

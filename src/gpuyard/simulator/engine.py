@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpuyard.errors import InvalidSpec
 from gpuyard.simulator.cluster import Partition
 from gpuyard.simulator.policy import (
     Decision,
@@ -38,25 +40,110 @@ from gpuyard.simulator.trace import TraceJob
 __all__ = ["Engine", "Overhead", "PartitionResult", "Progress"]
 
 Progress = Callable[[int], None]
-"""Called with the number of jobs finished so far (every few hundred, and at the end)."""
+"""Called with the number of jobs replayed so far: at each event time where jobs finished
+(so that a display moves as the replay does, not in jumps of hundreds), and at the end with
+all of them (those left unfinished are replayed too: nothing more will happen to them)."""
 
-_PROGRESS_EVERY = 250
 _ROUNDS_PER_INSTANT = 8
+
+
+_OVERHEAD_FORMS = (
+    "write SECONDS (e.g. 40), SMALL,LARGE (up to 8 GPUs, above; e.g. 40,60) or a table "
+    "GPUS:SECONDS,... (jobs of up to GPUS GPUs pay SECONDS; larger ones the last entry's; "
+    "e.g. 1:30,8:40,64:90)"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Overhead:
     """Seconds of work a preemption adds (checkpoint, requeue, restart), by job size.
 
-    The default is the artifact's: 40 s up to 8 GPUs, 60 s above."""
+    ``tiers``: (up to this many GPUs, seconds), by increasing GPUs; jobs larger than the last
+    bound pay ``beyond``. The default is the artifact's: 40 s up to 8 GPUs, 60 s above. A
+    table rather than two tiers because checkpoint and restart time grow with a job's size
+    well past one node."""
 
-    small: float = 40.0
-    large: float = 60.0
-    threshold: int = 8
-    """Jobs with more GPUs than this pay ``large``."""
+    tiers: tuple[tuple[int, float], ...] = ((8, 40.0),)
+    beyond: float = 60.0
+
+    def __post_init__(self) -> None:
+        bounds = [g for g, _ in self.tiers]
+        seconds = [t for _, t in self.tiers] + [self.beyond]
+        if any(b < 1 for b in bounds) or any(a >= b for a, b in itertools.pairwise(bounds)):
+            raise InvalidSpec(f"overhead tiers {self.tiers}: GPU bounds must be 1 or more, rising")
+        if any(not math.isfinite(t) or t < 0 for t in seconds):
+            raise InvalidSpec(f"overhead seconds {seconds}: must be finite, 0 or more")
+
+    @classmethod
+    def flat(cls, seconds: float) -> Overhead:
+        return cls((), seconds)
+
+    @classmethod
+    def small_large(cls, small: float, large: float, threshold: int = 8) -> Overhead:
+        """``small`` up to ``threshold`` GPUs, ``large`` above (the artifact's form)."""
+        return cls(((threshold, small),), large)
+
+    @classmethod
+    def parse(cls, text: str) -> Overhead:
+        """``--overhead``: ``SECONDS``, ``SMALL,LARGE`` or ``GPUS:SECONDS,...``."""
+        parts = [p.strip() for p in text.split(",")]
+        if any(":" in p for p in parts):
+            tiers: list[tuple[int, float]] = []
+            for part in parts:
+                bound, sep, seconds = part.partition(":")
+                gpus, value = _int(bound), _seconds(seconds)
+                if not sep or gpus is None or gpus < 1 or value is None:
+                    raise InvalidSpec(
+                        f"--overhead {text!r}: {part!r} is not GPUS:SECONDS with GPUS a whole "
+                        f"number of 1 or more and SECONDS 0 or more; {_OVERHEAD_FORMS}"
+                    )
+                if tiers and gpus <= tiers[-1][0]:
+                    raise InvalidSpec(
+                        f"--overhead {text!r}: GPU bounds must rise ({gpus} comes after "
+                        f"{tiers[-1][0]}); {_OVERHEAD_FORMS}"
+                    )
+                tiers.append((gpus, value))
+            return cls(tuple(tiers), tiers[-1][1])
+        values = [_seconds(p) for p in parts]
+        if len(values) not in (1, 2) or any(v is None for v in values):
+            raise InvalidSpec(
+                f"--overhead {text!r}: not a number of seconds (0 or more) or a pair; "
+                f"{_OVERHEAD_FORMS}"
+            )
+        numbers = [v for v in values if v is not None]
+        if len(numbers) == 1:
+            return cls.flat(numbers[0])
+        return cls.small_large(numbers[0], numbers[1])
 
     def of(self, gpus: int) -> float:
-        return self.small if gpus <= self.threshold else self.large
+        for bound, seconds in self.tiers:
+            if gpus <= bound:
+                return seconds
+        return self.beyond
+
+    def describe(self) -> str:
+        """``40 s up to 8 GPUs, 60 s above``: for reports."""
+        if not self.tiers or all(t == self.beyond for _, t in self.tiers):
+            return f"{self.beyond:g} s"
+        parts = [f"{t:g} s up to {g} GPU{'' if g == 1 else 's'}" for g, t in self.tiers]
+        if self.beyond != self.tiers[-1][1]:
+            parts.append(f"{self.beyond:g} s above")
+        return ", ".join(parts)
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 @dataclass(slots=True)
@@ -143,7 +230,10 @@ class Engine:
             if previous is not None:
                 self._account(t - previous)
             previous = self.now = t
-            self._finished += self._release(t)
+            released = self._release(t)
+            if released and self.on_progress is not None:
+                self.on_progress(self._done)
+            self._finished += released
             self._submitted += self._admit(t)
             woke = False
             while self._wakes and self._wakes[0] <= t:
@@ -152,7 +242,7 @@ class Engine:
             if self.pending or woke:
                 self._decide(t)
         if self.on_progress is not None:
-            self.on_progress(self._done)
+            self.on_progress(len(self.jobs))
         return self.result
 
     def _decide(self, t: float) -> None:
@@ -206,8 +296,6 @@ class Engine:
             job.end = t
             finished.append(job)
             self._done += 1
-            if self.on_progress is not None and self._done % _PROGRESS_EVERY == 0:
-                self.on_progress(self._done)
         return finished
 
     def _admit(self, t: float) -> list[SimJob]:

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
+    "CAPTION",
     "JOB_COLUMNS",
+    "PlotUnavailable",
+    "check_plot",
     "plot_queue_cdf",
     "summary_table",
     "write_jobs",
@@ -61,11 +64,23 @@ def write_summary(path: Path, summaries: Sequence[Summary]) -> None:
         writer.writeheader()
         for s in summaries:
             row = asdict(s)
-            for key in ("avg_jct", "avg_queue", "p99_queue", "p999_queue", "makespan"):
+            for key in ("avg_jct", "avg_queue", "p50_queue", "p99_queue", "p999_queue", "makespan"):
                 row[key] = round(row[key], 2)
             if row["alloc_waiting"] is not None:
                 row["alloc_waiting"] = round(row["alloc_waiting"], 4)
             writer.writerow({k: _cell(v) for k, v in row.items()})
+
+
+CAPTION = (
+    "All times in seconds, over the jobs that finished. JCT: submission to end. queue: time "
+    "waiting, from submission to start plus any time requeued after a preemption; p50 (the "
+    "median), p99, p99.9: the queueing delay that 50 %, 99 %, 99.9 % of jobs did not exceed. "
+    "alloc: share of the cluster's GPUs allocated while at least one job waited (time-"
+    "weighted). makespan: first submission to last end. preempt: preemptions. policy*: "
+    "published results of another simulator on the same trace, for comparison (no "
+    "allocation data: -)."
+)
+"""The table's footnote: every column said in words, since the headers are abbreviations."""
 
 
 def _seconds(value: float) -> str:
@@ -83,10 +98,11 @@ def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        caption="seconds; alloc: share of GPUs allocated while jobs wait; *: published figures",
+        caption=CAPTION,
         caption_justify="left",
     )
-    headers = ["policy", "cluster", "jobs", "avg JCT", "avg queue", "p99 queue", "p99.9 queue"]
+    headers = ["policy", "cluster", "jobs", "avg JCT", "avg queue", "p50 queue", "p99 queue"]
+    headers += ["p99.9 queue"]
     headers += ["alloc", "makespan", "preempt"]
     if clusters == {OVERALL}:
         headers.remove("cluster")
@@ -105,6 +121,7 @@ def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
             f"{s.jobs:,}" + (f" ({s.unfinished:,} unfinished)" if s.unfinished else ""),
             _seconds(s.avg_jct),
             _seconds(s.avg_queue),
+            _seconds(s.p50_queue),
             _seconds(s.p99_queue),
             _seconds(s.p999_queue),
             "-" if s.alloc_waiting is None else f"{s.alloc_waiting:.1%}",
@@ -117,6 +134,21 @@ def summary_table(summaries: Sequence[Summary], *, title: str = "") -> Table:
 
 class PlotUnavailable(GpuyardError):
     """matplotlib is missing."""
+
+
+def check_plot() -> None:
+    """Raise :class:`PlotUnavailable` now if the plot cannot be drawn: checked before a
+    replay, so that a missing matplotlib does not lose a replay's results at the end."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PlotUnavailable(_NO_MATPLOTLIB)
+
+
+_NO_MATPLOTLIB = (
+    "the plot needs matplotlib: install gpuyard's 'sim' extra (pip install 'gpuyard[sim]'), "
+    "or pass --no-plot"
+)
 
 
 def plot_queue_cdf(
@@ -133,10 +165,7 @@ def plot_queue_cdf(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotUnavailable(
-            "the plot needs matplotlib: install gpuyard's 'sim' extra "
-            "(pip install 'gpuyard[sim]'), or pass --no-plot"
-        ) from None
+        raise PlotUnavailable(_NO_MATPLOTLIB) from None
     figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
     palette = [f"C{i}" for i in range(10)]  # the default color cycle, by name
     colors: dict[str, object] = {}  # one color per policy, ours and published alike

@@ -148,17 +148,29 @@ def _init_worker(updates: Any) -> None:
     _updates = updates
 
 
+_SEND_EVERY = 0.1
+"""Seconds between a worker's progress messages: the engine reports at every completion,
+and a message per completion would cost more than the display gains."""
+
+
 def _run_task(
     key: int, policy: str, partition: Partition, jobs: Sequence[TraceJob], overhead: Overhead
 ) -> tuple[int, PartitionResult]:
-    seen = 0
+    sent = latest = 0
+    last = time.monotonic()
 
     def report(done: int) -> None:
-        nonlocal seen
-        _updates.put(done - seen)
-        seen = done
+        nonlocal sent, latest, last
+        latest = done
+        now = time.monotonic()
+        if now - last >= _SEND_EVERY and latest > sent:
+            _updates.put(latest - sent)
+            sent, last = latest, now
 
-    return key, run_one(policy, partition, jobs, overhead, report)
+    result = run_one(policy, partition, jobs, overhead, report)
+    if latest > sent:
+        _updates.put(latest - sent)
+    return key, result
 
 
 def _in_workers(

@@ -19,7 +19,6 @@ from gpuyard.simulator.metrics import (
     job_results,
     summarize_by_cluster,
 )
-from gpuyard.simulator.published import load_published
 from gpuyard.simulator.report import plot_queue_cdf, write_jobs, write_summary
 from gpuyard.simulator.runner import Progress, replay
 from gpuyard.simulator.trace import (
@@ -31,7 +30,16 @@ from gpuyard.simulator.trace import (
     load_trace,
 )
 
-__all__ = ["Loaded", "Outcome", "load", "run_study", "summaries_of", "write_outputs"]
+__all__ = [
+    "NEVER_FITS",
+    "Loaded",
+    "Outcome",
+    "check_out",
+    "load",
+    "run_study",
+    "summaries_of",
+    "write_outputs",
+]
 
 
 @dataclass(slots=True)
@@ -39,6 +47,10 @@ class Loaded:
     partitions: list[Partition]
     jobs: list[TraceJob]
     report: LoadReport
+
+
+NEVER_FITS = "can never fit its cluster, not replayed"
+"""The skip reason of jobs larger than any placement on their (empty) cluster."""
 
 
 def load(
@@ -50,7 +62,12 @@ def load(
     map_file: Path | None = None,
     cluster_preset: str | None = None,
 ) -> Loaded:
-    """``preset`` None: detected from the trace's header; ``columns`` override it."""
+    """Every input read and checked, so that nothing is replayed from a bad one.
+
+    ``preset`` None: detected from the trace's header. ``map_file``, then ``columns`` (the
+    ``--map`` options), go over the preset or the detected schema: they name only the
+    columns that differ. Jobs that can never fit their cluster are left out and reported;
+    a trace with no job left to replay is an error."""
     cluster_schema: ClusterSchema | None = None
     if cluster_preset is not None:
         if cluster_preset not in CLUSTER_PRESETS:
@@ -58,36 +75,49 @@ def load(
                 f"unknown cluster preset {cluster_preset!r}; one of {', '.join(CLUSTER_PRESETS)}"
             )
         cluster_schema = CLUSTER_PRESETS[cluster_preset]
+    base = _preset(preset)
+    mapping = _mapping(columns, map_file)
     partitions = load_cluster(cluster, cluster_schema)
-    schema = _schema(trace, preset, columns, map_file)
-    jobs, report = load_trace(trace, schema, clusters=[p.name for p in partitions])
+    jobs, report = load_trace(trace, base, mapping=mapping, clusters=[p.name for p in partitions])
+    jobs = _fitting(jobs, {p.name: p for p in partitions}, report)
+    if not jobs:
+        raise InvalidSpec(
+            f"{trace}: no job to replay. " + "; ".join(line.strip() for line in report.lines())
+        )
     return Loaded(partitions, jobs, report)
 
 
-def _schema(
-    trace: Path, preset: str | None, columns: dict[str, str] | None, map_file: Path | None
-) -> TraceSchema | None:
-    base: TraceSchema | None = None
-    if map_file is not None:
-        base = load_schema_file(map_file)
-    elif preset is not None:
-        if preset not in PRESETS:
-            raise InvalidSpec(f"unknown preset {preset!r}; one of {', '.join(PRESETS)}")
-        base = PRESETS[preset]
+def _preset(name: str | None) -> TraceSchema | None:
+    if name is None:
+        return None
+    if name not in PRESETS:
+        raise InvalidSpec(f"unknown preset {name!r}; one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _mapping(columns: dict[str, str] | None, map_file: Path | None) -> TraceSchema | None:
+    """The ``--map-file`` mapping with the ``--map`` options over it (None: neither).
+    Empty sources stay: they drop a column from the schema the mapping goes over."""
+    base = load_schema_file(map_file) if map_file is not None else None
     if not columns:
         return base
     if base is None:
-        import csv
+        return TraceSchema(dict(columns), name="--map")
+    return TraceSchema({**base.columns, **columns}, base.priorities, f"{base.name} + --map")
 
-        from gpuyard.simulator.trace import detect_preset, open_text
 
-        with open_text(trace) as stream:
-            header = next(csv.reader(stream), [])
-        try:
-            base = detect_preset(header)
-        except InvalidSpec:
-            base = TraceSchema({}, name="custom")
-    return base.with_overrides(columns)
+def _fitting(
+    jobs: list[TraceJob], partitions: dict[str, Partition], report: LoadReport
+) -> list[TraceJob]:
+    kept: list[TraceJob] = []
+    for job in jobs:
+        why = partitions[job.cluster].never_fits(job.gpus, job.nodes)
+        if why is None:
+            kept.append(job)
+        else:
+            report.skip(NEVER_FITS, job.line, f"job {job.job_id}: {why}")
+    report.jobs = len(kept)
+    return kept
 
 
 @dataclass(slots=True)
@@ -119,8 +149,10 @@ def run_study(
     overhead: Overhead | None = None,
     workers: int = 1,
     progress: Progress | None = None,
-    published: Path | None = None,
+    published: dict[str, list[JobResult]] | None = None,
 ) -> Outcome:
+    """Replay and summarise. ``published``: :func:`load_published`'s results, loaded (and
+    so checked) before this is called."""
     results = replay(
         loaded.partitions,
         loaded.jobs,
@@ -129,9 +161,27 @@ def run_study(
         workers=workers,
         progress=progress,
     )
-    others = load_published(published, loaded.jobs) if published is not None else {}
+    others = published or {}
     jobs = [row for r in results for row in job_results(r)]
     return Outcome(results, jobs, summaries_of(results, others), others)
+
+
+def check_out(out: Path) -> None:
+    """Raise now if ``out`` cannot take the outputs: checked before a replay, so that its
+    results are not lost at the end for want of a directory."""
+    import os
+
+    if out.exists():
+        if not out.is_dir():
+            raise InvalidSpec(f"--out {out}: exists and is not a directory; name a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise InvalidSpec(f"--out {out}: not writable by you; name another directory")
+        return
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidSpec(f"--out {out}: cannot create it ({parent} is not a writable directory)")
 
 
 def write_outputs(outcome: Outcome, out: Path, *, plot: bool = True, title: str = "") -> list[Path]:

@@ -115,9 +115,11 @@ def test_the_overhead_depends_on_the_job_size() -> None:
             return Decision(starts=[StartJob(0, both)])
         return Decision()
 
-    engine = Engine(partition, [job("gang", 0, 16, 50)], Scripted(plan), overhead=Overhead(3, 7))
+    engine = Engine(
+        partition, [job("gang", 0, 16, 50)], Scripted(plan), overhead=Overhead.small_large(3, 7)
+    )
     (gang,) = engine.run().jobs
-    assert Overhead(3, 7).of(8) == 3
+    assert Overhead.small_large(3, 7).of(8) == 3
     assert (gang.end, gang.queued, gang.preemptions) == (6 + 45 + 7, 1, 1)
 
 

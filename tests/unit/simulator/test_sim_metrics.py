@@ -63,3 +63,12 @@ def test_summaries_per_cluster_and_overall_from_a_replay() -> None:
     # b waits 1..10 while 4 of 8 GPUs are busy.
     assert (overall.avg_queue, overall.avg_jct, overall.alloc_waiting) == (4.5, 12, 0.5)
     assert overall.p99_queue == pytest.approx(0 + 9 * 0.99)
+
+
+def test_the_median_queueing_delay_is_in_the_summary() -> None:
+    rows = [result(str(i), 0, q, q + 1) for i, q in enumerate([0, 0, 0, 10, 1000])]
+    summary = summarize("p", "c", [*rows, result("x", 0, None, None)])
+    assert summary.p50_queue == 0  # most jobs started at once ...
+    assert summary.avg_queue == 202  # ... which the average does not show
+    rows = [result(str(i), 0, q, q + 1) for i, q in enumerate([1, 2, 3, 4])]
+    assert summarize("p", "c", rows).p50_queue == 2.5

@@ -61,6 +61,13 @@ def test_simulate_writes_results_summary_and_plot(files: tuple[Path, Path], tmp_
     assert ("fifo", "(all)") in summary and ("sjf", "vcB") in summary
     assert summary[("SRTF (published)", "(all)")]["preemptions"] == "1"
     assert float(summary[("fifo", "vcA")]["avg_queue"]) == pytest.approx(80 / 3, abs=0.01)
+    # vcA's queueing delays under fifo: 0, 0, 80: the median is 0, the average 26.67.
+    assert summary[("fifo", "vcA")]["p50_queue"] == "0"
+    assert summary[("FIFO (published)", "vcA")]["p50_queue"] == "0"
+    assert "p50 queue" in result.stdout
+    footnote = " ".join(result.stdout.split())  # as one line, however the table wraps it
+    assert "p50 (the median), p99, p99.9: the queueing delay that 50 %" in footnote
+    assert "policy*: published results of another simulator" in footnote
     assert (out / "queue_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
