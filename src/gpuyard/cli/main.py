@@ -12,6 +12,7 @@ from gpuyard.cli import config as config_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import server as server_cli
 from gpuyard.cli import simulate as simulate_cli
+from gpuyard.cli import slurm as slurm_cli
 
 app = typer.Typer(
     name="gpuyard",
@@ -25,6 +26,7 @@ server_cli.register(app)
 admin_cli.register(app)
 access_cli.register(app)
 simulate_cli.register(app)
+slurm_cli.register(app)
 app.add_typer(config_cli.app, name="config")
 
 

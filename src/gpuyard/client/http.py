@@ -173,11 +173,16 @@ class Client:
         status: Sequence[JobStatus | str] = (),
         name: str | None = None,
         owner: str | None = None,
+        ids: Sequence[int] = (),
+        array: int | None = None,
         offset: int = 0,
         limit: int = 100,
     ) -> Page[JobView]:
         params: list[tuple[str, str | int]] = [("offset", offset), ("limit", limit)]
         params += [("status", str(s)) for s in status]
+        params += [("id", i) for i in ids]
+        if array is not None:
+            params.append(("array", array))
         if name:
             params.append(("name", name))
         if owner:
@@ -203,6 +208,14 @@ class Client:
         """Delete several ended jobs in one request; the result says which could not be."""
         data = self._request("POST", "/jobs/delete", json={"ids": list(job_ids)}).json()
         return BulkResult.model_validate(data)
+
+    def signal(self, job_id: int, signum: int, *, steps: bool = True) -> JobView:
+        """Send a signal to a running job's steps (srun) or, with ``steps=False``, its batch
+        shell."""
+        body = {"signal": signum, "steps": steps}
+        return JobView.model_validate(
+            self._request("POST", f"/jobs/{job_id}/signal", json=body).json()
+        )
 
     def suspend(self, job_id: int) -> JobView:
         """Ask a running job to checkpoint and go back to the queue at its place."""

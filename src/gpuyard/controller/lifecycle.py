@@ -125,6 +125,7 @@ class Lifecycle:
         ctx = JobContext(
             job_id=job.id,
             name=job.name,
+            owner=job.owner,
             attempt=job.attempt,
             placement=placement,
             job_dir=self.executor.job_dir(job.id),

@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, or_, select, tuple_, update
+from sqlalchemy import and_, func, or_, select, tuple_, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
@@ -46,14 +46,15 @@ from gpuyard.controller.forecaster import Forecaster
 from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, describe
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
-from gpuyard.errors import StaleWrite
+from gpuyard.errors import IllegalTransition, StaleWrite
 from gpuyard.executors.base import Executor
 from gpuyard.models import JobState, NodeState
 from gpuyard.models.states import HOLDING
 from gpuyard.models.worker import ControlState, Handle, WorkerKey, WorkerState, WorkerStatus
+from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import JobRow, NodeRow, WorkerRow
+from gpuyard.store.tables import JobRow, NodeRow, SignalRow, WorkerRow
 
 __all__ = ["Controller", "LaunchConfig"]
 
@@ -62,6 +63,8 @@ log = logging.getLogger("gpuyard.controller")
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
+TIME_LIMIT_ACTOR = "time-limit"
+"""Who sends ``--signal=SIG@SECONDS`` before a job's time limit."""
 CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' runtime reports (checkpoints, listeners)."""
 FULL_EVERY = 2.0
@@ -257,9 +260,14 @@ class Controller:
             self._advance_jobs(self._due() | self.errors.jobs() | jobs | ended)
         else:
             self._advance_jobs(jobs | ended)
+        limit_signals = False
         if began - self._last_control_sync >= CONTROL_EVERY:
             self._last_control_sync = began
             self._sync_control()
+            limit_signals = self._signal_before_limit()
+        if full or jobs or limit_signals:
+            # A signal someone sent pokes its job (jobs); a full pass catches the rest.
+            self._deliver_signals()
         if schedule:
             self._dirty = False
             started = self.clock.monotonic()
@@ -407,6 +415,115 @@ class Controller:
                     result[i] = answer
         return result
 
+    def _signal_before_limit(self) -> bool:
+        """Slurm's ``--signal=[B:]SIG@SECONDS``: that long before a job's time limit, its steps
+        (or batch shell) get the signal, once per attempt. Whether one is now due."""
+        now = self.clock.now()
+        with self.store.read() as session:
+            rows = session.execute(
+                select(JobRow.id, JobRow.spec).where(
+                    JobRow.state == JobState.RUNNING,
+                    JobRow.limit_signal.is_not(None),
+                    JobRow.started_at + JobRow.max_runtime - JobRow.limit_signal <= now,
+                )
+            ).all()
+        due: list[tuple[int, int, bool]] = []
+        for job_id, spec in rows:
+            wanted = ((spec or {}).get("slurm") or {}).get("signal")
+            if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
+                due.append((job_id, wanted["signal"], not wanted.get("batch", False)))
+        if not due:
+            return False
+        added = False
+        with self.store.write() as session:
+            for job_id, signum, steps in due:
+                sent = session.scalar(
+                    select(func.count())
+                    .select_from(SignalRow)
+                    .join(JobRow, JobRow.id == SignalRow.job_id)
+                    .where(
+                        SignalRow.job_id == job_id,
+                        SignalRow.actor == TIME_LIMIT_ACTOR,
+                        SignalRow.created_at >= JobRow.started_at,
+                    )
+                )
+                if not sent:
+                    added = True
+                    session.add(
+                        SignalRow(
+                            job_id=job_id,
+                            signal=signum,
+                            steps=steps,
+                            actor=TIME_LIMIT_ACTOR,
+                            created_at=now,
+                        )
+                    )
+        return added
+
+    def _deliver_signals(self) -> None:
+        """Deliver the signals people sent (``scancel --signal``) and the time limit's."""
+        with self.store.read() as session:
+            pending = session.execute(
+                select(SignalRow.id, SignalRow.job_id, SignalRow.signal, SignalRow.steps)
+                .where(SignalRow.delivered_at.is_(None))
+                .order_by(SignalRow.id)
+                .limit(1000)
+            ).all()
+            if not pending:
+                return
+            job_ids = {job_id for _, job_id, _, _ in pending}
+            workers = session.execute(
+                select(WorkerRow.job_id, WorkerRow.rank, WorkerRow.handle)
+                .join(JobRow, JobRow.id == WorkerRow.job_id)
+                .where(
+                    WorkerRow.job_id.in_(job_ids),
+                    JobRow.state == JobState.RUNNING,
+                    WorkerRow.attempt == JobRow.attempt,
+                    WorkerRow.state == WorkerState.RUNNING,
+                    WorkerRow.handle.is_not(None),
+                )
+            ).all()
+        by_job: dict[int, list[tuple[int, Handle]]] = defaultdict(list)
+        for job_id, rank, handle in workers:
+            by_job[job_id].append((rank, handle))
+        for _, job_id, signum, steps in pending:
+            with self.errors.guard(job_id, "delivering a signal"):
+                for rank, handle in by_job.get(job_id, []):
+                    if steps or rank == 0:
+                        self.executor.signal(handle, signum, steps=steps)
+        now = self.clock.now()
+        with self.store.write() as session:
+            session.execute(
+                update(SignalRow)
+                .where(SignalRow.id.in_([row[0] for row in pending]))
+                .values(delivered_at=now)
+            )
+
+    def _requeue_asked(self, job_ids: set[int]) -> None:
+        """Jobs that asked to be requeued now (``scontrol requeue`` in a Slurm batch job): every
+        worker is told to exit at once, and the job goes back to the queue (Slurm ends all of
+        a requeued job's steps without notice)."""
+        now = self.clock.now()
+        for job_id in sorted(job_ids):
+            with (
+                self.errors.guard(job_id, "requeueing it as it asked"),
+                self.store.write() as session,
+            ):
+                row = session.get(JobRow, job_id)
+                if row is None or row.state != JobState.RUNNING:
+                    continue
+                try:
+                    begin_suspension(
+                        session,
+                        row,
+                        actor="job",
+                        why="the job asked to be requeued (scontrol requeue)",
+                        now=now,
+                        notice=0.0,
+                    )
+                except (StaleWrite, IllegalTransition):
+                    continue
+
     def _sync_control(self) -> None:
         """Record what running jobs' runtimes report: when they last saved a checkpoint, and
         whether they listen for notices (preemption picks the victims that lose least); and,
@@ -434,10 +551,13 @@ class Controller:
         known = {job_id: (last, listens) for _, job_id, _, last, listens in rows}
         seen: dict[int, tuple[float | None, bool]] = {}
         problems: list[tuple[int, int, str]] = []
+        requeue: set[int] = set()
         states = self._controls([(job_id, handle) for _, job_id, handle, _, _ in rows])
         for (worker_id, job_id, _, _, _), state in zip(rows, states, strict=True):
             if state is None:
                 continue
+            if state.requeue_at is not None:
+                requeue.add(job_id)
             last, listens = seen.get(job_id, known[job_id])
             at = state.checkpoint_at
             if at is not None and (last is None or at > last):
@@ -448,6 +568,8 @@ class Controller:
                 for p in state.invalid
                 if (worker_id, p) not in self._reported
             ]
+        if requeue:
+            self._requeue_asked(requeue)
         changed = {j: v for j, v in seen.items() if v != known[j]}
         if changed or problems:
             now = self.clock.now()

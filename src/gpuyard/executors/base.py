@@ -71,6 +71,13 @@ class Executor(Protocol):
         the notice signal to the worker's processes that registered for it."""
         ...
 
+    def signal(self, handle: Handle, signum: int, *, steps: bool) -> None:
+        """Send ``signum`` to the worker's job steps (``steps``: the processes that registered
+        in its control directory's ``steps/``, which are Slurm's ``srun``), or to its main
+        process (the batch shell of a Slurm batch job). Best effort: a worker that has ended
+        gets nothing."""
+        ...
+
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         """What each worker's runtime wrote to its control directory (ack, checkpoint, …)."""
         ...

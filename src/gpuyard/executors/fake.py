@@ -36,6 +36,7 @@ class FakeWorker:
     killed: bool = False
     log: bytes = b""
     notices: list[Notice] = field(default_factory=list)
+    signals: list[tuple[int, bool]] = field(default_factory=list)
     control: ControlState = field(default_factory=ControlState)
 
 
@@ -70,7 +71,7 @@ class FakeExecutor:
         return list(self._nodes)
 
     def tools(self) -> Tools:
-        return Tools(python="/fake/python", rexec="/fake/rexec.py")
+        return Tools(python="/fake/python", rexec="/fake/rexec.py", slurm="/fake/slurmstep.py")
 
     def base_env(self, node: str) -> Mapping[str, str]:
         return {"PATH": "/usr/bin:/bin"}
@@ -125,6 +126,10 @@ class FakeExecutor:
     def notify(self, handle: Handle, notice: Notice) -> None:
         with self._lock:
             self._worker(handle).notices.append(notice)
+
+    def signal(self, handle: Handle, signum: int, *, steps: bool) -> None:
+        with self._lock:
+            self._worker(handle).signals.append((signum, steps))
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         with self._lock:

@@ -51,6 +51,10 @@ One TCP connection per remote command. The client first sends one header line::
 
     {"token": "<job token>", "argv": ["word", ...]}\\n
 
+It may add ``"env": {"NAME": "value", ...}`` (set on top of the server's own environment:
+what ``srun`` forwards from the batch shell and each task's ``SLURM_*``) and ``"cwd": "/dir"``
+(used when it exists on this node, else the server's own).
+
 then both sides exchange frames::
 
     +---------+----------------------+-------------------+
@@ -58,6 +62,8 @@ then both sides exchange frames::
     +---------+----------------------+-------------------+
 
     client -> server   0 STDIN    bytes for the command's stdin; an empty payload is EOF
+                       5 SIGNAL   4 bytes, big-endian: a signal for the command's group
+                                  (``srun`` forwarding what it received)
     server -> client   1 STDOUT   bytes the command wrote to stdout
                        2 STDERR   bytes the command wrote to stderr
                        3 EXIT     4 bytes, big-endian: the exit status (128+n for signal n);
@@ -90,7 +96,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
-STDIN, STDOUT, STDERR, EXIT, ERROR = 0, 1, 2, 3, 4
+STDIN, STDOUT, STDERR, EXIT, ERROR, SIGNAL = 0, 1, 2, 3, 4, 5
 FRAME_HEADER = 5  # channel byte + 4-byte length
 MAX_FRAME = 1 << 20
 MAX_HEADER = 1 << 20  # prted's command line is ~2 KB; leave room for long environments
@@ -263,9 +269,10 @@ class _Session:
         import threading
 
         rfile = self.conn.makefile("rb")
-        argv = self._read_header(rfile)
-        if argv is None:
+        header = self._read_header(rfile)
+        if header is None:
             return
+        argv, env, cwd = header
         command = remote_command(argv)
         # The whole line (a daemon's is ~1.5 KB, once per job): what a failed launch ran.
         shown = command if len(command) <= MAX_LOGGED else command[: MAX_LOGGED - 3] + "..."
@@ -280,6 +287,8 @@ class _Session:
                 stderr=subprocess.PIPE,
                 bufsize=0,
                 process_group=0,
+                env={**os.environ, **env} if env else None,
+                cwd=cwd if cwd and os.path.isdir(cwd) else None,
             )
         except OSError as exc:
             self.send(ERROR, f"cannot start /bin/sh: {exc}".encode())
@@ -307,7 +316,9 @@ class _Session:
             pump.join(1.0)
         self.send(EXIT, exit_status(returncode).to_bytes(4, "big"))
 
-    def _read_header(self, rfile: BinaryIO) -> list[str] | None:
+    def _read_header(  # noqa: PLR0911 - one refusal per way a header can be wrong
+        self, rfile: BinaryIO
+    ) -> tuple[list[str], dict[str, str], str | None] | None:
         import hmac
         import json
 
@@ -336,7 +347,23 @@ class _Session:
         if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
             self._refuse("bad header: argv must be a non-empty list of strings")
             return None
-        return argv
+        env = header.get("env") or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str)
+            and isinstance(v, str)
+            and k
+            and "=" not in k
+            and "\0" not in k
+            and "\0" not in v
+            for k, v in env.items()
+        ):
+            self._refuse("bad header: env must map variable names to strings")
+            return None
+        cwd = header.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd):
+            self._refuse("bad header: cwd must be a path")
+            return None
+        return argv, env, cwd
 
     def _refuse(self, reason: str) -> None:
         self.server.log(f"refused {self.peer}: {reason}")
@@ -364,16 +391,18 @@ class _Session:
         # client went away. (What a client sends is mpirun's stdin: empty in practice.)
         pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         threading.Thread(target=self._feed_stdin, args=(pending,), daemon=True).start()
+        stdin_open = True
         try:
             while (frame := _read_frame(rfile)) is not None:
                 channel, payload = frame
+                if channel == SIGNAL and len(payload) == 4:
+                    self._signal(int.from_bytes(payload, "big"))
+                    continue
                 if channel != STDIN:
                     raise ValueError(f"unexpected channel {channel} from the client")
-                pending.put(payload or None)  # an empty payload is stdin's EOF
-                if not payload:
-                    break  # from now on only the end of the connection matters
-            while rfile.read(CHUNK):
-                pass  # anything after stdin's EOF is ignored; we wait for the connection to end
+                if stdin_open:  # stdin after its EOF is ignored
+                    pending.put(payload or None)  # an empty payload is stdin's EOF
+                    stdin_open = bool(payload)
         except (OSError, ValueError):
             pass
         pending.put(None)  # the client is gone: close the command's stdin if it is still open
@@ -391,6 +420,12 @@ class _Session:
         finally:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
+
+    def _signal(self, signum: int) -> None:
+        proc = self.proc
+        if proc is not None and 0 < signum < 65 and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signum)
 
     def _lost_client(self) -> None:
         if self._client_gone.is_set():

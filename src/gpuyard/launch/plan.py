@@ -22,7 +22,7 @@ from typing import Any
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import NetworkPreset, network_env
-from gpuyard.launch.slurm import slurm_env
+from gpuyard.launch.slurm import batch_env, slurm_env
 from gpuyard.launch.topology import Role, Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
@@ -79,6 +79,8 @@ class JobContext:
     network: NetworkPreset = field(default_factory=NetworkPreset)
     mpi_interface: str = "eth0"
     """HYDRA_IFACE for MPICH jobs (the reference's eth0; `lo` for virtual nodes)."""
+    owner: str = ""
+    """The gpuyard user who owns the job (SLURM_JOB_USER)."""
     run_as: str | None = None
     """The OS account its workers run as (:func:`gpuyard.launch.accounts.os_account`); None:
     the pool's own user."""
@@ -285,6 +287,91 @@ def _one_host_env(w: _Worker) -> dict[str, str]:
     return {"GPUYARD_REXEC_HOSTNAME": w.slot.node, "OMPI_MCA_btl_tcp_if_include": LOOPBACK}
 
 
+def slurm_bin_dir(files_dir: str) -> str:
+    """Where a Slurm batch job finds ``srun`` and ``scontrol`` first (docs/slurm.md)."""
+    return posixpath.join(files_dir, "slurm-bin")
+
+
+SLURM_TOOLS = ("srun", "scontrol")
+"""The commands a Slurm batch job runs inside its allocation (the others talk to the server
+and come from ``gpuyard slurm-shims``)."""
+
+
+def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
+    """A Slurm batch job: worker 0 runs the script (the batch step), the others serve the
+    ``srun`` tasks it starts on their nodes (``executors/slurmstep.py``)."""
+    ctx, slurm = w.ctx, w.spec.slurm
+    assert slurm is not None
+    files_dir = w.files_dir
+    hosts_json = posixpath.join(files_dir, "rexec-hosts.json")
+    rexec_hosts = {
+        w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
+        for s in w.compute
+    }
+    python, tool = shlex.quote(ctx.tools.python), shlex.quote(ctx.tools.slurm)
+    files = {hosts_json: File(json.dumps(rexec_hosts, sort_keys=True) + "\n")}
+    for name in SLURM_TOOLS:
+        files[posixpath.join(slurm_bin_dir(files_dir), name)] = File(
+            f'#!/bin/sh\nexec {python} -I -S {tool} {name} "$@"\n', 0o755
+        )
+    slot = w.slot
+    devices = (ctx.gpu_devices or {}).get(slot.node)
+    gpus = [devices[i] if devices and i < len(devices) else str(i) for i in slot.gpus]
+    array = slurm.array
+    env = batch_env(
+        job_id=ctx.job_id,
+        job_name=slurm.job_name,
+        nodes=[w.slot_of(s).node for s in w.compute],
+        node_rank=w.seat.node_rank,
+        ntasks=slurm.ntasks,
+        ntasks_per_node=slurm.ntasks_per_node,
+        cpus_per_task=slurm.cpus_per_task,
+        cpus=slot.cpus,
+        gpus=gpus,
+        memory_mb=w.spec.resources.memory // (1 << 20) if w.spec.resources.memory else 0,
+        submit_dir=slurm.submit_dir,
+        submit_host=slurm.submit_host,
+        partition=slurm.partition,
+        account=slurm.account,
+        qos=slurm.qos,
+        user=ctx.owner,
+        uid=slurm.uid,
+        gid=slurm.gid,
+        attempt=ctx.attempt,
+        open_mode=slurm.open_mode,
+        array=None
+        if array is None
+        else {
+            "job_id": array.job_id or ctx.job_id,
+            "task_id": array.task_id,
+            "task_count": array.count,
+            "task_min": array.min,
+            "task_max": array.max,
+            "task_step": array.step,
+        },
+    )
+    env.update(
+        {
+            # Node names need not resolve (virtual nodes do not): Lightning and submitit's
+            # helpers take MASTER_ADDR before the first name of SLURM_NODELIST.
+            "MASTER_ADDR": w.master.address,
+            "GPUYARD_REXEC_HOSTS": hosts_json,
+            "GPUYARD_REXEC_SELF": slot.node,
+            "GPUYARD_SLURM_STEPS": posixpath.join(files_dir, "slurm-steps"),
+            "GPUYARD_SLURM_OUTPUT": slurm.output,
+            "GPUYARD_SLURM_ERROR": slurm.error or "",
+        }
+    )
+    if w.seat.role is Role.MPI_TARGET:
+        env["GPUYARD_REXEC_ADDRESS"] = slot.address
+        env["GPUYARD_REXEC_PORT"] = str(slot.port)
+        return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
+    script = posixpath.join(files_dir, "slurm-script")
+    files[script] = File(slurm.script, 0o755)
+    argv = [ctx.tools.python, "-I", "-S", ctx.tools.slurm, "batch", script, *slurm.script_args]
+    return argv, env, files
+
+
 def _deepspeed(
     w: _Worker, command: ParsedCommand
 ) -> tuple[ParsedCommand, dict[str, str], dict[str, File]]:
@@ -324,7 +411,7 @@ def _seats(spec: JobSpec, ctx: JobContext) -> tuple[Seat, ...]:
     return found
 
 
-def plan_worker(
+def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
     spec: JobSpec,
     ctx: JobContext,
     rank: int,
@@ -386,8 +473,14 @@ def plan_worker(
 
     nodes = [w.slot_of(s).node for s in w.gang]
     cwd = spec.workdir or workspace
-    mode_env.update(
-        slurm_env(
+    if spec.mode is JobMode.SLURM:
+        argv_override, more_env, more_files = _slurm(w)
+        files.update(more_files)
+        _prepend_path(env, "PATH", slurm_bin_dir(w.files_dir))
+        assert spec.slurm is not None  # JobSpec's rule: mode slurm carries it
+        cwd = spec.slurm.work_dir
+    else:
+        more_env = slurm_env(
             job_id=ctx.job_id,
             job_name=ctx.name,
             nodes=nodes,
@@ -398,7 +491,7 @@ def plan_worker(
             submit_dir=cwd,
             attempt=ctx.attempt,
         )
-    )
+    mode_env.update(more_env)
     env.update(mode_env)
     env.update(contract_env(w, workspace=workspace, outputs=outputs))
     argv = argv_override or command.render(env)

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["compress_hostlist", "slurm_env"]
+__all__ = [
+    "batch_env",
+    "compress_hostlist",
+    "slurm_env",
+    "tasks_per_node",
+    "tasks_per_node_text",
+]
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 def compress_hostlist(hosts: Sequence[str]) -> str:
     """Slurm's hostlist form: ``node[0-3,7],gpu[01-02,10]``. Names that end in a number are
-    grouped by their prefix; a zero-padded number keeps its width."""
+    grouped by their prefix and zero-padded width (``n01`` and ``n1`` stay apart, ``n01`` and
+    ``n10`` go together, as in Slurm), each group's numbers sorted into ranges; other names are
+    kept once, in order."""
     return _compress(tuple(hosts))
 
 
@@ -29,43 +37,47 @@ def compress_hostlist(hosts: Sequence[str]) -> str:
 def _compress(hosts: tuple[str, ...]) -> str:
     # Every worker of a gang gets the same list: worked out once, not once per worker (a
     # 1,000-node gang would cost a second of a launch).
-    groups: dict[str, list[tuple[int, int]]] = {}
-    order: list[str] = []
-    for host in hosts:
-        match = _NUMBERED.match(host)
+    groups: dict[tuple[str, int], set[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    plain: set[str] = set()
+    numbered = [(host, _NUMBERED.match(host)) for host in hosts]
+    # A number without leading zeros joins the zero-padded ones of its length (gpu01, gpu10:
+    # gpu[01,10]); otherwise it is unpadded (n9, n10: n[9-10]).
+    padded = {
+        (m.group(1), len(m.group(2)))
+        for _, m in numbered
+        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
+    }
+    for host, match in numbered:
         if match is None:
-            order.append(host)
+            if host not in plain:
+                plain.add(host)
+                order.append(host)
             continue
         prefix, digits = match.groups()
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        if prefix not in groups:
-            groups[prefix] = []
-            order.append("\0" + prefix)
-        groups[prefix].append((int(digits), width))
+        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
+        if key not in groups:
+            groups[key] = set()
+            order.append(key)
+        groups[key].add(int(digits))
     parts = []
-    for item in order:
-        if not item.startswith("\0"):
-            parts.append(item)
+    for entry in order:
+        if isinstance(entry, str):
+            parts.append(entry)
             continue
-        prefix = item[1:]
-        numbers = sorted(set(groups[prefix]))
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0][0]:0{numbers[0][1]}d}")
-            continue
-        ranges: list[list[tuple[int, int]]] = []
-        for number in numbers:
-            last = ranges[-1][-1] if ranges else None
-            if last is not None and number == (last[0] + 1, last[1]):
-                ranges[-1].append(number)
+        prefix, width = entry
+        runs: list[list[int]] = []
+        for number in sorted(groups[entry]):
+            if runs and number == runs[-1][1] + 1:
+                runs[-1][1] = number
             else:
-                ranges.append([number])
+                runs.append([number, number])
         text = ",".join(
-            f"{r[0][0]:0{r[0][1]}d}"
-            if len(r) == 1
-            else f"{r[0][0]:0{r[0][1]}d}-{r[-1][0]:0{r[-1][1]}d}"
-            for r in ranges
+            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
+            for low, high in runs
         )
-        parts.append(f"{prefix}[{text}]")
+        single = len(runs) == 1 and runs[0][0] == runs[0][1]
+        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
     return ",".join(parts)
 
 
@@ -111,4 +123,120 @@ def slurm_env(
                 "SLURM_STEP_NUM_NODES": str(len(nodes)),
             }
         )
+    return env
+
+
+def tasks_per_node(ntasks: int, nodes: int, per_node: int) -> list[int]:
+    """How Slurm's block distribution spreads ``ntasks`` over ``nodes``: fill each node up to
+    ``per_node``, the last ones get what is left (at least one each while tasks remain)."""
+    counts = [0] * nodes
+    left = ntasks
+    # Every node gets one first (Slurm never allocates a node to a step without a task)...
+    for i in range(nodes):
+        if left == 0:
+            break
+        counts[i] = 1
+        left -= 1
+    # ...then the rest fill the nodes in order up to per_node, then beyond, evenly.
+    i = 0
+    while left > 0:
+        room = max(per_node, -(-ntasks // nodes))
+        if counts[i] < room:
+            counts[i] += 1
+            left -= 1
+        i = (i + 1) % nodes
+    return counts
+
+
+def tasks_per_node_text(counts: Sequence[int]) -> str:
+    """``SLURM_TASKS_PER_NODE``: ``2(x3),1`` for [2, 2, 2, 1]."""
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        parts.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(parts)
+
+
+def batch_env(
+    *,
+    job_id: int,
+    job_name: str,
+    nodes: Sequence[str],
+    node_rank: int,
+    ntasks: int,
+    ntasks_per_node: int,
+    cpus_per_task: int | None,
+    cpus: float,
+    gpus: Sequence[str],
+    memory_mb: int,
+    submit_dir: str,
+    submit_host: str,
+    partition: str,
+    account: str,
+    qos: str,
+    user: str,
+    uid: int,
+    gid: int,
+    attempt: int,
+    open_mode: str,
+    array: Mapping[str, int] | None,
+) -> dict[str, str]:
+    """The ``SLURM_*`` variables of a Slurm batch job's batch shell (``node_rank`` 0), and of
+    what runs on its other nodes, as Slurm 22.05 sets them (recorded in tests/data/slurm)."""
+    nodelist = compress_hostlist(nodes)
+    counts = tasks_per_node(ntasks, len(nodes), ntasks_per_node)
+    cpus_on_node = max(1, int(cpus))
+    env = {
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOBID": str(job_id),
+        "SLURM_JOB_NAME": job_name,
+        "SLURM_CLUSTER_NAME": "gpuyard",
+        "SLURM_JOB_PARTITION": partition,
+        "SLURM_JOB_ACCOUNT": account,
+        "SLURM_JOB_QOS": qos,
+        "SLURM_JOB_USER": user,
+        "SLURM_JOB_UID": str(uid),
+        "SLURM_JOB_GID": str(gid),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_JOB_NUM_NODES": str(len(nodes)),
+        "SLURM_NNODES": str(len(nodes)),
+        "SLURM_NODEID": str(node_rank),
+        "SLURMD_NODENAME": nodes[node_rank],
+        "SLURM_TOPOLOGY_ADDR": nodes[node_rank],
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NPROCS": str(ntasks),
+        "SLURM_NTASKS_PER_NODE": str(ntasks_per_node),
+        "SLURM_TASKS_PER_NODE": tasks_per_node_text(counts),
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_CPUS_ON_NODE": str(cpus_on_node),
+        "SLURM_JOB_CPUS_PER_NODE": (
+            f"{cpus_on_node}(x{len(nodes)})" if len(nodes) > 1 else str(cpus_on_node)
+        ),
+        "SLURM_GPUS_ON_NODE": str(len(gpus)),
+        "SLURM_SUBMIT_DIR": submit_dir,
+        "SLURM_SUBMIT_HOST": submit_host,
+        "SLURM_OPEN_MODE": "a" if open_mode == "append" else "t",
+        "SLURM_PRIO_PROCESS": "0",
+        "SLURM_GTIDS": "0",
+        "ENVIRONMENT": "BATCH",
+        "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+    }
+    if gpus:
+        env["GPU_DEVICE_ORDINAL"] = ",".join(gpus)
+        env["SLURM_GPUS_PER_NODE"] = str(len(gpus))
+    if memory_mb:
+        env["SLURM_MEM_PER_NODE"] = str(memory_mb)
+    if cpus_per_task is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
+    if attempt > 0:
+        env["SLURM_RESTART_COUNT"] = str(attempt)
+    if array is not None:
+        env.update({f"SLURM_ARRAY_{k.upper()}": str(v) for k, v in array.items()})
     return env

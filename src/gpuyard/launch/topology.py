@@ -7,8 +7,10 @@ Worker order, which is also placement order: for each (sub-)task of the job, its
 (node rank 0 … nodes-1), then its parameter servers (tensorflow). Roles:
 
 - ``worker``: runs the command; its exit decides the job (a *primary* worker);
-- ``launcher``: worker 0 of an mpi/horovod job; runs mpirun; primary;
-- ``mpi-target``: the other workers of an mpi/horovod job; they host mpirun's daemons and are
+- ``launcher``: worker 0 of an mpi/horovod job (runs mpirun) or of a slurm job (runs the
+  batch script); primary;
+- ``mpi-target``: the other workers of an mpi/horovod/slurm job; they host what the launcher
+  starts on their nodes (mpirun's daemons, srun's tasks) and are
   stopped once the launcher has ended (auxiliary);
 - ``ps``: a tensorflow parameter server (1 CPU, 1 GiB, no GPU); it serves until the workers have
   ended and is then stopped (auxiliary).
@@ -65,7 +67,7 @@ def seats(spec: JobSpec) -> tuple[Seat, ...]:
         task, node_rank = divmod(rank, gang)
         if node_rank >= spec.nodes:
             role, index = Role.PS, node_rank - spec.nodes
-        elif spec.mode.uses_mpi:
+        elif spec.mode.uses_remote_exec:
             role, index = (Role.LAUNCHER, 0) if node_rank == 0 else (Role.MPI_TARGET, node_rank - 1)
         else:
             role, index = Role.WORKER, node_rank

@@ -37,6 +37,7 @@ __all__ = [
     "QuotaSpec",
     "QuotaView",
     "Role",
+    "SignalRequest",
     "TokenSpec",
     "TokenView",
     "UserSpec",
@@ -512,3 +513,14 @@ class AuditEntry(BaseModel):
     action: str = Field(description="e.g. job.stop, job.delete, user.update, token.create.")
     target: str = Field(description="e.g. job:12, user:bob, sharing.")
     detail: str
+
+
+class SignalRequest(BaseModel):
+    """A signal for a running job (``scancel --signal``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    signal: int = Field(ge=1, le=64, description="The signal's number (10 for SIGUSR1, ...).")
+    steps: bool = Field(
+        True, description="To its job steps (srun); false: to its batch shell / main process."
+    )

@@ -20,6 +20,7 @@ from pydantic import (
 from gpuyard.models.access import Access, Action
 from gpuyard.models.command import CommandError, parse_command
 from gpuyard.models.ids import Id
+from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.quantities import parse_bytes, parse_duration
 
@@ -64,10 +65,18 @@ class JobMode(StrEnum):
     """As mpi."""
     TENSORFLOW = "tensorflow"
     """TF_CONFIG for parameter-server (parameter_servers > 0) or AllReduce jobs."""
+    SLURM = "slurm"
+    """A Slurm batch script (``sbatch``, docs/slurm.md): it runs on worker 0, and its ``srun``
+    starts tasks on every worker through their remote-exec agents."""
 
     @property
     def uses_mpi(self) -> bool:
         return self in (JobMode.MPI, JobMode.HOROVOD)
+
+    @property
+    def uses_remote_exec(self) -> bool:
+        """Worker 0 launches; the other workers host what it starts on their nodes."""
+        return self.uses_mpi or self is JobMode.SLURM
 
     @property
     def uses_torch(self) -> bool:
@@ -366,6 +375,9 @@ class JobSpec(BaseModel):
         max_length=MAX_PATH,
         description="Absolute working directory; the job's own directory when omitted.",
     )
+    slurm: SlurmBatch | None = Field(
+        None, description="mode slurm only: the batch script and what sbatch was told."
+    )
 
     @field_validator("command")
     @classmethod
@@ -407,7 +419,17 @@ class JobSpec(BaseModel):
                 "version, not several; keep one"
             )
         self._check_elastic()
+        self._check_slurm()
         return self
+
+    def _check_slurm(self) -> None:
+        if (self.mode is JobMode.SLURM) != (self.slurm is not None):
+            raise ValueError(
+                "slurm: a job of mode slurm carries its batch script in `slurm` (submit it "
+                "with sbatch), and only such a job does"
+            )
+        if self.slurm is not None and (self.type is JobType.BATCH or self.elastic):
+            raise ValueError("slurm: a Slurm batch job is a regular job of fixed size")
 
     def _check_elastic(self) -> None:
         if self.min_nodes is None:

@@ -182,6 +182,8 @@ class ControlState:
     step: int | None = None
     suspended_at: float | None = None
     """A process of the worker called ``suspend()`` (it exits to be requeued)."""
+    requeue_at: float | None = None
+    """The job asked to be requeued at once (``scontrol requeue`` inside a Slurm batch job)."""
     listening: bool = False
     """A process of the worker listens for the notice (it will save a checkpoint when told)."""
     invalid: tuple[str, ...] = ()
@@ -197,3 +199,5 @@ class Tools:
     """An interpreter that can run the stdlib-only tools below."""
     rexec: str = ""
     """Path of gpuyard/executors/rexec.py (MPI's remote launch without ssh)."""
+    slurm: str = ""
+    """Path of gpuyard/executors/slurmstep.py (a Slurm batch job's batch step and srun)."""

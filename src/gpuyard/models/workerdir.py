@@ -96,6 +96,9 @@ class SuspendedFile(ControlFile):
     """``suspended.json``: a process called ``suspend()`` and exits to be requeued."""
 
     pid: Pid | None = None
+    requeue: bool = False
+    """Written by ``scontrol requeue`` inside a Slurm batch job: requeue the whole job now
+    (Slurm's requeue ends every step at once), without waiting for the writer to exit."""
 
 
 CONTROL_FILES: dict[str, type[ControlFile]] = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
@@ -48,6 +48,7 @@ from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import (
     EventRow,
     JobRow,
+    SignalRow,
     UserRow,
     WorkerRow,
     request_columns,
@@ -144,6 +145,7 @@ class JobService:
         for part in parts:
             try:
                 self._admit(part)
+                _check_arrays(session, part)
             except GpuyardError as exc:
                 results.append(exc)
             else:
@@ -241,12 +243,19 @@ class JobService:
         statuses: Sequence[JobStatus] = (),
         name: str | None = None,
         owner: str | None = None,
+        ids: Sequence[int] = (),
+        array: int | None = None,
         offset: int = 0,
         limit: int = 100,
     ) -> Page[JobView]:
         if offset < 0 or not 1 <= limit <= MAX_PAGE:
             raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_PAGE}")
         query = select(JobRow)
+        if ids:
+            query = query.where(JobRow.id.in_(sorted(set(ids))))
+        if array is not None:
+            # An array's first task is the array itself (its own id is the array's).
+            query = query.where(or_(JobRow.array_id == array, JobRow.id == array))
         if statuses:
             states = sorted({s.value for st in statuses for s in JobState.for_status(st)})
             query = query.where(JobRow.state.in_(states))
@@ -305,6 +314,32 @@ class JobService:
                 why=f"stop requested by {actor}",
                 time=now,
                 reason=f"stopped by {actor}",
+            )
+            view = job_view(row)
+        self.notify(job_id)
+        return view
+
+    def signal(self, job_id: int, signum: int, *, steps: bool, actor: str) -> JobView:
+        """Send a signal to a running job's steps or batch shell (``scancel --signal``): whoever
+        may stop it. The controller delivers it on its next pass."""
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = self._may(session, actor, job_id, Action.STOP)
+            state = JobState(row.state)
+            if state is not JobState.RUNNING:
+                raise Conflict(
+                    f"job {job_id} is {state.value}; only a running job can be signalled",
+                    extra={"state": state.value},
+                )
+            session.add(
+                SignalRow(job_id=job_id, signal=signum, steps=steps, actor=actor, created_at=now)
+            )
+            self.audit.record(
+                session,
+                f"user:{actor}",
+                "job.signal",
+                f"job:{job_id}",
+                f"signal {signum} to the {'steps' if steps else 'batch shell'}",
             )
             view = job_view(row)
         self.notify(job_id)
@@ -620,6 +655,30 @@ class _Submission:
     at: float
 
 
+def _check_arrays(session: Session, part: _Submission) -> None:
+    """A Slurm array task joins an array its owner submitted (sbatch --array submits the first
+    task, then the others naming it): not anyone else's job, nor a job that is no array."""
+    heads = {
+        spec.slurm.array.job_id
+        for spec in part.specs
+        if spec.slurm is not None and spec.slurm.array is not None and spec.slurm.array.job_id
+    }
+    for head in sorted(heads):
+        row = session.get(JobRow, head)
+        slurm = ((row.spec or {}) if row is not None else {}).get("slurm")
+        array = slurm.get("array") if isinstance(slurm, dict) else None
+        if (
+            row is None
+            or row.owner != part.owner
+            or not isinstance(array, dict)
+            or array.get("job_id") is not None
+        ):
+            raise InvalidSpec(
+                f"slurm.array.job_id: job {head} is not the first task of a job array of "
+                f"{part.owner}'s; an array task joins its own owner's array"
+            )
+
+
 def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, Any]:
     """The columns of a newly queued job."""
     return {
@@ -636,5 +695,12 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         "suspensions": 0,
         "attained": 0.0,
         "listens": False,
+        "array_id": (
+            spec.slurm.array.job_id if spec.slurm is not None and spec.slurm.array else None
+        ),
+        # Without a time limit it waits: one set later (gpuyard runtime) makes it due.
+        "limit_signal": (
+            spec.slurm.signal.seconds if spec.slurm is not None and spec.slurm.signal else None
+        ),
         **request_columns(request_of(spec)),
     }

@@ -40,10 +40,11 @@ def begin_suspension(
     actor: str,
     why: str,
     now: float,
+    notice: float | None = None,
 ) -> None:
-    """Move a running job to ``suspending`` with a deadline; raise StaleWrite or
-    IllegalTransition like :func:`transition`."""
-    deadline = now + notice_seconds(session, job)
+    """Move a running job to ``suspending`` with a deadline (its pool's notice period unless
+    ``notice`` says otherwise); raise StaleWrite or IllegalTransition like :func:`transition`."""
+    deadline = now + (notice_seconds(session, job) if notice is None else notice)
     transition(
         session,
         job,

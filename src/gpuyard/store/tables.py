@@ -35,6 +35,7 @@ __all__ = [
     "NodeRow",
     "PoolRow",
     "QuotaRow",
+    "SignalRow",
     "UserRow",
     "WorkerRow",
     "request_columns",
@@ -126,6 +127,11 @@ class JobRow(Base):
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
     none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
+    array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """The Slurm job array it belongs to (its first task's id; docs/slurm.md)."""
+    limit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """Seconds before its time limit that it gets the signal of its spec's ``slurm.signal``
+    (a column, so the controller finds the jobs due without reading every running spec)."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""
@@ -148,6 +154,7 @@ class JobRow(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_owner", "owner"),
         Index("ix_jobs_name", "name"),
+        Index("ix_jobs_array", "array_id"),
     )
 
 
@@ -376,3 +383,21 @@ class AuditRow(Base):
     detail: Mapped[str] = mapped_column(Text, default="")
 
     __table_args__ = (Index("ix_audit_time", "time"),)
+
+
+class SignalRow(Base):
+    """A signal a person sent to a running job (``scancel --signal``), until the controller
+    has delivered it to the job's workers."""
+
+    __tablename__ = "job_signals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    signal: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[bool] = mapped_column(Boolean)
+    """To the job steps (srun) rather than the batch shell."""
+    actor: Mapped[str] = mapped_column(String(96))
+    created_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+
+    __table_args__ = (Index("ix_job_signals_pending", "delivered_at"),)

@@ -57,6 +57,9 @@ def read_control(home: str, control_dir: str) -> ControlState:
         progress_at=progress.time if isinstance(progress, ProgressFile) else None,
         step=progress.step if isinstance(progress, ProgressFile) else None,
         suspended_at=suspended.time if isinstance(suspended, SuspendedFile) else None,
+        requeue_at=(
+            suspended.time if isinstance(suspended, SuspendedFile) and suspended.requeue else None
+        ),
         listening=bool(pids),
         invalid=tuple(invalid),
     )
@@ -86,31 +89,32 @@ def _why(exc: ValidationError) -> str:
     return f"{where}: {error['msg']}" if where else str(error["msg"])
 
 
-def listener_pids(control_fd: int, invalid: list[str]) -> list[int]:
-    """The pids named in ``listeners/`` (at most ``MAX_LISTENERS`` entries are looked at)."""
+def listener_pids(control_fd: int, invalid: list[str], directory: str = LISTENERS) -> list[int]:
+    """The pids named in ``listeners/`` (or ``directory``; at most ``MAX_LISTENERS`` entries
+    are looked at)."""
     try:
-        fd = os.open(LISTENERS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=control_fd)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=control_fd)
     except FileNotFoundError:
         return []
     except OSError:
-        invalid.append(f"{LISTENERS}: not a directory")
+        invalid.append(f"{directory}: not a directory")
         return []
     pids: list[int] = []
     try:
         with os.scandir(fd) as entries:
             for count, entry in enumerate(entries):
                 if count == MAX_LISTENERS:
-                    invalid.append(f"{LISTENERS}: more than {MAX_LISTENERS} entries")
+                    invalid.append(f"{directory}: more than {MAX_LISTENERS} entries")
                     break
                 name = entry.name
                 if name.startswith("."):
                     continue  # a temporary name
                 if not (name.isascii() and name.isdigit()) or not 0 < int(name) <= _PID_MAX:
-                    invalid.append(f"{LISTENERS}/{name[:40]!r}: not a pid")
+                    invalid.append(f"{directory}/{name[:40]!r}: not a pid")
                     continue
                 pids.append(int(name))
     except OSError:
-        invalid.append(f"{LISTENERS}: cannot be listed")
+        invalid.append(f"{directory}: cannot be listed")
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -91,6 +92,7 @@ __all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
 REXEC = Path(rexec_module.__file__).resolve()
+SLURMSTEP = REXEC.with_name("slurmstep.py")
 DEFAULT_PIDS_LIMIT = 4096
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
@@ -163,7 +165,7 @@ class LocalExecutor:
         return "lo"
 
     def tools(self) -> Tools:
-        return Tools(python=sys.executable, rexec=str(REXEC))
+        return Tools(python=sys.executable, rexec=str(REXEC), slurm=str(SLURMSTEP))
 
     def base_env(self, node: str) -> Mapping[str, str]:
         env = {
@@ -597,6 +599,41 @@ class LocalExecutor:
             if member(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, getattr(signal, PREEMPT_SIGNAL))
+
+    def signal(self, handle: Handle, signum: int, *, steps: bool) -> None:
+        if "dir" not in handle:
+            return
+        member = self._members(handle)
+        if steps:
+            try:
+                fd = untrusted.open_dir(str(self.home), str(Path(handle["dir"]) / "control"))
+            except (FileNotFoundError, untrusted.Unreadable, OSError):
+                return
+            try:
+                pids = listener_pids(fd, [], "steps")
+            finally:
+                os.close(fd)
+        else:
+            try:
+                fd = untrusted.open_dir(str(self.home), handle["dir"])
+            except (FileNotFoundError, untrusted.Unreadable, OSError):
+                return
+            try:
+                raw = untrusted.read_file(fd, "state.json", FILE_CAP)
+            except untrusted.Unreadable:
+                raw = None
+            finally:
+                os.close(fd)
+            try:
+                pid = json.loads(raw or b"{}").get("pid")
+            except (ValueError, AttributeError):
+                pid = None
+            pids = [pid] if isinstance(pid, int) and not isinstance(pid, bool) else []
+        # The job writes these names and pids are reused: only processes of this worker.
+        for pid in pids:
+            if pid > 1 and member(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         return [

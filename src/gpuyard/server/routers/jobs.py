@@ -24,6 +24,7 @@ from gpuyard.models import (
     JobView,
     LogChunk,
     Page,
+    SignalRequest,
     SubmittedJobs,
 )
 from gpuyard.server.deps import INT64_MAX, MAX_ID, JobId, ServicesDep, UserDep
@@ -66,6 +67,10 @@ def list_jobs(
     status: Annotated[list[str] | None, Query(description="queued, running, error, …")] = None,
     name: Annotated[str | None, Query(description="Substring of the job name.")] = None,
     owner: str | None = None,
+    id: Annotated[
+        list[JobId] | None, Query(max_length=1000, description="Only these jobs.")
+    ] = None,
+    array: Annotated[JobId | None, Query(description="The tasks of this job array.")] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page[JobView]:
@@ -74,7 +79,14 @@ def list_jobs(
     except ValueError as exc:
         raise InvalidSpec(str(exc)) from None
     return services.jobs.list_jobs(
-        actor=user, statuses=statuses, name=name, owner=owner, offset=offset, limit=limit
+        actor=user,
+        statuses=statuses,
+        name=name,
+        owner=owner,
+        ids=id or (),
+        array=array,
+        offset=offset,
+        limit=limit,
     )
 
 
@@ -101,6 +113,14 @@ def change(job_id: JobId, change: JobChange, services: ServicesDep, user: UserDe
 @router.post("/{job_id}/stop")
 def stop(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
     return services.jobs.stop(job_id, actor=user)
+
+
+@router.post("/{job_id}/signal")
+def signal_job(
+    job_id: JobId, request: SignalRequest, services: ServicesDep, user: UserDep
+) -> JobView:
+    """Send a signal to a running job's steps (srun) or its batch shell (scancel --signal)."""
+    return services.jobs.signal(job_id, request.signal, steps=request.steps, actor=user)
 
 
 @router.delete("/{job_id:int}", status_code=204)

@@ -1,0 +1,970 @@
+"""A Slurm batch job's commands inside its allocation: the batch step, ``srun``, ``scontrol``.
+
+A job submitted with ``sbatch`` (docs/slurm.md) runs as one worker per node. Worker 0 runs
+``slurmstep.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said
+and becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
+``srun`` in the script starts the step's tasks: those on worker 0's node as its own children,
+the others through the workers' ``serve`` (``executors/rexec.py``, which this file loads), each
+task with the ``SLURM_*`` variables Slurm gives it. ``scontrol`` answers what a job asks about
+itself (``show hostnames``, ``requeue``) without the server.
+
+Started as ``python -I -S slurmstep.py COMMAND ...`` from the job's ``slurm-bin`` directory,
+which is first on the job's PATH: the standard library only, like rexec.py.
+
+Signals: ``srun`` forwards every signal it can catch to all its tasks (Slurm's srun does the
+same), so ``scancel --signal`` and ``--signal=SIG@secs`` reach the steps: the executor signals
+the processes registered in ``$GPUYARD_CONTROL_DIR/steps`` (``srun`` registers itself there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
+
+EXIT_USAGE = 1
+_FORWARDED = (
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGTERM",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGCONT",
+    "SIGALRM",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGWINCH",
+    "SIGPIPE",
+)
+
+# What a task on another node takes from its own node, not from the batch shell.
+_NODE_VARIABLES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "SLURMD_NODENAME",
+        "SLURM_TOPOLOGY_ADDR",
+        "SLURM_CPUS_ON_NODE",
+        "SLURM_GPUS_ON_NODE",
+        "SLURM_NODEID",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_GTIDS",
+        "SLURM_TASK_PID",
+        "GPUYARD_NODE_RANK",
+        "GPUYARD_NODE_NAME",
+        "GPUYARD_NODE_ADDRESS",
+        "GPUYARD_CONTROL_DIR",
+        "GPUYARD_WORKSPACE",
+        "GPUYARD_GPUS",
+        "GPUYARD_ROLE",
+        "HOSTNAME",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+    }
+)
+
+
+class SlurmError(Exception):
+    """A usage or allocation error: printed as ``<command>: error: <message>``, exit 1."""
+
+
+# --- host lists -------------------------------------------------------------------------
+
+
+MAX_HOSTS = 100_000
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """``n[0001-0003,0010],gpu7`` → names, as Slurm's hostlist syntax reads (the same answers
+    as ``gpuyard.slurm.hostlist.expand_hostlist``; this script cannot import it)."""
+    import re
+
+    names: list[str] = []
+    for item in _split_top(text):
+        start = item.find("[")
+        if start < 0:
+            if "]" in item:
+                raise SlurmError(f"invalid hostlist {text!r}")
+            names.append(item)
+            continue
+        end = item.find("]", start)
+        if end < 0 or end != len(item) - 1:
+            raise SlurmError(f"invalid hostlist {text!r}")  # unbalanced, or text after ']'
+        prefix = item[:start]
+        for part in item[start + 1 : end].split(","):
+            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+            if match is None:
+                raise SlurmError(f"invalid hostlist {text!r}")
+            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+            if high < low or len(names) + high - low >= MAX_HOSTS:
+                raise SlurmError(f"invalid hostlist {text!r}")
+            width = len(match.group(1))
+            names += [f"{prefix}{n:0{width}d}" for n in range(low, high + 1)]
+    return names
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas and whitespace outside brackets."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise SlurmError(f"invalid hostlist {text!r}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise SlurmError(f"invalid hostlist {text!r}")
+        if depth == 0 and (char == "," or char.isspace()):
+            if current:
+                parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    if depth:
+        raise SlurmError(f"invalid hostlist {text!r}")
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def compress_hostlist(hosts: Sequence[str]) -> str:
+    """The same as ``gpuyard.launch.slurm.compress_hostlist`` (this script cannot import it;
+    ``tests/unit/executors/test_slurmstep.py`` holds the two to the same answers)."""
+    import re
+
+    groups: dict[tuple[str, int], set[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    plain: set[str] = set()
+    numbered = [(host, re.match(r"^(.*?)(\d+)$", host)) for host in hosts]
+    padded = {
+        (m.group(1), len(m.group(2)))
+        for _, m in numbered
+        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
+    }
+    for host, match in numbered:
+        if match is None:
+            if host not in plain:
+                plain.add(host)
+                order.append(host)
+            continue
+        prefix, digits = match.groups()
+        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
+        if key not in groups:
+            groups[key] = set()
+            order.append(key)
+        groups[key].add(int(digits))
+    parts = []
+    for entry in order:
+        if isinstance(entry, str):
+            parts.append(entry)
+            continue
+        prefix, width = entry
+        runs: list[list[int]] = []
+        for number in sorted(groups[entry]):
+            if runs and number == runs[-1][1] + 1:
+                runs[-1][1] = number
+            else:
+                runs.append([number, number])
+        text = ",".join(
+            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
+            for low, high in runs
+        )
+        single = len(runs) == 1 and runs[0][0] == runs[0][1]
+        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
+    return ",".join(parts)
+
+
+def tasks_text(counts: Sequence[int]) -> str:
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        parts.append(f"{counts[i]}(x{j - i + 1})" if j > i else str(counts[i]))
+        i = j + 1
+    return ",".join(parts)
+
+
+# --- file name patterns -----------------------------------------------------------------
+
+
+def expand_pattern(pattern: str, values: dict[str, str]) -> str:
+    """Slurm's ``%j %J %A %a %x %u %N %n %t %s %%`` (with an optional zero-padding width)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            return pattern.replace("\\", "")  # "\\" anywhere: no replacements at all (Slurm)
+        if char != "%":
+            out.append(char)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(pattern) and pattern[j].isdigit():
+            j += 1
+        if j >= len(pattern):
+            out.append(pattern[i:])
+            break
+        key, width = pattern[j], pattern[i + 1 : j]
+        if key == "%":
+            out.append("%")
+        elif key in values:
+            value = values[key]
+            out.append(value.zfill(int(width)) if width and value.isdigit() else value)
+        else:
+            out.append(pattern[i : j + 1])
+        i = j + 1
+    return "".join(out)
+
+
+def _pattern_values(
+    env: dict[str, str], *, task: str, node_index: str, step: str
+) -> dict[str, str]:
+    job = env.get("SLURM_JOB_ID", "0")
+    array_job = env.get("SLURM_ARRAY_JOB_ID")
+    first = (env.get("SLURM_JOB_NODELIST") or "").split(",")[0]
+    try:
+        node = expand_hostlist(first)[0] if first else ""
+    except SlurmError:
+        node = first
+    return {
+        "j": job,
+        "J": f"{job}.{step}" if step != "batch" else job,
+        "A": array_job or job,
+        "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"),
+        "x": env.get("SLURM_JOB_NAME", ""),
+        "u": env.get("SLURM_JOB_USER", "") or env.get("USER", ""),
+        "N": env.get("SLURMD_NODENAME", node),
+        "n": node_index,
+        "t": task,
+        "s": step,
+    }
+
+
+def _open_output(path: str, append: bool) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    return os.open(path, flags, 0o644)
+
+
+# --- the batch step ---------------------------------------------------------------------
+
+
+def batch(args: Sequence[str]) -> int:
+    """Point stdout/stderr at the job's --output/--error, then become the script."""
+    if not args:
+        raise SlurmError("usage: slurmstep.py batch SCRIPT [ARG...]")
+    env = dict(os.environ)
+    values = _pattern_values(env, task="0", node_index="0", step="batch")
+    append = env.get("SLURM_OPEN_MODE") == "a"
+    output = expand_pattern(env.get("GPUYARD_SLURM_OUTPUT") or "slurm-%j.out", values)
+    error = expand_pattern(env.get("GPUYARD_SLURM_ERROR") or "", values)
+    try:
+        out = _open_output(output, append)
+        err = _open_output(error, append) if error and error != output else out
+    except OSError as exc:
+        # Slurm's slurmstepd fails the job the same way: nowhere to write its output.
+        print(
+            f"slurmstepd: error: cannot open {exc.filename or output}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 1
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for name in list(os.environ):
+        if name.startswith("GPUYARD_SLURM_OUTPUT") or name.startswith("GPUYARD_SLURM_ERROR"):
+            del os.environ[name]
+    os.environ["SLURM_TASK_PID"] = str(os.getpid())
+    import signal
+
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    script = args[0]
+    try:
+        os.execv(script, [script, *args[1:]])  # noqa: S606 - the script is the job
+    except OSError as exc:
+        print(f"slurmstepd: error: execve(): {script}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+# --- srun -------------------------------------------------------------------------------
+
+_SRUN_VALUED = {
+    "-N": "nodes",
+    "--nodes": "nodes",
+    "-n": "ntasks",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "-w": "nodelist",
+    "--nodelist": "nodelist",
+    "-c": "cpus_per_task",
+    "--cpus-per-task": "cpus_per_task",
+    "-o": "output",
+    "--output": "output",
+    "-e": "error",
+    "--error": "error",
+    "-i": "input",
+    "--input": "input",
+    "--export": "export",
+    "-W": "wait",
+    "--wait": "wait",
+    "-J": "job_name",
+    "--job-name": "job_name",
+    "--open-mode": "open_mode",
+    "-D": "chdir",
+    "--chdir": "chdir",
+    # Accepted and without effect inside an allocation here (placement is the job's).
+    "--cpu-bind": "",
+    "--cpu_bind": "",
+    "--mem-bind": "",
+    "--mpi": "",
+    "--distribution": "",
+    "-m": "",
+    "--gpus": "",
+    "-G": "",
+    "--gpus-per-node": "",
+    "--gpus-per-task": "",
+    "--gres": "",
+    "--mem": "",
+    "--mem-per-cpu": "",
+    "--mem-per-gpu": "",
+    "--cpus-per-gpu": "",
+    "-p": "",
+    "--partition": "",
+    "-A": "",
+    "--account": "",
+    "-t": "",
+    "--time": "",
+    "--exclude": "",
+    "-x": "",
+    "--constraint": "",
+    "-C": "",
+    "--qos": "",
+    "-q": "",
+    "--comment": "",
+    "--signal": "",
+    "--kill-on-bad-exit": "kill_on_bad_exit",
+    "-K": "kill_on_bad_exit",
+}
+_SRUN_FLAGS = {
+    "-u": "unbuffered",
+    "--unbuffered": "unbuffered",
+    "-l": "label",
+    "--label": "label",
+    "-v": "",
+    "--verbose": "",
+    "-Q": "",
+    "--quiet": "",
+    "--exclusive": "",
+    "--overlap": "",
+    "--overcommit": "",
+    "-O": "",
+    "--whole": "",
+    "--exact": "",
+    "--no-kill": "",
+    "-k": "",
+    "--pty": "",
+}
+_OPTIONAL_VALUE = {"--kill-on-bad-exit", "-K"}
+
+
+def parse_srun(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:  # noqa: PLR0912
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if not arg.startswith("--") and len(arg) > 2 and arg[:2] in _SRUN_VALUED:
+            name, eq, value = arg[:2], "=", arg[2:]
+        if name in _SRUN_FLAGS:
+            if eq:
+                raise SlurmError(f"option '{name}' doesn't allow an argument")
+            if _SRUN_FLAGS[name]:
+                options[_SRUN_FLAGS[name]] = "1"
+            i += 1
+            continue
+        if name in _OPTIONAL_VALUE:
+            options["kill_on_bad_exit"] = value if eq else "1"
+            i += 1
+            continue
+        if name not in _SRUN_VALUED:
+            raise SlurmError(f"unrecognized option '{arg}'")
+        if not eq:
+            if i + 1 >= len(args):
+                raise SlurmError(f"option '{name}' requires an argument")
+            value = args[i + 1]
+            i += 1
+        if _SRUN_VALUED[name]:
+            options[_SRUN_VALUED[name]] = value
+        i += 1
+    command = list(args[i:])
+    if not command:
+        raise SlurmError("fatal: No command given to execute.")
+    return options, command
+
+
+def _int_option(options: dict[str, str], key: str, what: str) -> int | None:
+    if key not in options:
+        return None
+    text = options[key].split("-")[0]  # -N 2-4: the minimum is what we can give
+    if not text.isdigit() or int(text) < 1:
+        raise SlurmError(f"invalid {what} '{options[key]}'")
+    return int(text)
+
+
+class _Allocation:
+    def __init__(self, env: dict[str, str]) -> None:
+        import json
+
+        if "SLURM_JOB_ID" not in env or "GPUYARD_REXEC_HOSTS" not in env:
+            raise SlurmError("srun runs inside a job submitted with sbatch (no allocation here)")
+        self.job_id = env["SLURM_JOB_ID"]
+        self.nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
+        try:
+            with open(env["GPUYARD_REXEC_HOSTS"], "rb") as file:
+                data = json.load(file)
+        except (OSError, ValueError) as exc:
+            raise SlurmError(f"cannot read the job's hosts: {exc}") from None
+        self.hosts = {
+            name: (entry["address"], int(entry["port"]))
+            for name, entry in data.items()
+            if isinstance(entry, dict)
+        }
+        self.own = env.get("GPUYARD_REXEC_SELF", "")
+        self.per_node = int(env.get("SLURM_NTASKS_PER_NODE", "1") or 1)
+        self.ntasks = int(env.get("SLURM_NTASKS", str(len(self.nodes))) or 1)
+
+    def resolve(self, name: str) -> str:
+        if name in self.nodes:
+            return name
+        by_address = [n for n, (address, _) in self.hosts.items() if address == name]
+        if len(by_address) == 1:
+            return str(by_address[0])
+        raise SlurmError(
+            f"Requested node configuration is not available: {name} is not in the job's "
+            f"allocation ({compress_hostlist(self.nodes)})"
+        )
+
+
+def _layout(alloc: _Allocation, options: dict[str, str]) -> tuple[list[str], list[int]]:
+    """The step's nodes and tasks per node."""
+    nodes_wanted = _int_option(options, "nodes", "node count")
+    ntasks = _int_option(options, "ntasks", "number of tasks")
+    per_node = _int_option(options, "ntasks_per_node", "ntasks-per-node")
+    if "nodelist" in options:
+        chosen = [alloc.resolve(n) for n in expand_hostlist(options["nodelist"])]
+        chosen = [n for n in alloc.nodes if n in set(chosen)]
+    else:
+        chosen = list(alloc.nodes)
+    if nodes_wanted is not None:
+        if nodes_wanted > len(chosen):
+            raise SlurmError(f"Only allocated {len(chosen)} nodes asked for {nodes_wanted}")
+        chosen = chosen[:nodes_wanted]
+    elif ntasks is not None and "nodelist" not in options:
+        per = per_node or alloc.per_node
+        chosen = chosen[: max(1, min(len(chosen), -(-ntasks // max(per, 1))))]
+    if ntasks is None:
+        if nodes_wanted is None and "nodelist" not in options and per_node is None:
+            ntasks = alloc.ntasks
+        else:
+            ntasks = len(chosen) * (per_node or alloc.per_node)
+    if ntasks < len(chosen):
+        chosen = chosen[:ntasks]
+    counts = [0] * len(chosen)
+    for i in range(min(ntasks, len(chosen))):
+        counts[i] = 1
+    left, i = ntasks - len(chosen), 0
+    cap = max(per_node or alloc.per_node, -(-ntasks // len(chosen)))
+    while left > 0:
+        if counts[i] < cap:
+            counts[i] += 1
+            left -= 1
+        i = (i + 1) % len(chosen)
+    return chosen, counts
+
+
+def _shared(pattern: str) -> bool:
+    """Whether every task of a step writes to the same file (no per-task placeholder)."""
+    return "%t" not in pattern and "%n" not in pattern and "%N" not in pattern
+
+
+def _next_step(control_dir: str) -> int:
+    """The next step id of the job: the first free name in ``slurm-steps`` (taken with
+    O_EXCL, so concurrent sruns never share one; a link planted there is not followed)."""
+    directory = os.path.join(control_dir, "slurm-steps")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise SlurmError(f"cannot number the step: {directory}: {exc.strerror}") from None
+    try:
+        for step in range(100_000):
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+            try:
+                os.close(os.open(str(step), flags, 0o600, dir_fd=fd))
+            except FileExistsError:
+                continue
+            return step
+    finally:
+        os.close(fd)
+    raise SlurmError("too many job steps")
+
+
+def _exported(env: dict[str, str], export: str | None) -> dict[str, str]:
+    """What the tasks get from srun's environment (``--export``)."""
+    if export is None or export.upper() == "ALL":
+        return dict(env)
+    items = [x for x in export.split(",") if x]
+    keep: dict[str, str] = {}
+    if items and items[0].upper() == "ALL":
+        keep = dict(env)
+        items = items[1:]
+    elif items and items[0].upper() == "NONE":
+        keep = {k: v for k, v in env.items() if k.startswith(("SLURM_", "GPUYARD_"))}
+        items = items[1:]
+    else:
+        keep = {k: v for k, v in env.items() if k.startswith(("SLURM_", "GPUYARD_"))}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if eq:
+            keep[name] = value
+        elif name in env:
+            keep[name] = env[name]
+    return keep
+
+
+class _Task:
+    def __init__(self, rank: int, node: str, local: int, node_index: int) -> None:
+        self.rank, self.node, self.local, self.node_index = rank, node, local, node_index
+        self.status: int | None = None
+        self.pid: int | None = None
+        self.conn: socket.socket | None = None
+        """The session of a task on another node, while it runs."""
+        self.lock = threading.Lock()
+        """Held while sending on ``conn`` (a signal and the stdin EOF may cross)."""
+
+
+def _load_rexec() -> ModuleType:
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rexec.py")
+    spec = importlib.util.spec_from_file_location("gpuyard_rexec", path)
+    if spec is None or spec.loader is None:
+        raise SlurmError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
+    import shlex
+    import signal
+    import time
+
+    options, command = parse_srun(args)
+    env = dict(os.environ)
+    alloc = _Allocation(env)
+    nodes, counts = _layout(alloc, options)
+    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
+    step = _next_step(control_dir) if control_dir else 0
+    ntasks = sum(counts)
+    nodelist = compress_hostlist(nodes)
+    forwarded = _exported(env, options.get("export"))
+    forwarded.update(
+        {
+            "SLURM_STEP_ID": str(step),
+            "SLURM_STEPID": str(step),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_NPROCS": str(ntasks),
+            "SLURM_NNODES": str(len(nodes)),
+            "SLURM_NODELIST": nodelist,
+            "SLURM_STEP_NODELIST": nodelist,
+            "SLURM_STEP_NUM_NODES": str(len(nodes)),
+            "SLURM_STEP_NUM_TASKS": str(ntasks),
+            "SLURM_STEP_TASKS_PER_NODE": tasks_text(counts),
+            "SLURM_TASKS_PER_NODE": tasks_text(counts),
+            "SLURM_DISTRIBUTION": "block",
+            "SLURM_SRUN_COMM_HOST": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
+            "SLURM_LAUNCH_NODE_IPADDR": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
+        }
+    )
+    if "ntasks_per_node" in options:
+        forwarded["SLURM_NTASKS_PER_NODE"] = options["ntasks_per_node"]
+    if "cpus_per_task" in options:
+        forwarded["SLURM_CPUS_PER_TASK"] = options["cpus_per_task"]
+    if "job_name" in options:
+        forwarded["SLURM_JOB_NAME"] = options["job_name"]
+    cwd = options.get("chdir") or os.getcwd()
+
+    tasks: list[_Task] = []
+    for index, (node, count) in enumerate(zip(nodes, counts, strict=True)):
+        for local in range(count):
+            tasks.append(_Task(len(tasks), node, local, index))
+    gtids = {node: ",".join(str(t.rank) for t in tasks if t.node == node) for node in nodes}
+
+    append = (options.get("open_mode") or "").lower().startswith("a") or (
+        "open_mode" not in options and env.get("SLURM_OPEN_MODE") == "a"
+    )
+
+    def shell_command(task: _Task) -> str:
+        words = " ".join(shlex.quote(w) for w in command)
+        values = _pattern_values(
+            {**env, "SLURMD_NODENAME": task.node},
+            task=str(task.rank),
+            node_index=str(task.node_index),
+            step=str(step),
+        )
+        out = options.get("output")
+        err = options.get("error")
+        redirect = ""
+        if out:
+            target = "/dev/null" if out == "none" else expand_pattern(out, values)
+            mode = ">>" if append or (_shared(out) and len(tasks) > 1) else ">"
+            redirect += f" {mode}{shlex.quote(target)}"
+            if not err:
+                redirect += " 2>&1"
+        if err:
+            target = "/dev/null" if err == "none" else expand_pattern(err, values)
+            mode = "2>>" if append or (_shared(err) and len(tasks) > 1) else "2>"
+            redirect += f" {mode}{shlex.quote(target)}"
+        if "input" in options and options["input"] != "all":
+            redirect += " </dev/null"
+        return f"exec {words}{redirect}"
+
+    def task_env(task: _Task) -> dict[str, str]:
+        return {
+            "SLURM_PROCID": str(task.rank),
+            "SLURM_LOCALID": str(task.local),
+            "SLURM_NODEID": str(task.node_index),
+            "SLURM_GTIDS": gtids[task.node],
+        }
+
+    label = "label" in options
+    unbuffered = "unbuffered" in options
+    out_lock = threading.Lock()
+
+    def writer(fd: int, task: _Task) -> _TaskOutput:
+        return _TaskOutput(fd, f"{task.rank}: ".encode() if label else b"", unbuffered, out_lock)
+
+    rexec = _load_rexec()
+    token = env.get("GPUYARD_JOB_TOKEN", "")
+
+    def run_local(task: _Task) -> None:
+        import subprocess
+
+        task_environ = {**env, **forwarded, **task_env(task)}
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", shell_command(task)],
+                env=task_environ,
+                cwd=cwd if os.path.isdir(cwd) else None,
+                process_group=0,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            _error(f"{task.node}: task {task.rank}: cannot start: {exc}")
+            task.status = 1
+            return
+        task.pid = proc.pid
+        pumps = [
+            threading.Thread(target=_pump, args=(proc.stdout, writer(1, task)), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, writer(2, task)), daemon=True),
+        ]
+        for pump in pumps:
+            pump.start()
+        code = proc.wait()
+        for pump in pumps:
+            pump.join(2.0)
+        task.status = rexec.exit_status(code)
+
+    def run_remote(task: _Task) -> None:
+        import json
+        import socket
+
+        address, port = alloc.hosts[task.node]
+        where = f"{task.node} at {address}:{port}"
+        try:
+            conn = rexec._connect(address, port, where)
+        except rexec.AgentError as exc:
+            _error(f"{task.node}: task {task.rank}: {exc}")
+            task.status = 1
+            return
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        remote_env = {k: v for k, v in forwarded.items() if k not in _NODE_VARIABLES}
+        remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
+        remote_env.update(task_env(task))
+        header = {
+            "token": token,
+            "argv": [shell_command(task)],
+            "env": remote_env,
+            "cwd": cwd,
+        }
+        try:
+            with task.lock:  # a signal frame must not come before the header
+                conn.sendall(json.dumps(header).encode() + b"\n")
+                conn.sendall(rexec._pack(rexec.STDIN, b""))
+                task.conn = conn
+            rfile = conn.makefile("rb")
+            outputs = {rexec.STDOUT: writer(1, task), rexec.STDERR: writer(2, task)}
+            try:
+                while (frame := rexec._read_frame(rfile)) is not None:
+                    channel, payload = frame
+                    if channel in outputs:
+                        outputs[channel].write(payload)
+                    elif channel == rexec.EXIT and len(payload) == 4:
+                        task.status = int.from_bytes(payload, "big")
+                        return
+                    elif channel == rexec.ERROR:
+                        message = payload.decode(errors="replace")
+                        _error(f"{task.node}: task {task.rank}: {message}")
+                        break
+            finally:
+                for output in outputs.values():
+                    output.close()
+        except (OSError, ValueError) as exc:
+            _error(f"{task.node}: task {task.rank}: lost the node: {exc}")
+        finally:
+            task.conn = None
+            conn.close()
+        if task.status is None:
+            task.status = 1
+
+    def deliver(signum: int) -> None:
+        for task in tasks:
+            if task.status is not None:
+                continue
+            if task.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(task.pid, signum)
+            conn = task.conn
+            if conn is not None:
+                with contextlib.suppress(OSError), task.lock:
+                    conn.sendall(rexec._pack(rexec.SIGNAL, signum.to_bytes(4, "big")))
+
+    def on_signal(signum: int, _frame: object) -> None:
+        deliver(signum)
+
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), on_signal)
+
+    registration = ""
+    if control_dir:
+        try:
+            steps = os.path.join(control_dir, "steps")
+            os.makedirs(steps, exist_ok=True)
+            registration = os.path.join(steps, str(os.getpid()))
+            with open(registration, "w"):
+                pass
+        except OSError:
+            registration = ""
+
+    threads = []
+    for task in tasks:
+        target = run_local if task.node == alloc.own else run_remote
+        thread = threading.Thread(target=target, args=(task,), daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    kill_on_bad = options.get("kill_on_bad_exit", "0") not in ("0", "")
+    wait_limit = float(options["wait"]) if options.get("wait", "").isdigit() else 0.0
+    first_end: float | None = None
+    killed = False
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.05)
+            ended = [t for t in tasks if t.status is not None]
+            if ended and first_end is None:
+                first_end = time.monotonic()
+            bad = any(t.status for t in ended)
+            late = (
+                wait_limit and first_end is not None and (time.monotonic() - first_end > wait_limit)
+            )
+            if not killed and ((kill_on_bad and bad) or late):
+                killed = True
+                deliver(signal.SIGTERM)
+                deadline = time.monotonic() + 3
+                while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                deliver(signal.SIGKILL)
+    finally:
+        if registration:
+            with contextlib.suppress(OSError):
+                os.unlink(registration)
+    worst = 0
+    for task in tasks:
+        status = task.status if task.status is not None else 1
+        if status:
+            reason = "Killed" if status == 137 else f"Exited with exit code {status}"
+            _error(f"{task.node}: task {task.rank}: {reason}")
+        worst = max(worst, status)
+    return worst
+
+
+class _TaskOutput:
+    """One task's stdout or stderr as srun relays it.
+
+    Like slurmstepd's buffered stdio, whole lines are written at once, so the lines of tasks
+    that share srun's output never break into each other (a task's ``print`` may reach the
+    pipe as two writes, text then newline). A line longer than ``LIMIT`` goes out in pieces,
+    and whatever is left without a newline goes out when the task's stream ends. ``-u``
+    relays bytes as they come; ``-l`` puts ``RANK: `` before every line.
+    """
+
+    LIMIT = 65536
+
+    def __init__(self, fd: int, prefix: bytes, unbuffered: bool, lock: threading.Lock) -> None:
+        self.fd, self.prefix, self.unbuffered, self.lock = fd, prefix, unbuffered, lock
+        self.pending = bytearray()
+
+    def write(self, data: bytes) -> None:
+        if self.unbuffered and not self.prefix:
+            self._emit(data)
+            return
+        self.pending.extend(data)
+        cut = self.pending.rfind(b"\n")
+        if cut < 0 and len(self.pending) < self.LIMIT and not self.unbuffered:
+            return
+        end = cut + 1 if cut >= 0 else len(self.pending)
+        lines = bytes(self.pending[:end])
+        del self.pending[:end]
+        if self.prefix:
+            lines = b"".join(self.prefix + line for line in lines.splitlines(keepends=True))
+        self._emit(lines)
+
+    def close(self) -> None:
+        if self.pending:
+            rest = bytes(self.pending)
+            self.pending.clear()
+            self._emit(self.prefix + rest)
+
+    def _emit(self, data: bytes) -> None:
+        with self.lock:
+            _write_all(self.fd, data)
+
+
+def _pump(pipe: object, output: _TaskOutput) -> None:
+    try:
+        while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
+            output.write(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
+        output.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BrokenPipeError:
+            return
+        view = view[written:]
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"srun: error: {message}\n")
+    sys.stderr.flush()
+
+
+# --- scontrol ---------------------------------------------------------------------------
+
+
+def scontrol(args: Sequence[str]) -> int:
+    words = [a for a in args if a not in ("-o", "--oneliner", "-d", "--details")]
+    if len(words) >= 2 and words[0] == "show" and words[1] in ("hostnames", "hostname"):
+        text = words[2] if len(words) > 2 else os.environ.get("SLURM_JOB_NODELIST", "")
+        if not text:
+            raise SlurmError("No hostlist specified")
+        for name in expand_hostlist(text):
+            print(name)
+        return 0
+    if words and words[0] in ("requeue", "requeuehold"):
+        return _requeue(words[1:])
+    raise SlurmError(
+        f"inside a job, scontrol answers `show hostnames` and `requeue` of "
+        f"the job itself; run `scontrol {' '.join(words)}` where gpuyard's Slurm commands "
+        "are installed (gpuyard slurm-shims)"
+    )
+
+
+def _requeue(ids: Sequence[str]) -> int:
+    import json
+    import time
+
+    own = {os.environ.get("SLURM_JOB_ID", "")}
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        own.add(f"{array_job}_{task}")
+    wanted = [i for part in ids for i in part.split(",") if i]
+    if not wanted:
+        raise SlurmError("Invalid job id specified")
+    others = [i for i in wanted if i not in own]
+    if others:
+        raise SlurmError(
+            f"inside a job, scontrol requeues that job only ({sorted(own)[0]}); requeue "
+            f"{', '.join(others)} from outside"
+        )
+    control = os.environ.get("GPUYARD_CONTROL_DIR")
+    if not control:
+        raise SlurmError("this job has no control directory to ask the platform through")
+    os.makedirs(control, exist_ok=True)
+    target = os.path.join(control, "suspended.json")
+    tmp = f"{target}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as file:
+        json.dump({"time": time.time(), "pid": os.getpid(), "requeue": True}, file)
+    os.replace(tmp, target)
+    return 0
+
+
+# --- entry ------------------------------------------------------------------------------
+
+_COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "batch": batch,
+    "srun": srun,
+    "scontrol": scontrol,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in _COMMANDS:
+        print(f"usage: slurmstep.py {{{'|'.join(_COMMANDS)}}} ...", file=sys.stderr)
+        return EXIT_USAGE
+    name = args[0]
+    try:
+        return _COMMANDS[name](args[1:])
+    except SlurmError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -1,0 +1,163 @@
+"""A job submitted through the Slurm-compatible ``sbatch`` (docs/slurm.md).
+
+The batch script runs on the job's first node, as Slurm's batch step does; ``srun`` inside it
+starts tasks on the job's nodes through the workers' remote-exec agents. What Slurm knows about
+the job that gpuyard's own spec has no word for lives here: the script, the task layout, the
+output patterns, the array it belongs to, the signal before the time limit.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+__all__ = ["MAX_SCRIPT", "SlurmArray", "SlurmBatch", "SlurmSignal", "signal_number"]
+
+MAX_SCRIPT = 256 * 1024
+"""Bytes of a batch script (Slurm's default limit is 4 MiB; a script that needs more belongs in
+a file the script runs)."""
+
+_PATTERN = re.compile(r"^[^\x00\n]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+Word = Annotated[str, StringConstraints(max_length=4096)]
+OptionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+def signal_number(name: str) -> int:
+    """``USR2``, ``SIGUSR2`` or ``12`` → 12; ValueError naming the choices otherwise."""
+    text = name.strip().upper()
+    if text.isdigit():
+        number = int(text)
+        if 1 <= number < _signal.NSIG:
+            return number
+    else:
+        if not text.startswith("SIG"):
+            text = "SIG" + text
+        found = getattr(_signal.Signals, text, None) if text.isidentifier() else None
+        if isinstance(found, _signal.Signals):
+            return int(found)
+    raise ValueError(f"{name!r} is not a signal; give a name such as USR1, USR2, TERM or INT")
+
+
+class SlurmSignal(BaseModel):
+    """``--signal=[B:]SIG[@SECONDS]``: the signal sent that long before the time limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    signal: int = Field(ge=1, le=64)
+    seconds: int = Field(60, ge=0, le=65535)
+    batch: bool = Field(False, description="Signal the batch shell only (B:), not the steps.")
+
+
+class SlurmArray(BaseModel):
+    """One task of a job array (``--array``): its own job, linked to the array's first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: int | None = Field(
+        None, ge=1, description="The array's id (its first task's job id); None: this is it."
+    )
+    task_id: int = Field(ge=0, le=4_000_000)
+    count: int = Field(ge=1, le=100_000)
+    min: int = Field(ge=0)
+    max: int = Field(ge=0)
+    step: int = Field(1, ge=1)
+    throttle: int | None = Field(None, ge=1, description="At most this many tasks at once (%N).")
+    spec: str = Field("", max_length=4096, description="The --array value as given.")
+
+
+class SlurmBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    script: str = Field(max_length=MAX_SCRIPT, description="The batch script, #! line first.")
+    script_args: list[Word] = Field(
+        default_factory=list,
+        max_length=256,
+        description="What follows the script on sbatch's line.",
+    )
+    job_name: str = Field(
+        min_length=1, max_length=1024, description="Slurm's name (SLURM_JOB_NAME)."
+    )
+    ntasks: int = Field(ge=1, le=1_000_000, description="Tasks of the job (SLURM_NTASKS).")
+    ntasks_per_node: int = Field(1, ge=1, le=4096)
+    cpus_per_task: int | None = Field(None, ge=1, le=4096)
+    submit_dir: str = Field(max_length=4096, description="Where sbatch ran (SLURM_SUBMIT_DIR).")
+    work_dir: str = Field(max_length=4096, description="Where the script runs (--chdir).")
+    output: str = Field("slurm-%j.out", max_length=4096)
+    error: str | None = Field(None, max_length=4096, description="None: with the output.")
+    open_mode: str = Field("truncate", pattern="^(append|truncate)$")
+    requeue: bool = True
+    signal: SlurmSignal | None = None
+    array: SlurmArray | None = None
+    partition: str = Field("", max_length=256)
+    account: str = Field("", max_length=256)
+    qos: str = Field("", max_length=256)
+    comment: str = Field("", max_length=4096)
+    options: dict[OptionName, Word] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Options accepted and kept without effect here (--wckey, --mail-type, ...).",
+    )
+    submit_host: str = Field("", max_length=256)
+    uid: int = Field(0, ge=0)
+    gid: int = Field(0, ge=0)
+
+    @field_validator("script")
+    @classmethod
+    def _interpreter(cls, value: str) -> str:
+        if not value.startswith("#!"):
+            raise ValueError(
+                "This does not look like a batch script. The first line must start with #! "
+                "followed by the path to an interpreter (for instance #!/bin/bash)"
+            )
+        if "\x00" in value:
+            raise ValueError("the batch script contains a NUL byte")
+        return value
+
+    @field_validator("job_name", "partition", "account", "qos", "comment", "submit_host")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # They are printed in squeue's and sacct's columns: a newline would forge a row.
+        if _CONTROL.search(value):
+            raise ValueError("control characters (newlines, tabs, ...) are not allowed")
+        return value
+
+    @field_validator("script_args")
+    @classmethod
+    def _no_nul(cls, value: list[str]) -> list[str]:
+        if any("\x00" in word for word in value):
+            raise ValueError("a script argument contains a NUL byte")
+        return value
+
+    @field_validator("output", "error", "submit_dir", "work_dir")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is not None and not _PATTERN.match(value):
+            raise ValueError("a path is one line without NUL bytes")
+        return value
+
+    @field_validator("submit_dir", "work_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path (got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _layout(self) -> SlurmBatch:
+        if self.array is not None and not self.array.min <= self.array.task_id <= self.array.max:
+            raise ValueError(
+                f"array: task {self.array.task_id} is outside {self.array.min}-{self.array.max}"
+            )
+        return self

@@ -1,0 +1,1 @@
+"""Slurm-compatible commands over a gpuyard pool (docs/slurm.md)."""

@@ -1,0 +1,393 @@
+"""``sbatch``'s options: the command line and the script's ``#SBATCH`` lines, as Slurm reads them.
+
+Pure: text in, values out. The command line overrides the script; inside the script, the first
+line that is neither blank nor a comment ends the directives, and one ``#SBATCH`` line may hold
+several options. Options Slurm has and gpuyard has no use for are kept (``SbatchOptions.kept``)
+when they cannot change what the job computes; the others are refused with a message that says
+so, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ArraySpec",
+    "OptionError",
+    "SbatchOptions",
+    "parse_array",
+    "parse_memory_mb",
+    "parse_sbatch",
+    "parse_time",
+    "script_directives",
+]
+
+
+class OptionError(ValueError):
+    """What sbatch prints after ``sbatch: error: ``."""
+
+
+# long name -> (short, takes a value)
+_OPTIONS: dict[str, tuple[str | None, bool]] = {
+    "job-name": ("J", True),
+    "partition": ("p", True),
+    "time": ("t", True),
+    "nodes": ("N", True),
+    "ntasks": ("n", True),
+    "ntasks-per-node": (None, True),
+    "tasks-per-node": (None, True),
+    "cpus-per-task": ("c", True),
+    "gpus": ("G", True),
+    "gpus-per-node": (None, True),
+    "gpus-per-task": (None, True),
+    "gres": (None, True),
+    "mem": (None, True),
+    "mem-per-cpu": (None, True),
+    "mem-per-gpu": (None, True),
+    "cpus-per-gpu": (None, True),
+    "output": ("o", True),
+    "error": ("e", True),
+    "input": ("i", True),
+    "open-mode": (None, True),
+    "array": ("a", True),
+    "signal": (None, True),
+    "requeue": (None, False),
+    "no-requeue": (None, False),
+    "exclusive": (None, False),
+    "dependency": ("d", True),
+    "chdir": ("D", True),
+    "export": (None, True),
+    "hold": ("H", False),
+    "wrap": (None, True),
+    "parsable": (None, False),
+    "qos": ("q", True),
+    "account": ("A", True),
+    "comment": (None, True),
+    "constraint": ("C", True),
+    "exclude": ("x", True),
+    "nodelist": ("w", True),
+    "wckey": (None, True),
+    "mail-type": (None, True),
+    "mail-user": (None, True),
+    "reservation": (None, True),
+    "begin": ("b", True),
+    "deadline": (None, True),
+    "test-only": (None, False),
+    "verbose": ("v", False),
+    "quiet": ("Q", False),
+    "wait": ("W", False),
+    "kill-on-invalid-dep": (None, True),
+    "nice": (None, True),
+    "priority": (None, True),
+    "profile": (None, True),
+    "distribution": ("m", True),
+    "hint": (None, True),
+    "cpu-bind": (None, True),
+    "mem-bind": (None, True),
+    "propagate": (None, True),
+    "licenses": ("L", True),
+    "get-user-env": (None, False),
+    "export-file": (None, True),
+    "sockets-per-node": (None, True),
+    "cores-per-socket": (None, True),
+    "threads-per-core": (None, True),
+    "ntasks-per-core": (None, True),
+    "ntasks-per-socket": (None, True),
+    "ntasks-per-gpu": (None, True),
+    "tmp": (None, True),
+    "spread-job": (None, False),
+    "use-min-nodes": (None, False),
+    "switches": (None, True),
+    "gres-flags": (None, True),
+    "acctg-freq": (None, True),
+    "overcommit": ("O", False),
+    "oversubscribe": ("s", False),
+    "contiguous": (None, False),
+    "no-kill": ("k", False),
+    "cluster-constraint": (None, True),
+    "clusters": ("M", True),
+    "uid": (None, True),
+    "gid": (None, True),
+    "container": (None, True),
+    "network": (None, True),
+    "power": (None, True),
+    "thread-spec": (None, True),
+    "core-spec": ("S", True),
+    "wait-all-nodes": (None, True),
+    "x11": (None, False),
+    "mcs-label": (None, True),
+    "delay-boot": (None, True),
+    "batch": (None, True),
+    "bb": (None, True),
+    "bbf": (None, True),
+    "cpu-freq": (None, True),
+    "ignore-pbs": (None, False),
+}
+_SHORT = {short: long for long, (short, _) in _OPTIONS.items() if short}
+_ALIASES = {"tasks-per-node": "ntasks-per-node", "cpu_bind": "cpu-bind", "mem_bind": "mem-bind"}
+
+KEPT = frozenset(
+    {
+        "wckey",
+        "mail-type",
+        "mail-user",
+        "comment",
+        "reservation",
+        "account",
+        "constraint",
+        "exclusive",
+        "profile",
+        "distribution",
+        "hint",
+        "cpu-bind",
+        "mem-bind",
+        "propagate",
+        "licenses",
+        "get-user-env",
+        "sockets-per-node",
+        "cores-per-socket",
+        "threads-per-core",
+        "ntasks-per-core",
+        "ntasks-per-socket",
+        "tmp",
+        "spread-job",
+        "use-min-nodes",
+        "switches",
+        "gres-flags",
+        "acctg-freq",
+        "overcommit",
+        "oversubscribe",
+        "contiguous",
+        "no-kill",
+        "kill-on-invalid-dep",
+        "nice",
+        "verbose",
+        "quiet",
+        "wait-all-nodes",
+        "mcs-label",
+        "cpu-freq",
+        "ignore-pbs",
+        "network",
+        "power",
+        "thread-spec",
+        "core-spec",
+        "delay-boot",
+        "container",
+        "cpus-per-gpu",
+        "ntasks-per-gpu",
+        "priority",
+    }
+)
+"""Options kept with the job and without effect here: they cannot change what it computes."""
+
+REFUSED = {
+    "dependency": "job dependencies are not supported yet; submit the next job when this one "
+    "has ended",
+    "hold": "held jobs are not supported yet; submit the job when it may start",
+    "begin": "--begin is not supported yet; submit the job at that time",
+    "deadline": "--deadline is not supported yet",
+    "exclude": "--exclude is not supported yet; name the nodes to use with --nodelist",
+    "test-only": "--test-only is not supported; `gpuyard predict` estimates the start",
+    "clusters": "gpuyard is one cluster; remove --clusters",
+    "cluster-constraint": "gpuyard is one cluster; remove --cluster-constraint",
+    "uid": "jobs run as their owner; remove --uid",
+    "gid": "jobs run as their owner; remove --gid",
+    "x11": "X11 forwarding is not supported",
+    "bb": "burst buffers are not supported",
+    "bbf": "burst buffers are not supported",
+    "batch": "--batch (node features for the batch step) is not supported",
+    "export-file": "--export-file is not supported; use --export",
+    "wait": "--wait is not supported; poll with squeue or sacct",
+    "input": "a batch job reads no standard input here; remove --input",
+    "gres": "",
+    "ntasks-per-gpu": "",
+}
+"""Options refused with the reason (an empty reason: refused only for some values)."""
+
+
+@dataclass
+class SbatchOptions:
+    values: dict[str, str] = field(default_factory=dict)
+    """Long name -> the last value given (flags: "")."""
+    script_args: list[str] = field(default_factory=list)
+    script_path: str | None = None
+
+
+def _split_cli(  # noqa: PLR0912 - getopt's cases, read top to bottom
+    args: Sequence[str], *, stop_at_positional: bool, source: str
+) -> tuple[dict[str, str], list[str]]:
+    values: dict[str, str] = {}
+    i = 0
+    rest: list[str] = []
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest = list(args[i + 1 :])
+            break
+        if not arg.startswith("-") or arg == "-":
+            if stop_at_positional:
+                rest = list(args[i:])
+                break
+            raise OptionError(f"{source}: unexpected word {arg!r}")
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            name = _ALIASES.get(name, name)
+            if name not in _OPTIONS:
+                raise OptionError(f"unrecognized option '{arg}'")
+            takes = _OPTIONS[name][1]
+            if takes and not eq:
+                if i + 1 >= len(args):
+                    raise OptionError(f"option '--{name}' requires an argument")
+                value = args[i + 1]
+                i += 1
+            elif (
+                not takes
+                and eq
+                and name in ("requeue", "no-requeue", "exclusive", "hold", "parsable")
+            ):
+                raise OptionError(f"option '--{name}' doesn't allow an argument")
+            values[name] = value if takes else ""
+        else:
+            letter = arg[1:2]
+            if letter not in _SHORT:
+                raise OptionError(f"invalid option -- '{letter}'")
+            name = _SHORT[letter]
+            if _OPTIONS[name][1]:
+                value = arg[2:]
+                if not value:
+                    if i + 1 >= len(args):
+                        raise OptionError(f"option requires an argument -- '{letter}'")
+                    value = args[i + 1]
+                    i += 1
+                values[name] = value
+            else:
+                values[name] = ""
+                for extra in arg[2:]:  # -vv, -HQ
+                    if extra not in _SHORT or _OPTIONS[_SHORT[extra]][1]:
+                        raise OptionError(f"invalid option -- '{extra}'")
+                    values[_SHORT[extra]] = ""
+        i += 1
+    return values, rest
+
+
+def script_directives(script: str) -> list[str]:
+    """The words of the script's ``#SBATCH`` lines, in order (several options per line)."""
+    words: list[str] = []
+    for number, line in enumerate(script.splitlines()):
+        stripped = line.strip()
+        if number == 0 and stripped.startswith("#!"):
+            continue
+        if not stripped or (stripped.startswith("#") and not stripped.startswith("#SBATCH")):
+            continue
+        if not stripped.startswith("#SBATCH"):
+            break  # the first command ends the directives
+        text = stripped[len("#SBATCH") :]
+        if text and not text[0].isspace():
+            continue  # "#SBATCHfoo" is a comment
+        if text.strip() == "hetjob" or text.strip() == "packjob":
+            raise OptionError(
+                "heterogeneous jobs (#SBATCH hetjob) are not supported yet; submit each "
+                "component as a job of its own"
+            )
+        try:
+            words += shlex.split(text, comments=True)  # an unquoted '#' ends it, as in Slurm
+        except ValueError as exc:
+            raise OptionError(f"script line {number + 1}: {exc}: {stripped}") from None
+    return words
+
+
+def parse_sbatch(args: Sequence[str], script: str | None) -> SbatchOptions:
+    """The command line (``args``: options, then the script and its arguments) over the
+    script's directives. ``script`` is None while the script is not read yet (the first call
+    finds its path); the second call passes it."""
+    cli, rest = _split_cli(args, stop_at_positional=True, source="command line")
+    options = SbatchOptions()
+    if rest:
+        options.script_path, options.script_args = rest[0], rest[1:]
+    if script is not None:
+        directives, _ = _split_cli(
+            script_directives(script), stop_at_positional=False, source="#SBATCH"
+        )
+        options.values.update(directives)
+    options.values.update(cli)
+    return options
+
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> float | None:
+    """``--time``: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; None for UNLIMITED/INFINITE/0... as
+    Slurm reads it (0 is no limit)."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return None
+    match = _TIME.match(value)
+    if match is None:
+        raise OptionError("Invalid --time specification")
+    days, a, b, c = match.groups()
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # H:M:S
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:  # M:S
+        seconds = int(a) * 60 + int(b)
+    else:  # M
+        seconds = int(a) * 60
+    return None if seconds == 0 else float(seconds)
+
+
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?$", re.IGNORECASE)
+
+
+def parse_memory_mb(text: str, option: str) -> int:
+    """``--mem`` and friends: a number of megabytes, or with K/M/G/T (also KB/MB/GB/TB)."""
+    match = _MEMORY.match(text.strip())
+    if match is None:
+        raise OptionError(f"Invalid {option} specification")
+    number, unit = float(match.group(1)), match.group(2).upper()
+    factor = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
+    return max(0, int(number * factor + 0.5))
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    indices: tuple[int, ...]
+    throttle: int | None
+    text: str
+
+    @property
+    def step(self) -> int:
+        gaps = {b - a for a, b in zip(self.indices, self.indices[1:], strict=False)}
+        return gaps.pop() if len(gaps) == 1 else 1
+
+
+MAX_ARRAY = 1001
+"""Slurm's default MaxArraySize: indices 0..1000."""
+
+
+def parse_array(text: str) -> ArraySpec:
+    """``0-9``, ``0-15:4``, ``1,3,5``, ``0-9%2``."""
+    body, percent, throttle_text = text.strip().partition("%")
+    throttle = None
+    if percent:
+        if not throttle_text.isdigit():
+            raise OptionError("Invalid job array specification")
+        throttle = int(throttle_text) or None
+    indices: set[int] = set()
+    for part in body.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if match is None:
+            raise OptionError("Invalid job array specification")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        step = int(match.group(3)) if match.group(3) else 1
+        if high < low or step < 1 or high >= MAX_ARRAY:
+            raise OptionError("Invalid job array specification")
+        indices.update(range(low, high + 1, step))
+    if not indices:
+        raise OptionError("Invalid job array specification")
+    return ArraySpec(tuple(sorted(indices)), throttle, text.strip())

@@ -1,0 +1,320 @@
+"""``sbatch``: a Slurm batch script becomes a gpuyard job of mode ``slurm`` (docs/slurm.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuyard.models.job import MAX_ENV, MAX_ENV_BYTES, Priority
+from gpuyard.models.request import DEFAULT_POOL
+from gpuyard.models.slurm import MAX_SCRIPT, signal_number
+from gpuyard.slurm.hostlist import expand_hostlist
+from gpuyard.slurm.options import (
+    KEPT,
+    REFUSED,
+    OptionError,
+    SbatchOptions,
+    parse_array,
+    parse_memory_mb,
+    parse_sbatch,
+    parse_time,
+)
+
+__all__ = ["build_specs", "forwarded_environment"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[^\w.-]")
+_NOT_FORWARDED = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "GPUYARD_")
+
+
+def forwarded_environment(environ: Mapping[str, str], export: str | None) -> dict[str, str]:
+    """What the job gets from the submitter's environment (``--export``, default ALL)."""
+    usable = {
+        k: v
+        for k, v in environ.items()
+        if _ENV_NAME.match(k) and not k.startswith(_NOT_FORWARDED) and "\0" not in v
+    }
+    items = [x for x in (export or "ALL").split(",") if x]
+    first = items[0].upper() if items else "ALL"
+    chosen: dict[str, str] = dict(usable) if first == "ALL" else {}
+    if first in ("ALL", "NONE"):
+        items = items[1:]
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise OptionError(f"--export: {name!r} is not a variable name")
+        if name.startswith(_NOT_FORWARDED):
+            raise OptionError(
+                f"--export: {name} cannot be given to a job (the pool sets SLURM_* and "
+                "GPUYARD_* itself, and a token does not belong in a job's spec)"
+            )
+        if eq:
+            chosen[name] = value
+        elif name in usable:
+            chosen[name] = usable[name]
+    if len(chosen) > MAX_ENV or sum(len(k) + len(v) for k, v in chosen.items()) > MAX_ENV_BYTES:
+        # The biggest first: LS_COLORS and exported shell functions rarely matter to a job.
+        for name in sorted(chosen, key=lambda k: -len(chosen[k])):
+            if len(chosen) <= MAX_ENV and sum(len(k) + len(v) for k, v in chosen.items()) <= (
+                MAX_ENV_BYTES
+            ):
+                break
+            if name not in ("PATH", "HOME", "USER", "PYTHONPATH", "LD_LIBRARY_PATH"):
+                del chosen[name]
+    return chosen
+
+
+def _int(values: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    text = values.get(name)
+    if text is None:
+        return default
+    first = text.split("-")[0]  # -N 2-4: the minimum
+    if not first.isdigit() or int(first) < 1:
+        raise OptionError(f"invalid --{name} value {text!r}: give a positive whole number")
+    return int(first)
+
+
+def _gpus(values: Mapping[str, str], nodes: int, per_node_tasks: int) -> int:
+    if "gpus-per-node" in values:
+        return _count_gpus(values["gpus-per-node"], "--gpus-per-node")
+    if "gpus-per-task" in values:
+        return _count_gpus(values["gpus-per-task"], "--gpus-per-task") * per_node_tasks
+    if "gpus" in values:
+        total = _count_gpus(values["gpus"], "--gpus")
+        return -(-total // nodes)
+    if "gres" in values:
+        gpus = 0
+        for item in values["gres"].split(","):
+            parts = item.split(":")
+            if parts[0] != "gpu":
+                raise OptionError(f"--gres={values['gres']}: only gpu resources exist here")
+            if len(parts) > 1 and not parts[-1].isdigit() and len(parts) == 2:
+                gpus += 1  # gpu:type
+            else:
+                gpus += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+        return gpus
+    return 0
+
+
+def _count_gpus(text: str, option: str) -> int:
+    last = text.rsplit(":", maxsplit=1)[-1]
+    if not last.isdigit():
+        raise OptionError(f"Invalid {option} specification: {text!r}")
+    return int(last)
+
+
+def _absolute(path: str, cwd: str) -> str:
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in order
+    options: SbatchOptions,
+    script: str,
+    *,
+    script_name: str,
+    cwd: str,
+    environ: Mapping[str, str],
+    pools: Sequence[str],
+    uid: int,
+    gid: int,
+) -> list[dict[str, Any]]:
+    """The job specs: one, or one per array task (the first is the array's)."""
+    values = options.values
+    for name in values:
+        reason = REFUSED.get(name)
+        if reason:
+            raise OptionError(f"--{name}: {reason}")
+    nodes = _int(values, "nodes", 1) or 1
+    ntasks = _int(values, "ntasks")
+    per_node = _int(values, "ntasks-per-node")
+    if per_node is None:
+        per_node = -(-ntasks // nodes) if ntasks else 1
+    if ntasks is None:
+        ntasks = nodes * per_node
+    if ntasks < nodes:
+        raise OptionError(
+            f"--ntasks={ntasks} is fewer than --nodes={nodes}: every node runs a task"
+        )
+    cpus_per_task = _int(values, "cpus-per-task")
+    gpus = _gpus(values, nodes, per_node)
+    cpus = float((cpus_per_task or 1) * per_node)
+    if "cpus-per-gpu" in values and gpus:
+        cpus = max(cpus, float((_int(values, "cpus-per-gpu") or 1) * gpus))
+    memory_mb = 0
+    if "mem" in values:
+        memory_mb = parse_memory_mb(values["mem"], "--mem")
+    elif "mem-per-cpu" in values:
+        memory_mb = parse_memory_mb(values["mem-per-cpu"], "--mem-per-cpu") * int(cpus)
+    elif "mem-per-gpu" in values:
+        memory_mb = parse_memory_mb(values["mem-per-gpu"], "--mem-per-gpu") * gpus
+    max_runtime = parse_time(values["time"]) if "time" in values else None
+
+    partition = values.get("partition", "").split(",")[0]
+    pool: str | None = None
+    if partition and partition != DEFAULT_POOL:
+        if partition not in pools:
+            raise OptionError(
+                "invalid partition specified: "
+                f"{partition} (partitions here: {', '.join(sorted({DEFAULT_POOL, *pools}))})"
+            )
+        pool = partition
+    priority = None
+    qos = values.get("qos", "")
+    if qos:
+        try:
+            priority = Priority(qos.lower())
+        except ValueError:
+            choices = ", ".join(p.value for p in Priority)
+            raise OptionError(f"invalid qos specification: {qos} (QOS here: {choices})") from None
+
+    signal = None
+    if "signal" in values:
+        text = values["signal"]
+        batch = text.startswith(("B:", "b:"))
+        body = text[2:] if batch else text
+        name, _, seconds = body.partition("@")
+        if seconds and not seconds.isdigit():
+            raise OptionError(f"Invalid --signal specification: {text}")
+        try:
+            signal = {
+                "signal": signal_number(name),
+                "seconds": int(seconds) if seconds else 60,
+                "batch": batch,
+            }
+        except ValueError as exc:
+            raise OptionError(f"Invalid --signal specification: {exc}") from None
+    if "open-mode" in values and values["open-mode"] not in ("append", "truncate"):
+        raise OptionError(f"Invalid --open-mode specification: {values['open-mode']}")
+
+    array = parse_array(values["array"]) if "array" in values else None
+    job_name = values.get("job-name") or script_name
+    name = _NAME.sub("-", job_name).strip("-.")[:128] or "sbatch"
+    if not name[0].isalnum():
+        name = "j" + name[:127]
+    work_dir = _absolute(values.get("chdir", "."), cwd)
+    default_output = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    kept = {k: v for k, v in values.items() if k in KEPT}
+    try:
+        node_names = expand_hostlist(values["nodelist"]) if "nodelist" in values else []
+    except ValueError as exc:
+        raise OptionError(f"--nodelist: {exc}") from None
+    env = forwarded_environment(environ, values.get("export"))
+
+    slurm: dict[str, Any] = {
+        "script": script,
+        "job_name": job_name,
+        "ntasks": ntasks,
+        "ntasks_per_node": per_node,
+        "cpus_per_task": cpus_per_task,
+        "submit_dir": cwd,
+        "work_dir": work_dir,
+        "output": values.get("output", default_output),
+        "error": values.get("error"),
+        "open_mode": values.get("open-mode", "truncate"),
+        "requeue": "no-requeue" not in values,
+        "signal": signal,
+        "partition": partition or DEFAULT_POOL,
+        "account": values.get("account", ""),
+        "qos": qos or "normal",
+        "comment": values.get("comment", ""),
+        "options": kept,
+        "submit_host": socket.gethostname(),
+        "uid": uid,
+        "gid": gid,
+    }
+    spec: dict[str, Any] = {
+        "name": name,
+        "mode": "slurm",
+        "command": "sbatch " + shlex.quote(script_name),
+        "nodes": nodes,
+        "resources": {
+            "gpus": gpus,
+            "cpus": cpus,
+            **({"memory": memory_mb << 20} if memory_mb else {}),
+        },
+        "env": env,
+        "slurm": slurm,
+    }
+    if max_runtime is not None:
+        spec["max_runtime"] = max_runtime
+    if pool:
+        spec["pool"] = pool
+    if node_names:
+        spec["node_names"] = node_names
+    if priority is not None:
+        spec["priority"] = priority.value
+    if options.script_args:
+        slurm["script_args"] = list(options.script_args)
+    if array is None:
+        return [spec]
+    specs = []
+    for index in array.indices:
+        one = {**spec, "slurm": {**slurm}}
+        one["slurm"]["array"] = {
+            "task_id": index,
+            "count": len(array.indices),
+            "min": array.indices[0],
+            "max": array.indices[-1],
+            "step": array.step,
+            "throttle": array.throttle,
+            "spec": array.text,
+        }
+        specs.append(one)
+    return specs
+
+
+def _decode(data: bytes, where: str) -> str:
+    if len(data) > MAX_SCRIPT:
+        raise OptionError(
+            f"{where} is more than {MAX_SCRIPT // 1024} KiB; a batch script that large belongs "
+            "in a file the script runs"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OptionError(f"{where} is not UTF-8 text (byte {exc.start})") from None
+
+
+def read_script(options: SbatchOptions, read_stdin: Callable[[], bytes | None]) -> tuple[str, str]:
+    """The script and its name: ``--wrap``, the file, or standard input (read only when
+    neither of the others is given)."""
+    if "wrap" in options.values:
+        if options.script_path:
+            raise OptionError("a script file and --wrap cannot be used together")
+        return (
+            f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{options.values['wrap']}\n",
+            "wrap",
+        )
+    if options.script_path:
+        path = Path(options.script_path)
+        try:
+            with path.open("rb") as file:  # at most a byte past the limit: /dev/zero ends
+                data = file.read(MAX_SCRIPT + 1)
+        except OSError as exc:
+            raise OptionError(
+                f"Unable to open file {options.script_path}: {exc.strerror}"
+            ) from None
+        return _decode(data, options.script_path), path.name
+    piped = read_stdin()
+    if piped is None:
+        raise OptionError("no batch script given (a file, --wrap, or the script on stdin)")
+    return _decode(piped, "the script on standard input"), "sbatch"
+
+
+def parse(
+    args: Sequence[str], read_stdin: Callable[[], bytes | None]
+) -> tuple[SbatchOptions, str, str]:
+    first = parse_sbatch(args, None)
+    script, name = read_script(first, read_stdin)
+    if not script.startswith("#!"):
+        raise OptionError(
+            "This does not look like a batch script.  The first\n"
+            "sbatch: error: line must start with #! followed by the path to an interpreter.\n"
+            "sbatch: error: For instance: #!/bin/sh"
+        )
+    return parse_sbatch(args, script), script, name

@@ -1,0 +1,115 @@
+"""Real Slurm clients, unchanged, against gpuyard's Slurm-compatible commands (docs/slurm.md):
+submitit's SlurmExecutor, PyTorch Lightning's SLURMEnvironment under srun, and a lab's sbatch
+script that starts torchrun on every node with srun and scontrol show hostnames."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuyard.slurm.shims import write_shims
+from gpuyard.testing.process import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+CLIENTS = Path(__file__).resolve().parents[1] / "data" / "slurm" / "clients"
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    home = tmp_path_factory.mktemp("slurm") / "home"
+    pool = ServerProcess(
+        home, "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8"
+    ).start()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="module")
+def env(pool: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    shims = tmp_path_factory.mktemp("shims")
+    write_shims(shims)
+    venv_bin = str(Path(sys.executable).parent)
+    return {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
+
+
+def sbatch_and_wait(env: dict[str, str], cwd: Path, script: str, timeout: float = 240) -> str:
+    (cwd / "job.sh").write_text(script)
+    submitted = subprocess.run(
+        ["sbatch", "job.sh"], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
+    assert submitted.stdout.startswith("Submitted batch job "), submitted
+    job_id = submitted.stdout.split()[-1]
+    deadline = time.monotonic() + timeout
+    while True:
+        state = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        assert time.monotonic() < deadline, state
+        time.sleep(0.5)
+    output = (cwd / f"slurm-{job_id}.out").read_text()
+    assert state == "COMPLETED", output
+    return output
+
+
+def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(CLIENTS / "submitit_client.py"), str(tmp_path / "submitit")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in ("submit ok", "array ok", "failure ok", "cancel ok"):
+        assert step in done.stdout, done.stdout + done.stderr
+
+
+def test_lightning_finds_slurm_in_two_nodes_by_two_tasks(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    output = sbatch_and_wait(
+        env,
+        tmp_path,
+        "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --gpus-per-node=2\n"
+        "#SBATCH --job-name=lightning -t 10\n"
+        f"srun {sys.executable} {CLIENTS / 'lightning_train.py'}\n",
+    )
+    lines = sorted(line for line in output.splitlines() if line.startswith("rank="))
+    assert len(lines) == 4, output
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank={rank} world=4 node={rank // 2} env=SLURMEnvironment"), line
+        assert "steps=3" in line, line
+
+
+def test_lab_script_torchrun_on_every_node(env: dict[str, str], tmp_path: Path) -> None:
+    train = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
+    output = sbatch_and_wait(
+        env,
+        tmp_path,
+        "#!/bin/bash\n"
+        "#SBATCH -J lab -N 2\n#SBATCH --ntasks-per-node=1 --gpus-per-node=2 --time=0:10:00\n"
+        'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )\n'
+        "head=${nodes[0]}\n"
+        'head_ip=$(srun --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | head -n1)\n'
+        'echo "head $head at $head_ip"\n'
+        f"srun {sys.executable} -m torch.distributed.run --nnodes=$SLURM_NNODES "
+        "--nproc_per_node=2 --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d "
+        f"--rdzv_endpoint=$head_ip:29517 {train} --steps 2\n",
+    )
+    assert "head node0 at " in output, output
+    assert "4 ranks on 2 nodes: weights identical" in output, output

@@ -1,0 +1,213 @@
+"""What the Slurm-compatible commands need from the pool (docs/slurm.md): signals to a running
+job's steps or batch shell, job arrays, the signal before the time limit, a job that requeues
+itself, and the commands' own answers and errors, run in-process against the real API."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuyard.client import Client
+from gpuyard.clock import ManualClock
+from gpuyard.controller.loop import CONTROL_EVERY, Controller
+from gpuyard.errors import Conflict, InvalidSpec, NotFound
+from gpuyard.executors.fake import FakeExecutor
+from gpuyard.models import JobState
+from gpuyard.models.worker import NodeInfo, WorkerKey
+from gpuyard.slurm import commands
+from gpuyard.store.engine import Store
+from gpuyard.testing.auth import AsUser, TokenFor
+
+
+@pytest.fixture
+def fake_executor() -> FakeExecutor:
+    """Two nodes: a job's steps may run on either."""
+    return FakeExecutor(
+        [NodeInfo(f"fake{i}", f"127.0.0.{i + 2}", gpus=8, cpus=64, memory=1 << 40) for i in (0, 1)]
+    )
+
+
+@pytest.fixture
+def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
+    controller = Controller(store, fake_executor, clock=clock)
+    controller.register_nodes()
+    return controller
+
+
+def slurm_spec(**slurm: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "mode": "slurm",
+        "command": "sbatch job.sh",
+        "nodes": 1,
+        "slurm": {
+            "script": "#!/bin/sh\nsrun hostname\n",
+            "job_name": "job.sh",
+            "ntasks": 1,
+            "submit_dir": "/tmp",
+            "work_dir": "/tmp",
+            **slurm,
+        },
+    }
+    return spec
+
+
+def signals(executor: FakeExecutor, job_id: int, rank: int = 0) -> list[tuple[int, bool]]:
+    return executor.workers[WorkerKey(job_id, 0, rank)].signals
+
+
+def test_signals_reach_the_steps_or_the_batch_shell_of_a_running_job_only(
+    client: Client, as_user: AsUser, controller: Controller, fake_executor: FakeExecutor
+) -> None:
+    job = client.submit({"command": "python train.py", "nodes": 2})
+    with pytest.raises(Conflict, match="only a running job can be signalled"):
+        client.signal(job.id, signal.SIGUSR2)
+    controller.tick()
+    client.signal(job.id, signal.SIGUSR2)
+    client.signal(job.id, signal.SIGUSR1, steps=False)
+    controller.tick()
+    # Steps: every worker (srun may run on any); the batch shell: worker 0 alone. Once each.
+    assert signals(fake_executor, job.id, 0) == [(signal.SIGUSR2, True), (signal.SIGUSR1, False)]
+    assert signals(fake_executor, job.id, 1) == [(signal.SIGUSR2, True)]
+    controller.tick()
+    assert len(signals(fake_executor, job.id, 0)) == 2
+    with pytest.raises(NotFound):  # another user's private job is not there for bob
+        as_user("bob").signal(job.id, signal.SIGTERM)
+    with pytest.raises(InvalidSpec):
+        client.signal(job.id, 0)
+
+
+def test_an_array_is_its_first_task_and_the_tasks_that_name_it(
+    client: Client, as_user: AsUser
+) -> None:
+    array = {"count": 3, "min": 0, "max": 2, "throttle": 2, "spec": "0-2%2"}
+    head = client.submit(slurm_spec(array={**array, "task_id": 0}))
+    rest = client.submit_many(
+        [slurm_spec(array={**array, "task_id": i, "job_id": head.id}) for i in (1, 2)]
+    )
+    other = client.submit({"command": "python train.py"})
+    listed = sorted(j.id for j in client.jobs(array=head.id).items)
+    assert listed == sorted([head.id, *rest])
+    assert [j.id for j in client.jobs(ids=[rest[1], other.id]).items] == [other.id, rest[1]]
+    with pytest.raises(InvalidSpec, match="not the first task of a job array"):
+        as_user("bob").submit(slurm_spec(array={**array, "task_id": 1, "job_id": head.id}))
+    with pytest.raises(InvalidSpec, match="not the first task of a job array"):
+        client.submit(slurm_spec(array={**array, "task_id": 1, "job_id": other.id}))
+
+
+def test_the_time_limit_signal_goes_once_that_long_before_the_limit(
+    client: Client, controller: Controller, fake_executor: FakeExecutor, clock: ManualClock
+) -> None:
+    job = client.submit({**slurm_spec(signal={"signal": 12, "seconds": 60}), "max_runtime": 3600})
+    controller.tick()
+    assert signals(fake_executor, job.id) == []
+    clock.advance(3600 - 61)
+    controller.tick()
+    assert signals(fake_executor, job.id) == []
+    for _ in range(3):
+        clock.advance(CONTROL_EVERY)
+        controller.tick()
+    assert signals(fake_executor, job.id) == [(12, True)]
+
+
+def test_a_job_that_asks_to_be_requeued_is_requeued_at_once(
+    client: Client, controller: Controller, fake_executor: FakeExecutor, clock: ManualClock
+) -> None:
+    job = client.submit(slurm_spec())
+    controller.tick()
+    fake_executor.report(job.id, requeue_at=clock.now())
+    clock.advance(CONTROL_EVERY)
+    controller.tick()
+    events = [e.reason or "" for e in client.events(job.id)]
+    assert any("asked to be requeued" in reason for reason in events), events
+    assert client.job(job.id).state in (JobState.SUSPENDING, JobState.SUSPENDED)
+
+
+@pytest.fixture
+def slurm(
+    api_url: str, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Any:
+    """Run a Slurm command in-process as alice: (exit status, stdout, stderr)."""
+    monkeypatch.setenv("GPUYARD_URL", api_url)
+    monkeypatch.setenv("GPUYARD_TOKEN", token_for("alice"))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+        status = commands.main(list(args))
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run
+
+
+def test_commands_answer_and_fail_as_slurm_does(
+    slurm: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH -J train -t 10\nsrun hostname\n")
+    status, out, _ = slurm("sbatch", "job.sh", capsys=capsys)
+    assert status == 0 and out.startswith("Submitted batch job "), out
+    job_id = out.split()[-1]
+    assert slurm(
+        "sacct", "-o", "JobID,JobName,State", "--parsable2", "-j", job_id, capsys=capsys
+    ) == (
+        0,
+        f"JobID|JobName|State\n{job_id}|train|PENDING\n",
+        "",
+    )
+    assert slurm("sbatch", "--parsable", "job.sh", capsys=capsys)[1].strip().isdigit()
+    assert slurm("sbatch", "--bogus", "job.sh", capsys=capsys) == (
+        255,
+        "",
+        "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n",
+    )
+    assert slurm("scancel", "abc", capsys=capsys) == (1, "", "scancel: error: Invalid job id abc\n")
+    assert slurm("scancel", "999999", capsys=capsys) == (0, "", "")
+    assert slurm("squeue", "-j", "999999", capsys=capsys) == (
+        1,
+        "",
+        "slurm_load_jobs error: Invalid job id specified\n",
+    )
+    assert slurm("sacct", "-j", "x1", capsys=capsys) == (
+        1,
+        "",
+        "sacct: fatal: Bad job/step specified: x1\n",
+    )
+    assert slurm("scontrol", "show", "hostnames", "n[1-3]", capsys=capsys) == (
+        0,
+        "n1\nn2\nn3\n",
+        "",
+    )
+    assert slurm("scontrol", "show", "hostnames", "n[1-3", capsys=capsys) == (
+        0,
+        "",
+        "Invalid hostlist: n[1-3\n",
+    )
+    status, out, _ = slurm("scancel", job_id, capsys=capsys)
+    assert status == 0
+    assert slurm("sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id, capsys=capsys)[1] == (
+        "CANCELLED by 0\n"
+    )
+
+
+def test_hostile_sbatch_input_is_refused_with_a_message(
+    slurm: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/sh\ntrue\n")
+    status, _, err = slurm("sbatch", "--job-name=a\nb", "job.sh", capsys=capsys)
+    assert status == 1 and "control characters" in err, err
+    (tmp_path / "bin.sh").write_bytes(b"#!/bin/sh\n\xff\xfe\n")
+    status, _, err = slurm("sbatch", "bin.sh", capsys=capsys)
+    assert status == 255 and "not UTF-8" in err, err
+    status, _, err = slurm("sbatch", "--array=0-100000", "job.sh", capsys=capsys)
+    assert status == 255 and "Invalid job array specification" in err, err
+    status, _, err = slurm("sbatch", "--dependency=afterok:1", "job.sh", capsys=capsys)
+    assert status == 255 and "dependencies are not supported yet" in err, err
+    status, _, err = slurm("sbatch", "-p", "nosuch", "job.sh", capsys=capsys)
+    assert status == 255 and "invalid partition specified: nosuch" in err, err
+    status, _, err = slurm("sbatch", "--time=400-0", "-c5000", "job.sh", capsys=capsys)
+    assert status == 1 and "max_runtime" in err and "cpus_per_task" in err, err
+    status, _, err = slurm("sbatch", "-w", "n[1-2", "job.sh", capsys=capsys)
+    assert status == 255 and "--nodelist: invalid hostlist" in err, err
+    assert slurm("squeue", "-h", capsys=capsys) == (0, "", "")
