@@ -10,6 +10,8 @@ from gpuyard.scheduler.decide import Decisions, Grow, Preempt, Start, Wait, Wait
 from gpuyard.scheduler.predict import Budget, Forecast, forecast, predict
 from gpuyard.scheduler.snapshot import (
     DEFAULT_POOL,
+    TIME_SHARING_AGE_HALFLIFE,
+    TIME_SHARING_MIN_RUN,
     TIME_SHARING_SLICES,
     Allocation,
     Constraint,
@@ -26,6 +28,8 @@ from gpuyard.scheduler.snapshot import (
 
 __all__ = [
     "DEFAULT_POOL",
+    "TIME_SHARING_AGE_HALFLIFE",
+    "TIME_SHARING_MIN_RUN",
     "TIME_SHARING_SLICES",
     "Allocation",
     "Budget",

@@ -68,6 +68,9 @@ MAX_RESERVATIONS = 16
 ones before them start)."""
 MAX_PREEMPTIONS = 16
 """Waiting jobs per cycle that may look for victims."""
+PROTECTED = 1
+"""The band rank (higher is safer) of a running job that no job of its tier may suspend
+(within its quantum): above every waiting job's (0 at best)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,16 +281,33 @@ class _Cycle:
         return self._lowest_running
 
     def pending_band(self, job: PendingJob) -> int:
-        return self.policy(job.constraint.pool).band(job.attained)
+        """0 for the least served. With the pool's ``age_halflife``, the service a job is
+        ranked by halves for every half-life it has waited: the starvation guard of
+        least-attained-service."""
+        policy = self.policy(job.constraint.pool)
+        if policy.age_halflife and job.queued_since is not None and job.attained:
+            return policy.band(
+                policy.aged(job.attained, self.now - job.queued_since, job.request.gpus)
+            )
+        return policy.band(job.attained)
 
     def pending_rank(self, job: PendingJob) -> tuple[int, int]:
         """Higher goes first: the tier, then (time-slicing) the least served band."""
         return (job.priority, -self.pending_band(job) if self.slicing else 0)
 
     def running_rank(self, job: RunningJob, pool: str) -> tuple[int, int]:
+        """A running job may be suspended by a waiting job of a higher rank."""
         if not self.slicing:
             return (job.priority, 0)
-        return (job.priority, -self.policy(pool).band(job.attained_at(self.now)))
+        policy = self.policy(pool)
+        ran = self.now - job.started_at
+        if policy.min_run and ran < policy.quantum(job.suspensions):
+            return (job.priority, PROTECTED)
+        attained = job.attained
+        if policy.age_halflife and attained:
+            # Ranked as it was when it started (aged by its wait), plus what it has had since.
+            attained = policy.aged(attained, job.queued, job.gpus)
+        return (job.priority, -policy.band(attained + job.gpus * max(0.0, ran)))
 
     def policy(self, pool: str) -> PoolPolicy:
         found = self.policies.get(pool)

@@ -27,6 +27,8 @@ from gpuyard.models.resources import Resources, millicpus
 __all__ = [
     "ANYWHERE",
     "DEFAULT_POOL",
+    "TIME_SHARING_AGE_HALFLIFE",
+    "TIME_SHARING_MIN_RUN",
     "TIME_SHARING_SLICES",
     "Allocation",
     "Constraint",
@@ -78,6 +80,12 @@ class Preemption(StrEnum):
 
 
 TIME_SHARING_SLICES = (3600.0, 36000.0, 360000.0)
+TIME_SHARING_AGE_HALFLIFE = 3 * 3600.0
+"""Aging of a time-sharing pool: waiting 3 hours, or as long as the job has run if longer,
+halves the service a job is ranked by."""
+TIME_SHARING_MIN_RUN = 3600.0
+"""Quantum of a time-sharing pool: an hour, doubled at each suspension (docs/scheduling.md
+has the replays that chose both)."""
 """Bands at 1, 10 and 100 GPU-hours: what a time-sharing pool is advised to use. The trace
 replay (docs/simulator.md) found decade-spaced slices from 30 minutes to 100 GPU-hours all
 within 1 % of each other on real workloads; fewer bands did worse."""
@@ -100,9 +108,35 @@ class PoolPolicy:
     idea of least-attained-service schedulers (Tiresias): without knowing how long jobs run,
     the short ones finish first."""
 
+    age_halflife: float | None = None
+    """Time-slicing's starvation guard: the service a waiting job is ranked by halves for
+    every this many seconds it has waited (in all, since its submission), or for every
+    stretch as long as it has run, if longer (:meth:`aged`). Without it
+    least-attained-service lets the most served jobs wait behind every newer one, for days
+    on a busy pool. None: no aging."""
+    min_run: float | None = None
+    """Time-slicing's quantum: a job of its own tier does not suspend a job before it has
+    run this many seconds in its current attempt, doubled for each time it was suspended
+    already (so no job is suspended over and over). None: no quantum."""
+
     def band(self, attained: float) -> int:
         """0 for the least served jobs; one more for each slice passed."""
         return bisect.bisect_right(self.slices, attained) if self.slices else 0
+
+    def aged(self, attained: float, waited: float, gpus: int = 1) -> float:
+        """The service a job is ranked by, having had ``attained`` GPU-seconds on ``gpus``
+        GPUs and waited ``waited`` seconds: halved for every half-life waited, the half-life
+        being ``age_halflife`` or the time the job has run, whichever is longer (so a long
+        job is not brought back after a short wait: under overload every job waits long,
+        and a fixed half-life would turn the queue into first-come first-served)."""
+        if not self.age_halflife or waited <= 0 or attained <= 0:
+            return attained
+        half = max(self.age_halflife, attained / max(gpus, 1))
+        return attained * float(0.5 ** (waited / half))
+
+    def quantum(self, suspensions: int) -> float:
+        """Seconds a job runs before its own tier may suspend it again."""
+        return (self.min_run or 0.0) * 2.0 ** min(suspensions, 32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +160,10 @@ class PendingJob:
     """Elastic: start with as few as this many nodes (``request`` has the most)."""
     attained: float = 0.0
     """GPU-seconds of service it has had (earlier attempts), for time-slicing."""
+    queued_since: float | None = None
+    """``now - queued_since`` is how long it has waited in all (its submission time plus the
+    seconds it ran in earlier attempts): the pool's ``age_halflife`` ages it. None: not
+    known (no aging)."""
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""
@@ -216,6 +254,10 @@ class RunningJob:
     max_nodes: int | None = None
     attained: float = 0.0
     """GPU-seconds of service before this attempt started."""
+    queued: float = 0.0
+    """Seconds it waited in all before this attempt started (the pool's ``age_halflife``)."""
+    suspensions: int = 0
+    """How many times it has been suspended (the pool's ``min_run`` doubles with each)."""
     gpus: int = field(init=False, repr=False, compare=False, hash=False)
     """GPUs of all its allocations (read for every running job by every cycle: computed
     once)."""

@@ -123,6 +123,8 @@ class GpuyardPolicy:
                 version=job.preemptions,
                 started_at=view.now,
                 attained=job.attained_gpu_seconds(view.now),
+                queued=job.queue_time(view.now),
+                suspensions=job.preemptions,
                 # Simulated jobs checkpoint and resume, paying the engine's overhead: as
                 # jobs that listen for the notice do, they lose no work beyond it.
                 saves_on_notice=True,
@@ -144,6 +146,8 @@ class GpuyardPolicy:
                 request=request_for(job.gpus, job.nodes, self._largest),
                 group=job.group,
                 attained=job.attained_gpu_seconds(job.submit),
+                # Waited in all = now - submit - time run: what the server knows of it.
+                queued_since=job.submit + job.ran,
             )
             self._pending[job.index] = cached
         return cached

@@ -15,7 +15,7 @@ policies built with ``oracle=True`` (the reference SJF), through :class:`PolicyC
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -138,6 +138,9 @@ class PolicyContext:
     partition: Partition
     durations: Sequence[float] | None = None
     """Run time of each job by index; only for policies registered with ``oracle=True``."""
+    overhead_of: Callable[[int], float] | None = None
+    """Seconds of work a preemption adds to a job of this many GPUs (the engine's
+    overhead): what an oracle needs to know a preempted job's remaining time."""
 
 
 class Policy(Protocol):

@@ -35,9 +35,19 @@ POLICIES: dict[str, PolicyInfo] = {
         PolicyInfo("fifo", "reference FIFO: the artifact's rules, a check of the simulator"),
         PolicyInfo("sjf", "reference SJF (oracle run times): the artifact's rules", oracle=True),
         PolicyInfo(
+            "srtf",
+            "shortest remaining time first (oracle run times), preemptive: the artifact's rules",
+            oracle=True,
+        ),
+        PolicyInfo(
+            "tiresias",
+            "Tiresias: two-queue least-attained-service (5 GPU-hours), every 60 s: the "
+            "artifact's rules",
+        ),
+        PolicyInfo(
             "gpuyard",
             "gpuyard.scheduler.decide() on a time-sharing pool (preemption: suspend, slices at "
-            "1, 10, 100 GPU-hours), as the server runs it",
+            "1, 10, 100 GPU-hours, aging 3 h, quantum 1 h), as the server runs it",
         ),
         PolicyInfo(
             "gpuyard-never",
@@ -52,13 +62,32 @@ def make_policy(name: str, context: PolicyContext) -> Policy:
         from gpuyard.simulator.reference import ReferencePolicy
 
         return ReferencePolicy(context, name)
+    if name == "srtf":
+        from gpuyard.simulator.baselines import SrtfPolicy
+
+        return SrtfPolicy(context)
+    if name == "tiresias":
+        from gpuyard.simulator.baselines import TiresiasPolicy
+
+        return TiresiasPolicy(context)
     if name in ("gpuyard", "gpuyard-never"):
-        from gpuyard.scheduler import TIME_SHARING_SLICES, PoolPolicy, Preemption
+        from gpuyard.scheduler import (
+            TIME_SHARING_AGE_HALFLIFE,
+            TIME_SHARING_MIN_RUN,
+            TIME_SHARING_SLICES,
+            PoolPolicy,
+            Preemption,
+        )
         from gpuyard.simulator.gpuyard_policy import GpuyardPolicy
 
         if name == "gpuyard-never":
             return GpuyardPolicy(context)
-        sharing = PoolPolicy(preemption=Preemption.SUSPEND, slices=TIME_SHARING_SLICES)
+        sharing = PoolPolicy(
+            preemption=Preemption.SUSPEND,
+            slices=TIME_SHARING_SLICES,
+            age_halflife=TIME_SHARING_AGE_HALFLIFE,
+            min_run=TIME_SHARING_MIN_RUN,
+        )
         return GpuyardPolicy(context, pools={sharing.name: sharing})
     raise InvalidSpec(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
@@ -82,7 +111,7 @@ def run_one(
     engine = Engine(
         partition,
         jobs,
-        make_policy(policy, PolicyContext(partition, durations)),
+        make_policy(policy, PolicyContext(partition, durations, overhead.of)),
         policy_name=policy,
         overhead=overhead,
         on_progress=on_progress,

@@ -88,3 +88,31 @@ def test_every_job_starts_when_the_artifact_started_it(
     got = {r.job_id: (r.queue, r.jct) for r in ours[policy]}
     differ = [job_id for job_id, figures in expected.items() if got[job_id] != figures]
     assert differ == []
+
+
+@pytest.fixture(scope="module")
+def baselines(venus: Loaded) -> dict[str, list[JobResult]]:
+    results = replay(venus.partitions, venus.jobs, ["srtf", "tiresias"], workers=2)
+    out: dict[str, list[JobResult]] = {}
+    for r in results:
+        out.setdefault(r.policy, []).extend(job_results(r))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["srtf", "tiresias"])
+def test_the_preemptive_baselines_come_within_two_percent_of_the_published_averages(
+    policy: str,
+    baselines: dict[str, list[JobResult]],
+    published: dict[str, list[JobResult]],
+) -> None:
+    """Not job by job (the artifact's 1-second clock ends a preemptive job 1 s late, which
+    moves later decisions), but the averages the variants compare against."""
+    mine = {s.cluster: s for s in summarize_by_cluster(policy, baselines[policy])}
+    theirs = {s.cluster: s for s in summarize_by_cluster(policy, published[label(policy)])}
+    overall, expected = mine[OVERALL], theirs[OVERALL]
+    assert overall.unfinished == 0
+    assert overall.avg_jct == pytest.approx(expected.avg_jct, rel=0.01)
+    assert overall.avg_queue == pytest.approx(expected.avg_queue, rel=0.02)
+    assert overall.p999_queue == pytest.approx(expected.p999_queue, rel=0.05)
+    for vc, want in theirs.items():
+        assert mine[vc].avg_jct == pytest.approx(want.avg_jct, rel=0.03), vc

@@ -688,6 +688,14 @@ def test_bands_split_a_tier_by_service_had() -> None:
     assert PoolPolicy().band(1e9) == 0
 
 
+def test_aging_halves_service_per_half_life_of_at_least_the_time_run() -> None:
+    aging = replace(SLICED, age_halflife=100.0)
+    assert aging.aged(800.0, 200.0, gpus=8) == 200.0  # ran 100 s: half-life 100 s
+    assert aging.aged(800.0, 200.0, gpus=1) == pytest.approx(800 * 0.5**0.25)  # half-life 800 s
+    assert SLICED.aged(800.0, 1e9) == 800.0  # no aging
+    assert [replace(SLICED, min_run=60.0).quantum(k) for k in (0, 1, 3)] == [60, 120, 480]
+
+
 TIME_SLICING = [
     Case(
         "the less served job goes first inside a tier, whatever the submission order",
@@ -736,6 +744,87 @@ TIME_SLICING = [
         pools=(SLICED,),
         starts={2: ["a"]},
         waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "aging: a served job that has waited long enough goes before a fresher one",
+        nodes=[node("a", gpus=1)],
+        pending=[
+            # 5 GPU-hours (band 1), ran 5 h, waited 20 h: a 16th of it, band 0
+            replace(job(1, gpus=1), attained=5 * GPU_HOUR, queued_since=0.0),
+            # half a GPU-hour (band 0), just requeued
+            replace(job(2, gpus=1), attained=0.5 * GPU_HOUR, queued_since=20 * GPU_HOUR),
+        ],
+        now=20 * GPU_HOUR,
+        pools=(replace(SLICED, preemption=Preemption.NEVER, age_halflife=GPU_HOUR),),
+        starts={1: ["a"]},
+        waits={2: WaitCode.RESOURCES},
+    ),
+    Case(
+        "...and without aging the less served one goes first",
+        nodes=[node("a", gpus=1)],
+        pending=[
+            replace(job(1, gpus=1), attained=5 * GPU_HOUR, queued_since=0.0),
+            replace(job(2, gpus=1), attained=0.5 * GPU_HOUR, queued_since=20 * GPU_HOUR),
+        ],
+        now=20 * GPU_HOUR,
+        pools=(replace(SLICED, preemption=Preemption.NEVER),),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "aging is relative to the time run: a job that ran 5 h is not brought back after 1 h",
+        nodes=[node("a", gpus=1)],
+        pending=[
+            replace(job(1, gpus=1), attained=5 * GPU_HOUR, queued_since=19 * GPU_HOUR),
+            replace(job(2, gpus=1), attained=0.5 * GPU_HOUR, queued_since=20 * GPU_HOUR),
+        ],
+        now=20 * GPU_HOUR,
+        pools=(replace(SLICED, preemption=Preemption.NEVER, age_halflife=60.0),),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "quantum: a job of its own tier does not suspend a job before it has run min_run",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 4), started_at=0, saves_on_notice=True, attained=1e6),),
+        pending=[job(1, gpus=4)],
+        now=1800,
+        pools=(replace(SLICED, min_run=3600.0),),
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "...doubled for each suspension it has had",
+        nodes=[node("a", gpus=4)],
+        running=(
+            replace(
+                running(9, alloc("a", 4), started_at=0, saves_on_notice=True, attained=1e6),
+                suspensions=2,
+            ),
+        ),
+        pending=[job(1, gpus=4)],
+        now=3 * 3600,  # under 4 h
+        pools=(replace(SLICED, min_run=3600.0),),
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "...and past it, the job may be suspended",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 4), started_at=0, saves_on_notice=True, attained=1e6),),
+        pending=[job(1, gpus=4)],
+        now=3601,
+        pools=(replace(SLICED, min_run=3600.0),),
+        waits={1: WaitCode.PREEMPTING},
+        preempts={9},
+    ),
+    Case(
+        "a higher tier is not held back by the quantum",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 4), started_at=0, saves_on_notice=True),),
+        pending=[job(1, gpus=4, priority=HIGH)],
+        now=60,
+        pools=(replace(SLICED, min_run=3600.0),),
+        waits={1: WaitCode.PREEMPTING},
+        preempts={9},
     ),
     Case(
         "a time-sliced pool holds no room for a start it cannot time (no drained nodes)",
