@@ -33,11 +33,14 @@ def test_srtf_preempts_a_longer_job_for_a_shorter_arrival() -> None:
 
 
 def test_srtf_counts_the_preemption_overhead_in_the_remaining_time() -> None:
-    # After 10 s "a" has 90 s left, plus 20 s for each preemption it had: nobody preempts a
-    # job of 95 s for "b" (which has 94 s).
-    result = srtf([job("a", 0, 4, 100), job("b", 10, 4, 94)], overhead=Overhead.flat(20)).run()
-    a, b = result.jobs
-    assert a.preemptions == 0 and b.first_start == 100
+    # "a" (100 s) is preempted at 10 by "s" (5 s) and resumes at 15, owing 90 s + 20 s of
+    # overhead. At 20 it has 105 s left: "b" (100 s) goes first. Without the overhead "a"
+    # would seem to have 85 s left and keep running.
+    jobs = [job("a", 0, 4, 100), job("s", 10, 4, 5), job("b", 20, 4, 100)]
+    a, s, b = srtf(jobs, overhead=Overhead.flat(20)).run().jobs
+    assert (s.first_start, s.end) == (10, 15)
+    assert b.first_start == 20
+    assert a.preemptions == 2
 
 
 def test_srtf_needs_the_run_times() -> None:
