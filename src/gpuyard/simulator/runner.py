@@ -27,22 +27,35 @@ class PolicyInfo:
     description: str
     oracle: bool = False
     """Gets the trace's run times (reference SJF only)."""
+    consolidate: bool = False
+    """Places with the artifact's consolidate rules, whose gangs need nodes of one size."""
 
 
 POLICIES: dict[str, PolicyInfo] = {
     p.name: p
     for p in (
-        PolicyInfo("fifo", "reference FIFO: the artifact's rules, a check of the simulator"),
-        PolicyInfo("sjf", "reference SJF (oracle run times): the artifact's rules", oracle=True),
+        PolicyInfo(
+            "fifo",
+            "reference FIFO: the artifact's rules, a check of the simulator",
+            consolidate=True,
+        ),
+        PolicyInfo(
+            "sjf",
+            "reference SJF (oracle run times): the artifact's rules",
+            oracle=True,
+            consolidate=True,
+        ),
         PolicyInfo(
             "srtf",
             "shortest remaining time first (oracle run times), preemptive: the artifact's rules",
             oracle=True,
+            consolidate=True,
         ),
         PolicyInfo(
             "tiresias",
             "Tiresias: two-queue least-attained-service (5 GPU-hours), every 60 s: the "
             "artifact's rules",
+            consolidate=True,
         ),
         PolicyInfo(
             "gpuyard",
@@ -145,9 +158,31 @@ def replay(
         per_cluster[job.cluster].append(job)
     tasks = [(policy, p, per_cluster[p.name]) for policy in policies for p in partitions]
     tasks = [t for t in tasks if t[2]]
+    for policy, p, js in tasks:
+        _check_placeable(policy, p, js)
     if workers <= 1 or len(tasks) <= 1:
         return [_in_process(policy, p, js, overhead, progress) for policy, p, js in tasks]
     return _in_workers(tasks, overhead, min(workers, len(tasks)), progress)
+
+
+def _check_placeable(policy: str, partition: Partition, jobs: Sequence[TraceJob]) -> None:
+    """Before anything is replayed: the consolidate placement cannot place a gang on nodes of
+    several sizes, and would stop the replay at the first such job."""
+    if not POLICIES[policy].consolidate:
+        return
+    sizes = {c.gpus for c in partition.classes}
+    if len(sizes) < 2:
+        return
+    largest = max(sizes)
+    gang = next((j for j in jobs if j.gpus > largest), None)
+    if gang is not None:
+        where = f"line {gang.line}, " if gang.line else ""
+        raise InvalidSpec(
+            f"--policy {policy} places a job larger than a node (the {gang.gpus}-GPU job "
+            f"{gang.job_id!r}, {where}on cluster {partition.name!r}) only on nodes of one "
+            f"size, and {partition.name!r} has nodes of {', '.join(map(str, sorted(sizes)))} "
+            "GPUs; choose gpuyard or gpuyard-never for this cluster"
+        )
 
 
 def _in_process(

@@ -211,3 +211,17 @@ def test_the_command_line_prints_the_error_and_exits_non_zero(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "error:" in err and "expected columns job_id" in err
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "tiresias"])
+def test_a_gang_on_mixed_node_sizes_is_refused_before_the_replay_for_consolidate_policies(
+    tmp_path: Path, policy: str
+) -> None:
+    paths = files(
+        tmp_path,
+        trace="job_id,submit_time,gpus,duration\n1,0,16,100\n2,5,2,10\n",
+        cluster="gpus_per_node,num_nodes,node_class\n8,2,a\n4,1,b\n",
+    )
+    result = simulate(tmp_path, paths, "--policy", f"gpuyard,{policy}")
+    # Checked in replay() before any cluster is replayed: nothing written.
+    refused(result, tmp_path, f"--policy {policy}", "nodes of 4, 8 GPUs", "line 2")
