@@ -8,7 +8,9 @@ boundary and resumed, ending with weights bit-identical to a run that was never 
 - the batch of a step depends only on (seed, step, rank), never on how many steps this process
   has run, so a resumed run sees exactly the batches the uninterrupted one saw;
 - every step, every rank asks `preemption_agreed()` (one tiny all-reduce), so all ranks stop
-  after the same step: they acknowledge, rank 0 saves, all wait for the save, all suspend.
+  after the same step: they acknowledge, rank 0 saves, all wait for the save, all suspend;
+- with ``--checkpoint-every N`` it also saves every N steps, so that a restart after a fault
+  (docs/fault-tolerance.md) resumes from there and replays the same batches.
 
 At the end it writes ``rank-<r>.json`` with a digest of its final weights (SHA-256 of their
 bytes) to ``$GPUYARD_OUTPUT_DIR``. Run it with torchrun, under gpuyard in ``pytorch`` mode, or
@@ -62,6 +64,15 @@ def digest(model: torch.nn.Module) -> str:
     return hashlib.sha256(weights.numpy().tobytes()).hexdigest()
 
 
+def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, rank: int) -> None:
+    """Rank 0 saves; no rank goes on before the checkpoint is whole on disk."""
+    if rank == 0:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+        gr.save_checkpoint(state, step=step)
+        print(f"checkpoint at step {step}", flush=True)
+    dist.barrier()
+
+
 def train(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -77,6 +88,8 @@ def train(args: argparse.Namespace) -> None:
     ddp = DistributedDataParallel(model)
 
     for step in range(start, args.steps):
+        if args.checkpoint_every and step > start and step % args.checkpoint_every == 0:
+            save(model, optimizer, step, rank)
         if preemption_agreed():  # a collective: every rank, every step
             gr.acknowledge(rank=rank)
             if rank == 0:
@@ -124,6 +137,9 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds to sleep per step")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=0, help="also save every N steps (0: never)"
+    )
     # The launcher (torchrun's) puts LOCAL_RANK, RANK and WORLD_SIZE in the environment.
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import sys
 from pathlib import Path
+from typing import Literal
 
 from platformdirs import user_config_dir, user_data_dir
 from pydantic import Field
@@ -103,6 +104,12 @@ class Settings(BaseSettings):
     )
     memory_per_node: int | None = Field(
         None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."
+    )
+    inject_faults: dict[str, Literal["burn", "collective"]] = Field(
+        default_factory=dict,
+        description="Chaos testing of fault tolerance: node -> the fault its node check finds "
+        '(burn or collective), e.g. GPUYARD_INJECT_FAULTS=\'{"node1": "burn"}\'. Local '
+        "executor only; leave empty in production.",
     )
     controller_interval: float = Field(
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."

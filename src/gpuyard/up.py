@@ -166,6 +166,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             gpus_per_node=settings.gpus_per_node,
             cpus_per_node=settings.cpus_per_node,
             memory_per_node=settings.memory_per_node,
+            inject_faults=settings.inject_faults,
         )
         for warning in executor.warnings():
             log.warning("%s", warning)

@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
     app.command("rm")(rm)
     app.command()(clone)
     app.command()(events)
+    app.command("ft-log")(ft_log)
     app.command()(wait)
 
 
@@ -119,6 +120,22 @@ def submit(
             "gpus=4,cpus=8,memory=32G; repeatable, tried in order."
         ),
     ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(help="Fault tolerance: restarts after faults (turns it on; default 3)."),
+    ] = None,
+    recovery: Annotated[
+        str | None,
+        typer.Option(help="Fault tolerance: resume (from the last checkpoint) or restart."),
+    ] = None,
+    preflight: Annotated[
+        bool | None,
+        typer.Option("--preflight/--no-preflight", help="Fault tolerance: check every node first."),
+    ] = None,
+    hang_timeout: Annotated[
+        str | None,
+        typer.Option(help="Fault tolerance: no progress and no log for this long is a hang."),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Print when it would start instead of submitting it."),
@@ -164,6 +181,17 @@ def submit(
         "node_names": node or None,
         "driver_version": driver,
         "alternatives": [parse_alternative(a) for a in alternative] if alternative else None,
+        "fault_tolerance": {
+            k: v
+            for k, v in (
+                ("max_restarts", max_restarts),
+                ("recovery", recovery),
+                ("preflight", preflight),
+                ("hang_timeout", hang_timeout),
+            )
+            if v is not None
+        }
+        or None,
     }
     if workdir is None and "workdir" not in file_fields:
         flags["workdir"] = os.getcwd()
@@ -517,6 +545,37 @@ def events(job_id: int, as_json: JsonOpt = False) -> None:
             e.actor,
             e.node or "",
             e.reason,
+        )
+    console().print(table)
+
+
+def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
+    """Show a job's fault-tolerance log: each fault, its evidence, the action, the outcome."""
+    from rich.table import Table
+
+    from gpuyard.cli.output import console, print_json
+
+    items = _client().faults(job_id)
+    if as_json:
+        print_json(items)
+        return
+    if not items:
+        console().print(f"job {job_id} has had no fault")
+        return
+    table = Table("TIME", "ATTEMPT", "KIND", "CAUSE", "WHERE", "EVIDENCE", "ACTION", "OUTCOME")
+    for f in items:
+        where = " on ".join(
+            part for part in (f"rank {f.rank}" if f.rank is not None else "", f.node or "") if part
+        )
+        table.add_row(
+            f.time.astimezone().strftime("%H:%M:%S"),
+            str(f.attempt),
+            f.kind,
+            f"{f.cause} [{f.suspect}]",
+            where or "-",
+            f.evidence,
+            f.action,
+            f.outcome or "(under way)",
         )
     console().print(table)
 

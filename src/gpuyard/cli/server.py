@@ -21,7 +21,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 def register(app: typer.Typer) -> None:
     app.command()(up)
     app.command()(down)
-    app.command()(nodes)
+    nodes_app = typer.Typer(
+        invoke_without_command=True,
+        no_args_is_help=False,
+        help="List nodes; cordon, drain or uncordon one.",
+    )
+    nodes_app.callback()(nodes)
+    nodes_app.command("cordon")(cordon)
+    nodes_app.command("drain")(drain)
+    nodes_app.command("uncordon")(uncordon)
+    app.add_typer(nodes_app, name="nodes")
     app.command()(health)
 
 
@@ -215,8 +224,10 @@ def health(as_json: JsonOpt = False) -> None:
         raise typer.Exit(1)
 
 
-def nodes(as_json: JsonOpt = False) -> None:
-    """List nodes with used / total resources."""
+def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List nodes with used / total resources, and why any is cordoned."""
+    if ctx.invoked_subcommand is not None:
+        return
     from rich.table import Table
 
     from gpuyard.cli.output import console, print_json
@@ -242,9 +253,45 @@ def nodes(as_json: JsonOpt = False) -> None:
             ",".join(map(str, n.jobs)) or "-",
         )
     console().print(table)
+    for n in items:
+        if n.cordon_reason:
+            by = f" by {n.cordoned_by}" if n.cordoned_by else ""
+            console().print(f"{n.name} cordoned{by}: {n.cordon_reason}", markup=False)
     if bare := [n.name for n in items if n.labels.get("isolation") == "none"]:
         console().print(
             f"[yellow]warning:[/] no cgroup isolation on {', '.join(bare)}: no memory, CPU or "
             "process limits, and processes that leave a worker's process group can outlive it "
             "(see the log of `gpuyard up`)"
         )
+
+
+NodeArg = Annotated[str, typer.Argument(help="The node's name (see `gpuyard nodes`).")]
+ReasonOpt = Annotated[str, typer.Option("--reason", help="Why; shown in `gpuyard nodes`.")]
+
+
+def cordon(node: NodeArg, reason: ReasonOpt) -> None:
+    """Keep a node out of scheduling; jobs running on it go on (admins)."""
+    from gpuyard.cli.output import console
+    from gpuyard.client import Client
+
+    Client().cordon(node, reason)
+    console().print(f"node {node} cordoned: {reason}", markup=False)
+
+
+def drain(node: NodeArg, reason: ReasonOpt) -> None:
+    """Cordon a node and suspend the jobs running on it, to resume elsewhere (admins)."""
+    from gpuyard.cli.output import console
+    from gpuyard.client import Client
+
+    view = Client().cordon(node, reason, drain=True)
+    jobs = ", ".join(map(str, view.jobs)) or "none"
+    console().print(f"node {node} drained: {reason} (jobs still on it: {jobs})", markup=False)
+
+
+def uncordon(node: NodeArg) -> None:
+    """Let the scheduler use a cordoned node again (admins)."""
+    from gpuyard.cli.output import console
+    from gpuyard.client import Client
+
+    Client().uncordon(node)
+    console().print(f"node {node} is schedulable again")

@@ -150,6 +150,9 @@ def build_spec(file_fields: dict[str, Any], flags: dict[str, Any]) -> dict[str, 
             mounts[key] = [*mounts.get(key, []), *value] if isinstance(value, list) else value
         elif key == "env":
             env.update(value)
+        elif key == "fault_tolerance":
+            block = merged.get("fault_tolerance")
+            merged[key] = {**(block if isinstance(block, dict) else {}), **value}
         elif key == "tasks":
             merged["tasks"] = [*merged.get("tasks", []), *value]
             merged.setdefault("type", "batch")

@@ -14,6 +14,7 @@ from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
 from gpuyard.models import (
     AuditEntry,
     BulkResult,
+    FaultEntry,
     GroupView,
     IssuedToken,
     JobEvent,
@@ -241,6 +242,11 @@ class Client:
         ).json()
         return [JobEvent.model_validate(e) for e in data]
 
+    def faults(self, job_id: int) -> list[FaultEntry]:
+        """The job's fault-tolerance log (``gpuyard ft-log``)."""
+        data = self._request("GET", f"/jobs/{job_id}/faults").json()
+        return [FaultEntry.model_validate(e) for e in data]
+
     def logs(
         self,
         job_id: int,
@@ -365,6 +371,15 @@ class Client:
         body = {"set": dict(set or {}), "remove": list(remove)}
         response = self._request("PATCH", f"/nodes/{node}/labels", json=body)
         return NodeLabels.model_validate(response.json())
+
+    def cordon(self, node: str, reason: str, *, drain: bool = False) -> NodeView:
+        """Keep a node out of scheduling; ``drain`` also suspends the jobs running on it."""
+        verb = "drain" if drain else "cordon"
+        response = self._request("POST", f"/nodes/{node}/{verb}", json={"reason": reason})
+        return NodeView.model_validate(response.json())
+
+    def uncordon(self, node: str) -> NodeView:
+        return NodeView.model_validate(self._request("POST", f"/nodes/{node}/uncordon").json())
 
     # -- accounts -------------------------------------------------------------------------
 

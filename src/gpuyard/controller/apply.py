@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from gpuyard.clock import Clock
 from gpuyard.controller.health import JobErrors
 from gpuyard.errors import StaleWrite
+from gpuyard.launch.check import CHECK_RANK_BASE, CHECK_ROLE, check_nodes
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
 from gpuyard.models.request import request_of
@@ -38,7 +39,7 @@ from gpuyard.store.guarded import current
 from gpuyard.store.snapshot import SnapshotLoader
 from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
-__all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec"]
+__all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec", "worker_rows"]
 
 SCHEDULER = "scheduler"
 PORT_RANGE = (20000, 30000)
@@ -238,6 +239,11 @@ class Applier:
             extra["spec"] = spec.model_dump(mode="json")
             extra.update(request_columns(request_of(spec)))
         resumed = " (resumed)" if row.state == JobState.SUSPENDED else ""
+        ft = spec.fault_tolerance
+        check = row.check_next or (ft is not None and ft.enabled and ft.preflight)
+        if check:
+            extra["check_next"] = False
+            resumed += ", after a node check"
         try:
             transition(
                 session,
@@ -255,20 +261,7 @@ class Applier:
             )
         except StaleWrite:
             return False
-        job_seats = seats(launch_spec(spec, len(slots)))
-        session.add_all(
-            WorkerRow(
-                job_id=row.id,
-                attempt=row.attempt,
-                rank=seat.rank,
-                node=slot.node,
-                role=seat.role.value,
-                task=seat.task,
-                primary=seat.role.primary,
-                state=WorkerState.PENDING,
-            )
-            for seat, slot in zip(job_seats, slots, strict=True)
-        )
+        session.add_all(worker_rows(row.id, spec, slots, row.attempt, check=check))
         self._reasons.pop(row.id, None)
         return True
 
@@ -319,6 +312,41 @@ class Applier:
         if written is None or written[0] is None or written[1:] != wait[1:]:
             return True
         return now - self._written.get(job_id, -WAIT_REFRESH) >= WAIT_REFRESH
+
+
+def worker_rows(
+    job_id: int, spec: JobSpec, slots: list[Slot], attempt: int, *, check: bool
+) -> list[WorkerRow]:
+    """The worker rows of an attempt on ``slots``: one per seat of the job, and with
+    ``check`` one check worker per node before them (docs/fault-tolerance.md)."""
+    rows = [
+        WorkerRow(
+            job_id=job_id,
+            attempt=attempt,
+            rank=seat.rank,
+            node=slot.node,
+            role=seat.role.value,
+            task=seat.task,
+            primary=seat.role.primary,
+            state=WorkerState.PENDING,
+        )
+        for seat, slot in zip(seats(launch_spec(spec, len(slots))), slots, strict=True)
+    ]
+    if check:
+        rows += [
+            WorkerRow(
+                job_id=job_id,
+                attempt=attempt,
+                rank=CHECK_RANK_BASE + index,
+                node=node,
+                role=CHECK_ROLE,
+                task=0,
+                primary=False,
+                state=WorkerState.PENDING,
+            )
+            for index, node in enumerate(check_nodes(slots))
+        ]
+    return rows
 
 
 def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:

@@ -28,7 +28,8 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 
 from gpuyard.clock import Clock
-from gpuyard.controller.apply import launch_spec
+from gpuyard.controller.apply import launch_spec, worker_rows
+from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
 from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
@@ -98,6 +99,19 @@ class Lifecycle:
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
         self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+        self.recovery = FaultRecovery(
+            store,
+            executor,
+            clock,
+            fresh=self._fresh,
+            drain=self._drain,
+            mark_dirty=mark_dirty,
+            account=self._account,
+            gpu_devices=gpu_devices,
+            new_workers=lambda row, slots, attempt, check: worker_rows(
+                row.id, JobSpec.model_validate(row.spec), slots, attempt, check=check
+            ),
+        )
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
         """One step of a job that holds resources, according to its state."""
@@ -108,13 +122,19 @@ class Lifecycle:
         if state is JobState.STARTING:
             self._launch(job, workers)
         elif state is JobState.RUNNING:
-            self._settle_running(job, workers)
+            if not self.recovery.watch(job, [w for w in workers if not is_check(w)]):
+                self._settle_running(job, workers)
         elif state is JobState.SUSPENDING:
             self.suspender.advance(job, workers)
+        elif state is JobState.RECOVERING:
+            self.recovery.advance(job, workers)
         else:
             self._drain(job, state, workers)
 
     def _launch(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        checks = [w for w in workers if is_check(w)]
+        if checks and self.recovery.checks(job, checks) is not CheckProgress.PASSED:
+            return  # the job's own workers start once every node passed its check
         placement = [Slot.model_validate(s) for s in job.placement or []]
         spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
         run_as, refused = None, ""
@@ -137,6 +157,7 @@ class Lifecycle:
             network=self.launch_config.network,
             mpi_interface=self.executor.interface,
             run_as=run_as,
+            resume=job.resume,
         )
         handles: dict[int, Handle] = {}
         failure: tuple[WorkerRow, str] | None = None
@@ -205,6 +226,7 @@ class Lifecycle:
                     reason=message,
                 )
             elif all(w.handle is not None or w.id in handles for w in workers):
+                workers = [w for w in workers if not is_check(w)]
                 nodes = ", ".join(dict.fromkeys(w.node for w in workers))
                 transition(
                     session,
@@ -215,6 +237,7 @@ class Lifecycle:
                     time=now,
                     started_at=now,
                 )
+                self.recovery.running_again(session, row, now, nodes)
         self._mark_dirty()
 
     def _diagnose(self, workers: list[WorkerRow]) -> Diagnosis | None:
@@ -226,12 +249,7 @@ class Lifecycle:
             for worker in sorted(workers, key=lambda w: w.rank)[:DIAGNOSIS_WORKERS]:
                 if worker.handle is None:
                     continue
-                _, size = self.executor.read_log(worker.handle, 0, 1)
-                start = max(0, size - DIAGNOSIS_TAIL)
-                data, _ = self.executor.read_log(worker.handle, start, DIAGNOSIS_TAIL)
-                lines = data.decode("utf-8", errors="replace").splitlines()
-                if start:
-                    lines = lines[1:]  # the first may be cut
+                lines = log_tail(self.executor, worker.handle, DIAGNOSIS_TAIL)
                 at = worker.finished_at if worker.finished_at is not None else float("inf")
                 observations += scan(lines, rank=worker.rank, node=worker.node, at=at)
         except Exception:
@@ -253,6 +271,7 @@ class Lifecycle:
             )
 
     def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        workers = [w for w in workers if not is_check(w)]  # all passed before it ran
         now = self.clock.now()
         if self._suspended_itself(job, workers, now):
             return
@@ -264,6 +283,13 @@ class Lifecycle:
             ended = all(w.state.is_ended() for w in workers)
             target = JobState.FAILED if ended else JobState.FAILING
             diagnosis = self._diagnose(workers)
+            first = next((w for w in workers if failure and w.id == failure.id), None)
+            if self.recovery.recover(
+                job, workers, why=verdict.why, first=first, diagnosis=diagnosis
+            ):
+                with self.store.write() as session:
+                    _diagnosis_event(session, job, diagnosis, now)
+                return
             with self.store.write() as session:
                 row = self._fresh_or_stale(session, job)
                 transition(
@@ -277,16 +303,7 @@ class Lifecycle:
                     reason=verdict.why,
                     exit_code=failure.exit_code if failure else None,
                 )
-                if diagnosis is not None and diagnosis.cause is not None:
-                    record_event(
-                        session,
-                        row,
-                        kind="diagnosis",
-                        actor=ACTOR,
-                        reason=f"{diagnosis.summary()} [suspect: {diagnosis.suspect.value}]",
-                        time=now,
-                        node=diagnosis.cause.node or None,
-                    )
+                _diagnosis_event(session, row, diagnosis, now)
             if not ended:
                 self._drain(row, target, workers)
             return
@@ -503,6 +520,19 @@ def _give_up_path(state: JobState) -> tuple[JobState, ...]:
     if JobState.FAILED in TRANSITIONS[state]:
         return (JobState.FAILED,)
     return (JobState.FAILING, JobState.FAILED)
+
+
+def _diagnosis_event(session: Any, job: JobRow, diagnosis: Diagnosis | None, now: float) -> None:
+    if diagnosis is not None and diagnosis.cause is not None:
+        record_event(
+            session,
+            job,
+            kind="diagnosis",
+            actor=ACTOR,
+            reason=f"{diagnosis.summary()} [suspect: {diagnosis.suspect.value}]",
+            time=now,
+            node=diagnosis.cause.node or None,
+        )
 
 
 def _facts(w: WorkerRow) -> WorkerFacts:

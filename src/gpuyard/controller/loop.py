@@ -295,8 +295,8 @@ class Controller:
                     row = NodeRow(name=name)
                     session.add(row)
                     row.state = NodeState.READY
-                elif row.state is NodeState.GONE:
-                    row.state = NodeState.READY
+                elif row.state is NodeState.GONE:  # back, and cordoned if it was
+                    row.state = NodeState.CORDONED if row.cordon_reason else NodeState.READY
                 row.address = info.address
                 row.executor = self.executor.name
                 row.gpus = info.gpus
@@ -625,7 +625,8 @@ class Controller:
     def _due(self) -> set[int]:
         """The jobs a full pass steps besides those whose workers ended: every job on its
         way somewhere (starting, draining, suspending), and running jobs past their max
-        runtime. A running job with nothing new waits for its workers' news."""
+        runtime or watched for hangs. A running job with nothing new waits for its workers'
+        news."""
         now = self.clock.now()
         with self.store.read() as session:
             return set(
@@ -637,6 +638,10 @@ class Controller:
                                 JobRow.state == JobState.RUNNING,
                                 JobRow.max_runtime.is_not(None),
                                 JobRow.started_at + JobRow.max_runtime <= now,
+                            ),
+                            # Watched for hangs (the lifecycle looks at most every second).
+                            and_(
+                                JobRow.state == JobState.RUNNING, JobRow.hang_timeout.is_not(None)
                             ),
                         )
                     )

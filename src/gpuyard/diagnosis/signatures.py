@@ -57,6 +57,7 @@ class Cause(StrEnum):
     CUDA_FATAL = "cuda-fatal"
     GPU_OOM = "gpu-oom"
     HOST_OOM = "host-oom"
+    KILLED = "killed"
     CRASH = "crash"
     DATA_IO = "data-io"
     NAN = "nan"
@@ -134,12 +135,19 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         Cause.HOST_OOM,
         r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process"
-        r"|Detected \d+ oom[_-]kill events?"
-        # torchrun's report of a rank killed by SIGKILL: the host's OOM killer, most often.
-        r"|exitcode\s*:\s*-9\b|signal 9 \(SIGKILL\) received by PID",
+        r"|Detected \d+ oom[_-]kill events?",
         root=True,
         suspect=Suspect.JOB,
-        title="killed (SIGKILL: host out of memory, most often)",
+        title="host out of memory",
+    ),
+    _sig(
+        Cause.KILLED,
+        # torchrun's report of a rank killed by SIGKILL: the host's OOM killer most often, but
+        # a SIGKILL alone proves nothing (an agent, a person, a failing node): not the job's.
+        r"exitcode\s*:\s*-9\b|signal 9 \(SIGKILL\) received by PID",
+        root=True,
+        suspect=Suspect.UNKNOWN,
+        title="killed by SIGKILL (the host's OOM killer, often)",
     ),
     _sig(
         Cause.DATA_IO,

@@ -84,6 +84,9 @@ class JobContext:
     run_as: str | None = None
     """The OS account its workers run as (:func:`gpuyard.launch.accounts.os_account`); None:
     the pool's own user."""
+    resume: bool = True
+    """Whether this attempt resumes from the job's checkpoint (``GPUYARD_RESUME``): false
+    after a fault restart of a job whose recovery is ``restart`` (from scratch)."""
     memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
     """What every worker of the launch shares, worked out for the first (a gang's seats)."""
 
@@ -137,6 +140,7 @@ def contract_env(w: _Worker, *, workspace: str, outputs: str) -> dict[str, str]:
         "GPUYARD_JOB_ID": str(ctx.job_id),
         "GPUYARD_JOB_NAME": ctx.name,
         "GPUYARD_ATTEMPT": str(ctx.attempt),
+        "GPUYARD_RESUME": "1" if ctx.resume else "0",
         "GPUYARD_NODE_RANK": str(seat.node_rank),
         "GPUYARD_NUM_NODES": str(seat.gang_size),
         "GPUYARD_ROLE": seat.role.value,

@@ -28,6 +28,7 @@ from gpuyard.models.accounts import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.faults import FaultEntry, FaultTolerance, Recovery
 from gpuyard.models.job import (
     BulkResult,
     JobBatch,
@@ -51,7 +52,7 @@ from gpuyard.models.job import (
     TorchLauncher,
     WorkerView,
 )
-from gpuyard.models.node import NodeState, NodeView
+from gpuyard.models.node import CordonRequest, NodeState, NodeView
 from gpuyard.models.scheduling import Prediction
 from gpuyard.models.states import JobState, JobStatus
 
@@ -60,6 +61,9 @@ __all__ = [
     "Action",
     "AuditEntry",
     "BulkResult",
+    "CordonRequest",
+    "FaultEntry",
+    "FaultTolerance",
     "GroupSpec",
     "GroupUpdate",
     "GroupView",
@@ -97,6 +101,7 @@ __all__ = [
     "QuotaKind",
     "QuotaSpec",
     "QuotaView",
+    "Recovery",
     "Role",
     "SignalRequest",
     "Slot",

@@ -15,7 +15,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuyard.models.ids import MAX_INT32
-from gpuyard.models.job import Priority, Seconds
+from gpuyard.models.job import Priority
+from gpuyard.models.units import Seconds
 
 __all__ = [
     "AuditEntry",

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Generic, TypeVar
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -19,10 +18,11 @@ from pydantic import (
 
 from gpuyard.models.access import Access, Action
 from gpuyard.models.command import CommandError, parse_command
+from gpuyard.models.faults import FaultTolerance
 from gpuyard.models.ids import Id
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
-from gpuyard.quantities import parse_bytes, parse_duration
+from gpuyard.models.units import Bytes, Seconds
 
 __all__ = [
     "JobEvent",
@@ -120,22 +120,6 @@ MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
 MAX_MOUNTS = 64
 MAX_RUNTIME = 366 * 86400.0
-
-
-def _duration(value: Any) -> Any:
-    if isinstance(value, str):
-        return parse_duration(value)
-    return value
-
-
-def _size(value: Any) -> Any:
-    if isinstance(value, str):
-        return parse_bytes(value)
-    return value
-
-
-Seconds = Annotated[float, BeforeValidator(_duration)]
-Bytes = Annotated[int, BeforeValidator(_size)]
 
 
 def _absolute(value: str, what: str) -> str:
@@ -377,6 +361,11 @@ class JobSpec(BaseModel):
     )
     slurm: SlurmBatch | None = Field(
         None, description="mode slurm only: the batch script and what sbatch was told."
+    )
+    fault_tolerance: FaultTolerance | None = Field(
+        None,
+        description="Restart after faults, pre-flight checks, hang detection "
+        "(docs/fault-tolerance.md); leave out for none: a failure ends the job.",
     )
 
     @field_validator("command")

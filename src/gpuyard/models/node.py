@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Network", "NodeState", "NodeView"]
+__all__ = ["CordonRequest", "Network", "NodeState", "NodeView"]
 
 
 class Network(StrEnum):
@@ -41,3 +41,16 @@ class NodeView(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     jobs: list[int] = Field(default_factory=list, description="Ids of jobs placed on it.")
     updated_at: datetime | None = None
+    cordon_reason: str | None = Field(None, description="Why it is cordoned, while it is.")
+    cordoned_by: str | None = Field(
+        None, description="Who cordoned it: user:NAME, or check:job N for a failed node check."
+    )
+    cordoned_at: datetime | None = None
+
+
+class CordonRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why: shown in `gpuyard nodes` until uncordoned."
+    )

@@ -89,6 +89,9 @@ class JobState(StrEnum):
     SUSPENDING = "suspending"
     """Told to checkpoint and exit (a higher tier needs its room, a person asked, or an
     elastic job grows); it goes back to the queue once its workers have exited."""
+    RECOVERING = "recovering"
+    """A worker failed and the job runs again (its fault tolerance): its workers are told to
+    exit; then it restarts on the same nodes, re-checked first, or goes back to the queue."""
     SUSPENDED = "suspended"
     """Back in the queue at its original position; it resumes as the next attempt."""
     SUCCEEDED = "succeeded"
@@ -121,6 +124,7 @@ _STATUS_OF: dict[JobState, JobStatus] = {
     JobState.FAILING: JobStatus.RUNNING,
     JobState.COMPLETING: JobStatus.RUNNING,
     JobState.SUSPENDING: JobStatus.RUNNING,
+    JobState.RECOVERING: JobStatus.RUNNING,
     JobState.SUSPENDED: JobStatus.QUEUED,
     JobState.SUCCEEDED: JobStatus.SUCCEEDED,
     JobState.FAILED: JobStatus.FAILED,
@@ -137,6 +141,7 @@ _HOLDING = frozenset(
         JobState.FAILING,
         JobState.COMPLETING,
         JobState.SUSPENDING,
+        JobState.RECOVERING,
     }
 )
 
@@ -162,8 +167,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # loads, say), after retrying.
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
     JobState.SUSPENDED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
+    # SUSPENDED from starting: its node check failed; it is placed again without the node.
     JobState.STARTING: frozenset(
-        {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED}
+        {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED, JobState.SUSPENDED}
     ),
     JobState.RUNNING: frozenset(
         {
@@ -174,7 +180,12 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.FAILING,
             JobState.COMPLETING,
             JobState.SUSPENDING,
+            JobState.RECOVERING,
         }
+    ),
+    # Restarted in place (STARTING, as the next attempt) or placed again (SUSPENDED).
+    JobState.RECOVERING: frozenset(
+        {JobState.STARTING, JobState.SUSPENDED, JobState.FAILED, JobState.STOPPING}
     ),
     JobState.SUSPENDING: frozenset(
         {

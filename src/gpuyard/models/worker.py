@@ -201,3 +201,5 @@ class Tools:
     """Path of gpuyard/executors/rexec.py (MPI's remote launch without ssh)."""
     slurm: str = ""
     """Path of gpuyard/executors/slurmstep.py (a Slurm batch job's batch step and srun)."""
+    check: str = ""
+    """Path of gpuyard/executors/nodecheck.py (the node check before a job's command)."""

@@ -65,7 +65,9 @@ def load_checkpoint(
     weights_only: bool = True,
     runtime: Runtime | None = None,
 ) -> Any:
-    """``torch.load`` of ``checkpoint_dir/name``, or None when there is none (a first attempt).
+    """``torch.load`` of ``checkpoint_dir/name``, or None when there is none (a first attempt)
+    or the attempt starts from scratch (``GPUYARD_RESUME=0``: a fault restart, see
+    docs/fault-tolerance.md).
 
     `weights_only` is torch's safe default: tensors, numbers, strings and containers of them,
     which is what model and optimizer state dicts hold. `map_location` is passed to torch (for
@@ -75,6 +77,8 @@ def load_checkpoint(
 
     rt = runtime or current()
     path = rt.env.checkpoint_dir / _plain_name(name)
+    if not rt.env.resume:
+        return None
     try:
         file = path.open("rb")
     except FileNotFoundError:

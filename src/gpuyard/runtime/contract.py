@@ -46,6 +46,9 @@ class JobEnvironment:
 
     attempt: int
     """0, then one more for each resume or restart."""
+    resume: bool
+    """Whether this attempt continues from the job's checkpoint (``GPUYARD_RESUME``, default
+    1): 0 after a fault restart of a job whose recovery is ``restart`` (from scratch)."""
     checkpoint_dir: Path
     """The job's checkpoint directory, the same for every attempt."""
     control_dir: Path | None
@@ -64,6 +67,7 @@ class JobEnvironment:
         checkpoints = environ.get("GPUYARD_CHECKPOINT_DIR") or None
         return cls(
             attempt=_attempt(environ.get("GPUYARD_ATTEMPT")),
+            resume=_flag("GPUYARD_RESUME", environ.get("GPUYARD_RESUME"), default=True),
             checkpoint_dir=(Path(checkpoints) if checkpoints else cwd / DEFAULT_CHECKPOINT_DIRNAME),
             control_dir=Path(control) if control else None,
             preempt_signal=_signal(environ.get("GPUYARD_PREEMPT_SIGNAL") or _DEFAULT_SIGNAL),
@@ -85,6 +89,14 @@ def _attempt(value: str | None) -> int:
             "unset it outside gpuyard (the runtime then uses 0)"
         )
     return attempt
+
+
+def _flag(name: str, value: str | None, *, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    if value.strip() in ("0", "1"):
+        return value.strip() == "1"
+    raise ContractError(f"{name} must be 0 or 1, got {value!r}")
 
 
 def _signal(name: str) -> signal.Signals:

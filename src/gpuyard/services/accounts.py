@@ -45,10 +45,12 @@ from gpuyard.models import (
     UserView,
 )
 from gpuyard.models.access import Action
-from gpuyard.models.states import HOLDING, LIVE
+from gpuyard.models.states import HOLDING, LIVE, JobState
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
 from gpuyard.services.auth import Audit, Policy
+from gpuyard.services.nodes import cordon_node, uncordon_node
 from gpuyard.services.notify import Notify, nobody
+from gpuyard.services.suspension import begin_suspension
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import GroupRow, JobRow, NodeRow, PoolRow, QuotaRow, UserRow
 
@@ -690,6 +692,42 @@ class AccountService:
             view = self._labels_view(row)
         self.notify()
         return view
+
+    def cordon(self, node: str, reason: str, *, actor: str, drain: bool = False) -> list[int]:
+        """Keep ``node`` out of scheduling; with ``drain``, also suspend the jobs running on
+        it, so that they resume elsewhere. Returns the ids of the jobs suspended."""
+        now = self.clock.now()
+        suspended: list[int] = []
+        with self.store.write() as session:
+            self.policy.require(session, actor, Action.MANAGE_POOL, "cordon nodes")
+            self._node(session, node)
+            verb = "node.drain" if drain else "node.cordon"
+            self.audit.record(session, f"user:{actor}", verb, f"node:{node}", reason)
+            cordon_node(session, node, reason=reason, by=f"user:{actor}", now=now)
+            if drain:
+                for job in session.scalars(
+                    select(JobRow).where(JobRow.state == JobState.RUNNING).order_by(JobRow.id)
+                ):
+                    if any(slot.get("node") == node for slot in job.placement or []):
+                        begin_suspension(
+                            session,
+                            job,
+                            actor=f"user:{actor}",
+                            why=f"node {node} is drained by {actor}: {reason}",
+                            now=now,
+                        )
+                        suspended.append(job.id)
+        self.notify()
+        return suspended
+
+    def uncordon(self, node: str, *, actor: str) -> None:
+        with self.store.write() as session:
+            self.policy.require(session, actor, Action.MANAGE_POOL, "uncordon nodes")
+            self._node(session, node)
+            if not uncordon_node(session, node):
+                raise Conflict(f"node {node} is not cordoned")
+            self.audit.record(session, f"user:{actor}", "node.uncordon", f"node:{node}")
+        self.notify()
 
     @staticmethod
     def _node(session: Session, name: str) -> NodeRow:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -21,6 +22,7 @@ from gpuyard.clock import Clock
 from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound
 from gpuyard.models import (
     BulkResult,
+    FaultEntry,
     JobEvent,
     JobFailure,
     JobSpec,
@@ -47,6 +49,7 @@ from gpuyard.store.group_commit import GroupCommit
 from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import (
     EventRow,
+    FaultRow,
     JobRow,
     SignalRow,
     UserRow,
@@ -290,6 +293,38 @@ class JobService:
                 .limit(min(limit, MAX_PAGE))
             ).all()
             return [event_view(r) for r in rows]
+
+    def faults(self, job_id: int, *, actor: str) -> list[FaultEntry]:
+        """The job's fault-tolerance log, oldest first."""
+        with self.store.read() as session:
+            self._may(session, actor, job_id, Action.VIEW)
+            rows = session.scalars(
+                select(FaultRow)
+                .where(FaultRow.job_id == job_id)
+                .order_by(FaultRow.id)
+                .limit(MAX_PAGE)
+            ).all()
+            return [
+                FaultEntry(
+                    id=r.id,
+                    attempt=r.attempt,
+                    time=datetime.fromtimestamp(r.at, UTC),
+                    kind=r.kind,
+                    cause=r.cause,
+                    suspect=r.suspect,
+                    rank=r.rank,
+                    node=r.node,
+                    evidence=r.evidence,
+                    action=r.action,
+                    outcome=r.outcome,
+                    outcome_time=(
+                        datetime.fromtimestamp(r.outcome_at, UTC)
+                        if r.outcome_at is not None
+                        else None
+                    ),
+                )
+                for r in rows
+            ]
 
     # -- change ---------------------------------------------------------------------------
 
@@ -701,6 +736,15 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         # Without a time limit it waits: one set later (gpuyard runtime) makes it due.
         "limit_signal": (
             spec.slurm.signal.seconds if spec.slurm is not None and spec.slurm.signal else None
+        ),
+        "restarts": 0,
+        "check_failures": 0,
+        "check_next": False,
+        "resume": True,
+        "hang_timeout": (
+            spec.fault_tolerance.hang_timeout
+            if spec.fault_tolerance is not None and spec.fault_tolerance.enabled
+            else None
         ),
         **request_columns(request_of(spec)),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpuyard.models import NodeState, NodeView
 from gpuyard.models.states import HOLDING
@@ -12,7 +13,7 @@ from gpuyard.services.views import to_datetime
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, NodeRow
 
-__all__ = ["NodeService"]
+__all__ = ["NodeService", "cordon_node", "uncordon_node"]
 
 _HOLDING = HOLDING
 
@@ -60,6 +61,32 @@ class NodeService:
                 labels=n.effective_labels(),  # an admin's labels win over the executor's
                 jobs=sorted(jobs[n.name]),
                 updated_at=to_datetime(n.updated_at),
+                cordon_reason=n.cordon_reason,
+                cordoned_by=n.cordoned_by,
+                cordoned_at=to_datetime(n.cordoned_at),
             )
             for n in nodes
         ]
+
+
+def cordon_node(session: Session, name: str, *, reason: str, by: str, now: float) -> bool:
+    """Keep a node out of scheduling (its running jobs go on); False if it does not exist.
+    Cordoning a cordoned node replaces the reason."""
+    row = session.get(NodeRow, name)
+    if row is None:
+        return False
+    if row.state is NodeState.READY:
+        row.state = NodeState.CORDONED
+    row.cordon_reason, row.cordoned_by, row.cordoned_at = reason[:500], by[:96], now
+    return True
+
+
+def uncordon_node(session: Session, name: str) -> bool:
+    """Let the scheduler use a cordoned node again; False if it was not cordoned."""
+    row = session.get(NodeRow, name)
+    if row is None or (row.cordon_reason is None and row.state is not NodeState.CORDONED):
+        return False
+    if row.state is NodeState.CORDONED:
+        row.state = NodeState.READY
+    row.cordon_reason = row.cordoned_by = row.cordoned_at = None
+    return True

@@ -306,8 +306,9 @@ def _running(row: Any) -> RunningJob:
         started_at=row.started_at or row.created_at,
         max_runtime=row.max_runtime,
         last_checkpoint=row.last_checkpoint_at,
-        # Draining, completing or suspending: its room comes back soon.
-        suspending=state not in (JobState.RUNNING, JobState.STARTING),
+        # Draining, completing or suspending: its room comes back soon (a recovering job
+        # keeps it: it restarts in place).
+        suspending=state not in (JobState.RUNNING, JobState.STARTING, JobState.RECOVERING),
         # A job being launched is not a victim: let it start first.
         preemptible=state is JobState.RUNNING,
         min_nodes=row.min_nodes if elastic else None,

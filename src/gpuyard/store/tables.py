@@ -30,6 +30,7 @@ __all__ = [
     "REQUEST_COLUMNS",
     "Base",
     "EventRow",
+    "FaultRow",
     "GroupRow",
     "JobRow",
     "NodeRow",
@@ -132,6 +133,17 @@ class JobRow(Base):
     limit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     """Seconds before its time limit that it gets the signal of its spec's ``slurm.signal``
     (a column, so the controller finds the jobs due without reading every running spec)."""
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    """Restarts after faults so far (against ``fault_tolerance.max_restarts``)."""
+    check_failures: Mapped[int] = mapped_column(Integer, default=0)
+    """Placements whose pre-flight check failed (against ``fault_tolerance.preflight_tries``)."""
+    check_next: Mapped[bool] = mapped_column(Boolean, default=False)
+    """The next attempt re-checks its nodes first (a fault pointed at a node)."""
+    resume: Mapped[bool] = mapped_column(Boolean, default=True)
+    """Whether the current attempt resumes from its checkpoint (``GPUYARD_RESUME``): false
+    after a fault restart of a job whose recovery is ``restart``."""
+    hang_timeout: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """``fault_tolerance.hang_timeout`` (a column, so the loop finds the jobs to watch)."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""
@@ -221,6 +233,10 @@ class NodeRow(Base):
     extra_labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     """What an admin set (pool, zone, network, driver, …); wins over ``labels``."""
     updated_at: Mapped[float] = mapped_column(Float)
+    cordon_reason: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
+    """Why it is cordoned (kept while it is gone, so it comes back cordoned); None: it is not."""
+    cordoned_by: Mapped[str | None] = mapped_column(String(96), nullable=True, default=None)
+    cordoned_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
     def effective_labels(self) -> dict[str, str]:
         return {
@@ -401,3 +417,25 @@ class SignalRow(Base):
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
     __table_args__ = (Index("ix_job_signals_pending", "delivered_at"),)
+
+
+class FaultRow(Base):
+    """One entry of a job's fault-tolerance log (:class:`gpuyard.models.FaultEntry`)."""
+
+    __tablename__ = "job_faults"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16))
+    cause: Mapped[str] = mapped_column(String(128))
+    suspect: Mapped[str] = mapped_column(String(16))
+    rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    evidence: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str | None] = mapped_column(Text, nullable=True)
+    outcome_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_job_faults_job", "job_id"),)

@@ -24,10 +24,18 @@ class ServerProcess:
     (docs/security.md) ask for it, in a home every account can pass through.
     """
 
-    def __init__(self, home: Path, *args: str, run_as: str = "pool") -> None:
+    def __init__(
+        self,
+        home: Path,
+        *args: str,
+        run_as: str = "pool",
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        """``settings``: further ``GPUYARD_*`` variables of the pool's process."""
         self.home = home
         self.args = args
         self.run_as = run_as
+        self.settings = dict(settings or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -36,6 +44,7 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
         env["GPUYARD_HOME"] = str(self.home)
         env["GPUYARD_RUN_AS"] = self.run_as
+        env.update(self.settings)
         return env
 
     def start(self, timeout: float = 30) -> ServerProcess:

@@ -22,7 +22,7 @@ ALLOWED = {
     "gloo_timeout": {Cause.GLOO_TIMEOUT, Cause.PEER_GONE},  # gloo's own reads of a dead peer
     "cuda_fatal": {Cause.CUDA_FATAL, Cause.APPLICATION},  # a device-side assert is the job's
     "gpu_oom": {Cause.GPU_OOM},
-    "host_oom": {Cause.HOST_OOM},
+    "host_oom": {Cause.HOST_OOM, Cause.KILLED},  # a bare SIGKILL is OOM-suspect, not proof
     "xid": {Cause.XID},
     "data_io": {Cause.DATA_IO},
     "nan": {Cause.NAN},

@@ -58,6 +58,7 @@ def test_contract_variables() -> None:
         "GPUYARD_JOB_ID": "42",
         "GPUYARD_JOB_NAME": "train",
         "GPUYARD_ATTEMPT": "1",
+        "GPUYARD_RESUME": "1",
         "GPUYARD_NODE_RANK": "1",
         "GPUYARD_NUM_NODES": "2",
         "GPUYARD_ROLE": "worker",
@@ -74,6 +75,7 @@ def test_contract_variables() -> None:
         "GPUYARD_JOB_TOKEN": "s3cret",
     }
     assert env["PYTHONUNBUFFERED"] == "1"
+    assert plan(spec, 1, resume=False).env["GPUYARD_RESUME"] == "0"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"]) == (
         "127.0.0.2",
         "20000",

@@ -93,9 +93,12 @@ SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
 REXEC = Path(rexec_module.__file__).resolve()
 SLURMSTEP = REXEC.with_name("slurmstep.py")
+NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
+CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
+"""What makes a node's check find a fault (:mod:`gpuyard.executors.nodecheck`)."""
 IDENTITY = ("HOME", "USER", "LOGNAME")
 """Who a process is: not in the base env; a worker gets its account's (HOME: its workspace),
 or the pool's own when it runs as the pool, unless its job sets them."""
@@ -116,9 +119,13 @@ class LocalExecutor:
         machine: Machine | None = None,
         pids_limit: int = DEFAULT_PIDS_LIMIT,
         isolation: cgroups.Isolation | None = None,
+        inject_faults: Mapping[str, str] | None = None,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
-        use; detected on this machine when not given (tests pass their own)."""
+        use; detected on this machine when not given (tests pass their own).
+        ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
+        for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md)."""
+        self.inject_faults = dict(inject_faults or {})
         self.home = home
         self.jobs_root = home / "jobs"
         self.supervisors_root = home / "supervisors"
@@ -165,7 +172,9 @@ class LocalExecutor:
         return "lo"
 
     def tools(self) -> Tools:
-        return Tools(python=sys.executable, rexec=str(REXEC), slurm=str(SLURMSTEP))
+        return Tools(
+            python=sys.executable, rexec=str(REXEC), slurm=str(SLURMSTEP), check=str(NODECHECK)
+        )
 
     def base_env(self, node: str) -> Mapping[str, str]:
         env = {
@@ -174,6 +183,8 @@ class LocalExecutor:
             if not k.startswith("GPUYARD_") and k not in IDENTITY
         }
         env.pop("CUDA_VISIBLE_DEVICES", None)
+        if fault := self.inject_faults.get(node):
+            env[CHECK_INJECT_VARIABLE] = fault
         return env
 
     def job_dir(self, job_id: int) -> str:

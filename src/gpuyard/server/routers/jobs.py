@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import (
     BulkResult,
+    FaultEntry,
     JobBatch,
     JobChange,
     JobEvent,
@@ -150,6 +151,12 @@ def events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> list[JobEvent]:
     return services.jobs.events(job_id, actor=user, after=after, limit=limit)
+
+
+@router.get("/{job_id}/faults")
+def faults(job_id: JobId, services: ServicesDep, user: UserDep) -> list[FaultEntry]:
+    """The job's fault-tolerance log: each fault, its evidence, the action, the outcome."""
+    return services.jobs.faults(job_id, actor=user)
 
 
 @router.get(

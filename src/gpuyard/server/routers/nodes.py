@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gpuyard.models import NodeView
-from gpuyard.server.deps import ServicesDep
+from gpuyard.models import CordonRequest, NodeView
+from gpuyard.server.deps import Services, ServicesDep, UserDep
 
 router = APIRouter(tags=["pool"])
 
@@ -13,3 +13,27 @@ router = APIRouter(tags=["pool"])
 @router.get("/nodes")
 def list_nodes(services: ServicesDep) -> list[NodeView]:
     return services.nodes.list_nodes()
+
+
+@router.post("/nodes/{name}/cordon")
+def cordon_node(name: str, body: CordonRequest, services: ServicesDep, user: UserDep) -> NodeView:
+    """Keep the node out of scheduling; jobs running on it go on."""
+    services.accounts.cordon(name, body.reason, actor=user)
+    return _one(services, name)
+
+
+@router.post("/nodes/{name}/drain")
+def drain_node(name: str, body: CordonRequest, services: ServicesDep, user: UserDep) -> NodeView:
+    """Cordon the node and suspend the jobs running on it (they resume elsewhere)."""
+    services.accounts.cordon(name, body.reason, actor=user, drain=True)
+    return _one(services, name)
+
+
+@router.post("/nodes/{name}/uncordon")
+def uncordon_node(name: str, services: ServicesDep, user: UserDep) -> NodeView:
+    services.accounts.uncordon(name, actor=user)
+    return _one(services, name)
+
+
+def _one(services: Services, name: str) -> NodeView:
+    return next(n for n in services.nodes.list_nodes() if n.name == name)

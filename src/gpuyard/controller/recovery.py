@@ -1,0 +1,497 @@
+"""Fault tolerance in the controller: node checks, restarts after faults, hang detection.
+
+The loop of docs/fault-tolerance.md, one pass at a time:
+
+- **checks** (``starting``): a job whose attempt has check workers (its spec asks for a
+  pre-flight check, or a fault pointed at its nodes) launches them first; once all passed, its
+  own workers. A node a check blames is cordoned; the job is placed again without it
+  (``suspended``), or fails with the check's evidence once its tries are spent.
+- **faults** (``running``): a failed job whose fault tolerance says so (:mod:`gpuyard.diagnosis.
+  recovery`) goes to ``recovering``: its workers are told to exit, then it restarts as the next
+  attempt on the same nodes, re-checked first, or back in the queue if one of them is gone or
+  cordoned. Resume or restart from scratch is the job's choice (``GPUYARD_RESUME``).
+- **hangs** (``running``): no progress reported and no log written by any worker for the job's
+  ``hang_timeout``: a fault like any other.
+
+Every fault is an entry of the job's fault-tolerance log (``job_faults``), with its evidence,
+the action taken, and, once known, the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import select, update
+
+from gpuyard.clock import Clock
+from gpuyard.diagnosis.checks import check_failures, inconclusive
+from gpuyard.diagnosis.recovery import EXIT_NO_RESTART, Decision, FailureFacts, decide_recovery
+from gpuyard.diagnosis.signatures import Diagnosis, Suspect
+from gpuyard.executors.base import Executor, LaunchError
+from gpuyard.launch.check import CHECK_BURN, CHECK_ROLE, CHECK_TIMEOUT, check_launches
+from gpuyard.models import JobState, NodeState, Slot
+from gpuyard.models.faults import FaultTolerance, Recovery
+from gpuyard.models.worker import Handle, WorkerState
+from gpuyard.quantities import format_duration
+from gpuyard.services.nodes import cordon_node
+from gpuyard.services.transitions import record_event, transition
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import FaultRow, JobRow, NodeRow, WorkerRow
+
+__all__ = ["CheckProgress", "FaultRecovery", "log_tail"]
+
+log = logging.getLogger("gpuyard.controller")
+
+ACTOR = "controller"
+CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
+"""Seconds a check worker may run before it is killed and its node blamed for hanging."""
+CHECK_LOG_TAIL = 16 * 1024
+WATCH_EVERY = 1.0
+"""Seconds between two looks at a watched job's progress (at most)."""
+
+
+class CheckProgress(Enum):
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+def log_tail(executor: Executor, handle: Handle, limit: int) -> list[str]:
+    """The last ``limit`` bytes of a worker's log, as whole lines."""
+    _, size = executor.read_log(handle, 0, 1)
+    start = max(0, size - limit)
+    data, _ = executor.read_log(handle, start, limit)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[1:] if start else lines  # the first may be cut
+
+
+def fault_tolerance(job: JobRow) -> FaultTolerance | None:
+    raw = (job.spec or {}).get("fault_tolerance")
+    return FaultTolerance.model_validate(raw) if raw else None
+
+
+class FaultRecovery:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        clock: Clock,
+        *,
+        fresh: Callable[[Any, JobRow], JobRow | None],
+        drain: Callable[[JobRow, JobState, list[WorkerRow]], None],
+        mark_dirty: Callable[[], None],
+        account: Callable[[JobRow], str | None],
+        gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
+        new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self._fresh = fresh
+        self._drain = drain
+        self._mark_dirty = mark_dirty
+        self._account = account
+        self._gpu_devices = gpu_devices
+        self._new_workers = new_workers
+        """The worker rows of an attempt on these slots (with check workers when asked)."""
+        self._activity: dict[int, tuple[tuple[int, ...], float, float]] = {}
+        """Watched jobs: (log sizes, progress time, when either last changed)."""
+        self._looked: dict[int, float] = {}
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def checks(self, job: JobRow, checks: list[WorkerRow]) -> CheckProgress:
+        """Launch the job's check workers, wait for them, act on their verdict."""
+        now = self.clock.now()
+        unlaunched = [w for w in checks if w.handle is None and w.state is WorkerState.PENDING]
+        if unlaunched:
+            self._launch_checks(job, checks)
+            return CheckProgress.RUNNING
+        running = [w for w in checks if w.state is WorkerState.RUNNING]
+        if running:
+            for w in running:
+                if w.handle is not None and w.started_at and now > w.started_at + CHECK_DEADLINE:
+                    self.executor.kill(w.handle)
+            return CheckProgress.RUNNING
+        if all(w.state is WorkerState.EXITED and w.exit_code == 0 for w in checks):
+            return CheckProgress.PASSED
+        self._check_failed(job, checks, now)
+        return CheckProgress.FAILED
+
+    def _launch_checks(self, job: JobRow, checks: list[WorkerRow]) -> None:
+        placement = [Slot.model_validate(s) for s in job.placement or []]
+        nodes = {w.node for w in checks}
+        launches = check_launches(
+            job_id=job.id,
+            attempt=job.attempt,
+            placement=placement,
+            tools=self.executor.tools(),
+            base_env={n: self.executor.base_env(n) for n in nodes},
+            gpu_devices=self._gpu_devices(),
+            job_dir=self.executor.job_dir(job.id),
+            run_as=self._account(job),
+        )
+        by_rank = {launch.key.rank: launch for launch in launches}
+        handles: dict[int, Handle] = {}
+        failed: list[tuple[WorkerRow, str]] = []
+        for w in checks:
+            launch = by_rank.get(w.rank)
+            if launch is None:
+                failed.append((w, "no check planned for this worker"))
+                continue
+            try:
+                handles[w.id] = self.executor.launch(launch)
+            except LaunchError as exc:
+                failed.append((w, str(exc)))
+        now = self.clock.now()
+        with self.store.write() as session:
+            for worker_id, handle in handles.items():
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == worker_id)
+                    .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
+                )
+            for w, message in failed:
+                session.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.id == w.id)
+                    .values(state=WorkerState.LOST, detail=message, finished_at=now)
+                )
+            record_event(
+                session,
+                job,
+                kind="check",
+                actor=ACTOR,
+                time=now,
+                reason=f"node check started on {', '.join(sorted(nodes))}",
+            )
+        self._mark_dirty()
+
+    def _check_failed(self, job: JobRow, checks: list[WorkerRow], now: float) -> None:
+        lines: list[str] = []
+        for w in checks:
+            if w.handle is not None:
+                try:
+                    lines += log_tail(self.executor, w.handle, CHECK_LOG_TAIL)
+                except Exception:
+                    log.warning("job %s: could not read a check's log", job.id, exc_info=True)
+        nodes = [w.node for w in checks]
+        blamed = {f.node: f"{f.test}: {f.evidence}" for f in check_failures(lines, nodes)}
+        for w in checks:  # a check killed at its deadline: its node hangs
+            if w.detail and "SIGKILL" in w.detail and w.node not in blamed:
+                blamed[w.node] = f"the check did not finish within {CHECK_DEADLINE:g} s"
+        undecided = "; ".join(inconclusive(lines)) or "; ".join(
+            f"{w.node}: {w.detail}" for w in checks if w.exit_code != 0 and w.detail
+        )
+        ft = fault_tolerance(job) or FaultTolerance()
+        with self.store.write() as session:
+            row = self._fresh(session, job)
+            if row is None:
+                return
+            failures = row.check_failures + 1
+            give_up = failures >= ft.preflight_tries
+            for node, evidence in blamed.items():
+                cordon_node(
+                    session,
+                    node,
+                    reason=f"failed the node check of job {job.id}: {evidence}",
+                    by=f"check:job {job.id}",
+                    now=now,
+                )
+            evidence = "; ".join(f"{n}: {e}" for n, e in blamed.items()) or undecided
+            if give_up:
+                action = f"job failed: the node check failed {failures} time(s)"
+            elif blamed:
+                action = f"cordoned {', '.join(blamed)}; the job is placed again without it"
+            else:
+                action = "no node could be blamed; the job is placed again"
+            _add_fault(
+                session,
+                row,
+                now,
+                kind="check",
+                cause="node check failed",
+                suspect=Suspect.NODE if blamed else Suspect.UNKNOWN,
+                node=next(iter(blamed), None),
+                evidence=evidence or "the check failed without saying why",
+                action=action,
+                outcome=action if give_up else None,
+            )
+            why = f"node check failed ({evidence})"
+            if give_up:
+                transition(
+                    session,
+                    row,
+                    JobState.FAILED,
+                    actor=ACTOR,
+                    why=f"{why}; {failures} of {ft.preflight_tries} tries spent",
+                    time=now,
+                    reason=f"the node check failed {failures} time(s); last: {evidence}",
+                    check_failures=failures,
+                )
+            else:
+                self._requeue(session, row, now, why=why, check_failures=failures)
+        self._mark_dirty()
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def recover(
+        self,
+        job: JobRow,
+        workers: list[WorkerRow],
+        *,
+        why: str,
+        first: WorkerRow | None,
+        diagnosis: Diagnosis | None,
+    ) -> bool:
+        """A failed running job: restart it if its fault tolerance says so (True), else
+        record why not in its fault log and leave the failure to the caller (False)."""
+        ft = fault_tolerance(job)
+        if ft is None:
+            return False
+        facts = FailureFacts(
+            diagnosis=diagnosis,
+            no_restart=tuple(
+                w.rank
+                for w in workers
+                if w.state is WorkerState.EXITED and w.exit_code == EXIT_NO_RESTART
+            ),
+            first=(first.detail or why) if first is not None else why,
+            first_rank=first.rank if first is not None else None,
+            first_node=first.node if first is not None else None,
+        )
+        decision = decide_recovery(ft, job.restarts, facts)
+        return self._act(job, workers, decision, kind="failure", failure=why)
+
+    def _act(
+        self, job: JobRow, workers: list[WorkerRow], d: Decision, *, kind: str, failure: str
+    ) -> bool:
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = self._fresh(session, job)
+            if row is None:
+                return True  # changed meanwhile: the next pass looks again
+            action = f"restarting ({d.why})" if d.restart else f"job fails: {d.why}"
+            _add_fault(
+                session,
+                row,
+                now,
+                kind=kind,
+                cause=d.cause,
+                suspect=d.suspect,
+                rank=d.rank,
+                node=d.node,
+                evidence=d.evidence or failure,
+                action=action,
+                outcome=None if d.restart else action,
+            )
+            if not d.restart:
+                return False
+            transition(
+                session,
+                row,
+                JobState.RECOVERING,
+                actor=ACTOR,
+                why=f"{failure}; {d.why}",
+                time=now,
+                node=d.node,
+                reason=f"recovering from a fault: {failure}",
+                check_next=d.recheck,
+            )
+        self._drain(row, JobState.RECOVERING, workers)
+        self._mark_dirty()
+        return True
+
+    def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        """A recovering job: drain its workers; once all exited, restart it."""
+        if not all(w.state.is_ended() for w in workers):
+            self._drain(job, JobState.RECOVERING, workers)
+            return
+        now = self.clock.now()
+        ft = fault_tolerance(job) or FaultTolerance()
+        placement = [Slot.model_validate(s) for s in job.placement or []]
+        names = sorted({s.node for s in placement})
+        with self.store.write() as session:
+            row = self._fresh(session, job)
+            if row is None:
+                return
+            ready = {
+                n.name
+                for n in session.scalars(select(NodeRow).where(NodeRow.name.in_(names)))
+                if n.state is NodeState.READY
+            }
+            resume = ft.recovery is Recovery.RESUME
+            if placement and ready == set(names):
+                attempt = row.attempt + 1
+                check = row.check_next or ft.preflight
+                transition(
+                    session,
+                    row,
+                    JobState.STARTING,
+                    actor=ACTOR,
+                    why=f"every worker has exited; restarting on {', '.join(names)} as "
+                    f"attempt {attempt}"
+                    + (", after a node check" if check else "")
+                    + ("" if resume else ", from scratch"),
+                    time=now,
+                    attempt=attempt,
+                    restarts=row.restarts + 1,
+                    resume=resume,
+                    check_next=False,
+                    token=secrets.token_hex(16),
+                    reason=None,
+                )
+                session.add_all(self._new_workers(row, placement, attempt, check))
+            else:
+                gone = ", ".join(n for n in names if n not in ready)
+                self._requeue(
+                    session,
+                    row,
+                    now,
+                    why=f"every worker has exited; {gone} cannot take it back",
+                    restarts=row.restarts + 1,
+                    resume=resume,
+                )
+        self._mark_dirty()
+
+    def _requeue(self, session: Any, row: JobRow, now: float, *, why: str, **changes: Any) -> None:
+        """Back in the queue at its original position, to be placed again (as a suspension
+        does, without counting as one)."""
+        ft = fault_tolerance(row) or FaultTolerance()
+        gpus = sum(len(slot.get("gpus") or ()) for slot in row.placement or [])
+        ran = max(0.0, now - row.started_at) if row.started_at is not None else 0.0
+        transition(
+            session,
+            row,
+            JobState.SUSPENDED,
+            actor=ACTOR,
+            why=f"{why}; back in the queue to be placed again as attempt {row.attempt + 1}",
+            time=now,
+            attempt=row.attempt + 1,
+            attained=(row.attained or 0.0) + gpus * ran,
+            placement=None,
+            token=None,
+            suspend_deadline=None,
+            check_next=ft.preflight,
+            reason=f"placed again after a fault ({why})",
+            **changes,
+        )
+
+    def running_again(self, session: Any, job: JobRow, now: float, nodes: str) -> None:
+        """The job's workers all started: close the open entries of its fault log."""
+        session.execute(
+            update(FaultRow)
+            .where(FaultRow.job_id == job.id, FaultRow.outcome.is_(None))
+            .values(outcome=f"running again on {nodes} as attempt {job.attempt}", outcome_at=now)
+        )
+
+    # -- hangs ----------------------------------------------------------------------------
+
+    def watch(self, job: JobRow, workers: list[WorkerRow]) -> bool:
+        """Whether the job hangs (and was acted on): no worker reported progress or wrote to
+        its log for ``hang_timeout`` seconds."""
+        quiet = self._quiet(job, workers)
+        if quiet is None:
+            return False
+        self.forget(job.id)
+        evidence = (
+            f"no worker reported progress or wrote to its log for {format_duration(quiet)} "
+            f"(hang_timeout {format_duration(job.hang_timeout or 0.0)})"
+        )
+        base = decide_recovery(
+            fault_tolerance(job), job.restarts, FailureFacts(diagnosis=None, first=evidence)
+        )
+        decision = Decision(base.restart, base.restart, base.why, "hang", Suspect.UNKNOWN, evidence)
+        if self._act(job, workers, decision, kind="hang", failure="the job hangs"):
+            return True
+        with self.store.write() as session:
+            row = self._fresh(session, job)
+            if row is not None:
+                transition(
+                    session,
+                    row,
+                    JobState.FAILING,
+                    actor=ACTOR,
+                    why=f"the job hangs: {evidence}",
+                    time=self.clock.now(),
+                    reason=f"the job hangs: {evidence}",
+                )
+        self._drain(job, JobState.FAILING, workers)
+        return True
+
+    def _quiet(self, job: JobRow, workers: list[WorkerRow]) -> float | None:
+        """Seconds the job has been quiet, once that reaches its ``hang_timeout``; else None.
+        Looks at most every :data:`WATCH_EVERY` seconds."""
+        timeout = job.hang_timeout
+        now = self.clock.now()
+        if timeout is None or job.started_at is None:
+            return None
+        if now - self._looked.get(job.id, 0.0) < min(WATCH_EVERY, timeout / 10):
+            return None
+        self._looked[job.id] = now
+        live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
+        if not live:
+            return None
+        sizes = tuple(self.executor.read_log(w.handle or {}, 0, 1)[1] for w in live)
+        controls = self.executor.control([w.handle or {} for w in live])
+        progress = max((c.progress_at or 0.0 for c in controls), default=0.0)
+        seen = self._activity.get(job.id)
+        if seen is None or seen[0] != sizes or seen[1] != progress:
+            since = now if seen is not None else max(job.started_at, progress)
+            self._activity[job.id] = (sizes, progress, since)
+            return None
+        quiet = now - seen[2]
+        return quiet if quiet >= timeout else None
+
+    def forget(self, job_id: int) -> None:
+        self._activity.pop(job_id, None)
+        self._looked.pop(job_id, None)
+
+
+def _add_fault(
+    session: Any,
+    job: JobRow,
+    now: float,
+    *,
+    kind: str,
+    cause: str,
+    suspect: Suspect,
+    evidence: str,
+    action: str,
+    rank: int | None = None,
+    node: str | None = None,
+    outcome: str | None = None,
+) -> None:
+    session.add(
+        FaultRow(
+            job_id=job.id,
+            attempt=job.attempt,
+            at=now,
+            kind=kind,
+            cause=cause[:128],
+            suspect=suspect.value,
+            rank=rank,
+            node=node,
+            evidence=evidence[:2000],
+            action=action[:2000],
+            outcome=outcome,
+            outcome_at=now if outcome is not None else None,
+        )
+    )
+    record_event(
+        session,
+        job,
+        kind="fault",
+        actor=ACTOR,
+        time=now,
+        node=node,
+        reason=f"{kind}: {cause} [suspect: {suspect.value}] — {action}",
+    )
+
+
+def is_check(worker: WorkerRow) -> bool:
+    return worker.role == CHECK_ROLE
