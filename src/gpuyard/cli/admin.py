@@ -333,10 +333,15 @@ def pools_ls(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(items)
         return
-    table = Table(
-        "NAME", "POLICY", "PREEMPTION", "ZONES", "NOTICE", "GROW AFTER", "SLICES", box=None
-    )
-    table.add_column("NODES", overflow="fold")
+    table = Table(box=None)
+    # A narrow terminal folds the lists (slices, nodes) and the headers, never a name.
+    table.add_column("NAME", no_wrap=True)
+    for header in ("POLICY", "PREEMPTION", "ZONES", "NOTICE", "GROW AFTER"):
+        table.add_column(header)
+    table.add_column("SLICES", overflow="fold", min_width=4)
+    for header in ("HALF-LIFE", "MIN RUN"):
+        table.add_column(header)
+    table.add_column("NODES", overflow="fold", min_width=4)
     for p in items:
         table.add_row(
             p.name,
@@ -346,6 +351,8 @@ def pools_ls(as_json: JsonOpt = False) -> None:
             format_duration(p.notice),
             format_duration(p.grow_after),
             _format_slices(p.slices),
+            _format_guard(p.age_halflife),
+            _format_guard(p.min_run),
             ",".join(p.nodes) or "-",
         )
     out = console()
@@ -370,6 +377,20 @@ GrowAfterOpt = Annotated[
     str | None, typer.Option(help="Time an elastic job runs before it may grow, e.g. 2m.")
 ]
 DescriptionOpt = Annotated[str | None, typer.Option(help="What the pool is for.")]
+AgeHalflifeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Time-slicing's aging: a waiting job's service counts half per this time waited "
+        "(or per its run time, if longer), e.g. 3h; 'off'. Default with slices: 3h."
+    ),
+]
+MinRunOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Time-slicing's quantum: its own tier does not suspend a job before it ran this "
+        "long, doubled per suspension, e.g. 1h; 'off'. Default with slices: 1h."
+    ),
+]
 SlicesOpt = Annotated[
     str | None,
     typer.Option(
@@ -395,6 +416,8 @@ def pools_add(
     notice: NoticeOpt = None,
     grow_after: GrowAfterOpt = None,
     slices: SlicesOpt = None,
+    age_halflife: AgeHalflifeOpt = None,
+    min_run: MinRunOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -406,6 +429,8 @@ def pools_add(
         notice=notice or 60.0,
         grow_after=grow_after or 60.0,
         slices=_slices(slices) or [],
+        age_halflife=age_halflife,
+        min_run=min_run,
         description=description or "",
     )
     _print_pool(pool, as_json)
@@ -419,10 +444,13 @@ def pools_set(
     notice: NoticeOpt = None,
     grow_after: GrowAfterOpt = None,
     slices: SlicesOpt = None,
+    age_halflife: AgeHalflifeOpt = None,
+    min_run: MinRunOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change a pool's policy (admins only); the options not given stay."""
+    """Change a pool's policy (admins only); the options not given stay (but giving slices
+    to a pool that had none sets an aging and quantum it lacks to 3h and 1h)."""
     pool = _client().update_pool(
         name,
         preemption=preemption,
@@ -430,6 +458,8 @@ def pools_set(
         notice=notice,
         grow_after=grow_after,
         slices=_slices(slices),
+        age_halflife=age_halflife,
+        min_run=min_run,
         description=description,
     )
     _print_pool(pool, as_json)
@@ -438,6 +468,12 @@ def pools_set(
 def _format_slices(slices: list[float]) -> str:
     """In GPU-hours, as they are given: 1h,10h,100h."""
     return ",".join(f"{s / 3600:g}h" for s in slices) if slices else "none"
+
+
+def _format_guard(seconds: float | None) -> str:
+    from gpuyard.quantities import format_duration
+
+    return "off" if seconds is None else format_duration(seconds)
 
 
 def _print_pool(pool: PoolView, as_json: bool) -> None:
@@ -451,7 +487,9 @@ def _print_pool(pool: PoolView, as_json: bool) -> None:
         f"pool {pool.name}: preemption {pool.preemption.value}, "
         f"{'same zone' if pool.same_zone else 'any zone'}, notice "
         f"{format_duration(pool.notice)}, grow after {format_duration(pool.grow_after)}, "
-        f"slices {_format_slices(pool.slices)}, nodes: {', '.join(pool.nodes) or 'none'}",
+        f"slices {_format_slices(pool.slices)}, age half-life "
+        f"{_format_guard(pool.age_halflife)}, min run {_format_guard(pool.min_run)}, "
+        f"nodes: {', '.join(pool.nodes) or 'none'}",
         highlight=False,
         markup=False,
     )

@@ -325,8 +325,12 @@ class Client:
         notice: float | str = 60.0,
         grow_after: float | str = 60.0,
         slices: Sequence[float | str] = (),
+        age_halflife: float | str | None = None,
+        min_run: float | str | None = None,
         description: str = "",
     ) -> PoolView:
+        """Declare a pool's policy. ``age_halflife`` and ``min_run`` are seconds, a duration
+        ("3h") or ``"off"``; None leaves them to the server's default (on with slices)."""
         body = {
             "name": name,
             "preemption": preemption,
@@ -334,6 +338,7 @@ class Client:
             "notice": notice,
             "grow_after": grow_after,
             "slices": list(slices),
+            **_given(age_halflife=age_halflife, min_run=min_run),
             "description": description,
         }
         return PoolView.model_validate(self._request("POST", "/pools", json=body).json())
@@ -347,16 +352,21 @@ class Client:
         notice: float | str | None = None,
         grow_after: float | str | None = None,
         slices: Sequence[float | str] | None = None,
+        age_halflife: float | str | None = None,
+        min_run: float | str | None = None,
         description: str | None = None,
     ) -> PoolView:
         """Change the given fields of a pool's policy (a pool known only from node labels
-        gets a policy of its own). ``slices=[]`` removes time-slicing."""
+        gets a policy of its own). ``slices=[]`` removes time-slicing;
+        ``age_halflife="off"`` and ``min_run="off"`` switch those off."""
         body = _given(
             preemption=preemption,
             same_zone=same_zone,
             notice=notice,
             grow_after=grow_after,
             slices=None if slices is None else list(slices),
+            age_halflife=age_halflife,
+            min_run=min_run,
             description=description,
         )
         return PoolView.model_validate(self._request("PATCH", f"/pools/{name}", json=body).json())

@@ -10,15 +10,24 @@ import itertools
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from gpuyard.models.ids import MAX_INT32
 from gpuyard.models.job import Priority
 from gpuyard.models.units import Seconds
+from gpuyard.quantities import parse_duration
 
 __all__ = [
+    "OFF",
     "AuditEntry",
     "GroupSpec",
     "GroupUpdate",
@@ -39,6 +48,7 @@ __all__ = [
     "QuotaView",
     "Role",
     "SignalRequest",
+    "TailSetting",
     "TokenSpec",
     "TokenView",
     "UserSpec",
@@ -306,6 +316,51 @@ SLICES_HELP = (
 )
 
 
+OFF = "off"
+"""A tail guard's setting that switches it off."""
+MAX_TAIL = 30 * 86400.0
+"""The longest half-life or quantum a pool may have: 30 days."""
+
+
+def _tail_setting(given: Any) -> Any:
+    """A tail guard as given: a duration above zero (seconds, or "3h"), or ``off``."""
+    value = given
+    if isinstance(given, str):
+        if given.strip().lower() == OFF:
+            return OFF
+        try:
+            value = parse_duration(given)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; or off to switch it off (got {given!r})") from None
+    if isinstance(value, bool) or (isinstance(value, int | float) and not 0 < value <= MAX_TAIL):
+        raise ValueError(
+            "a duration above zero and at most 30 days (e.g. 3h, 90m or 5400), or off to "
+            f"switch it off (got {given!r})"
+        )
+    return value
+
+
+TailSetting = Annotated[float | Literal["off"] | None, BeforeValidator(_tail_setting)]
+"""A tail guard of time-slicing: seconds (or a duration such as "3h"), or ``"off"``; None: not
+given (a new pool's default; in an update, unchanged)."""
+
+AGE_HALFLIFE_HELP = (
+    "Time-slicing's aging: the service a waiting job is ranked by halves for every this long "
+    "it has waited in all (or for every stretch as long as it has run, if longer), so that "
+    "suspended long jobs come back. A duration (3h) or off."
+)
+MIN_RUN_HELP = (
+    "Time-slicing's quantum: a job of its own tier does not suspend a job before it has run "
+    "this long in its current attempt, doubled for each suspension it had (a higher tier is "
+    "not held back). A duration (1h) or off."
+)
+TAIL_DEFAULT = " Default: 3h and 1h where the pool has slices, else off."
+TAIL_TURNED_ON = (
+    " Giving a pool slices when it had none sets the aging and quantum it lacks to 3h and 1h, "
+    "unless the same change gives them."
+)
+
+
 class PoolSpec(BaseModel):
     """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
     is the pool of nodes without one."""
@@ -322,6 +377,8 @@ class PoolSpec(BaseModel):
         60.0, ge=0, le=86400, description="Seconds an elastic job runs before it may grow."
     )
     slices: list[Seconds] = Field(default_factory=list, description=SLICES_HELP)
+    age_halflife: TailSetting = Field(None, description=AGE_HALFLIFE_HELP + TAIL_DEFAULT)
+    min_run: TailSetting = Field(None, description=MIN_RUN_HELP + TAIL_DEFAULT)
     description: str = Field("", max_length=1000)
 
     @field_validator("slices")
@@ -345,6 +402,8 @@ class PoolUpdate(BaseModel):
     notice: Seconds | None = Field(None, gt=0, le=86400)
     grow_after: Seconds | None = Field(None, ge=0, le=86400)
     slices: list[Seconds] | None = Field(None, description=SLICES_HELP + " [] removes them.")
+    age_halflife: TailSetting = Field(None, description=AGE_HALFLIFE_HELP + TAIL_TURNED_ON)
+    min_run: TailSetting = Field(None, description=MIN_RUN_HELP + TAIL_TURNED_ON)
     description: str | None = Field(None, max_length=1000)
 
     @field_validator("slices")
@@ -356,8 +415,8 @@ class PoolUpdate(BaseModel):
     def _something(self) -> PoolUpdate:
         if all(getattr(self, name) is None for name in type(self).model_fields):
             raise ValueError(
-                "nothing to change: give preemption, same_zone, notice, grow_after, slices or "
-                "description"
+                "nothing to change: give preemption, same_zone, notice, grow_after, slices, "
+                "age_halflife, min_run or description"
             )
         return self
 
@@ -369,6 +428,12 @@ class PoolView(BaseModel):
     notice: float
     grow_after: float
     slices: list[float] = Field(default_factory=list, description="GPU-seconds.")
+    age_halflife: float | None = Field(
+        None, description="Seconds; time-slicing's aging (see PoolSpec). None: off."
+    )
+    min_run: float | None = Field(
+        None, description="Seconds; time-slicing's quantum (see PoolSpec). None: off."
+    )
     description: str
     declared: bool = Field(
         description="An admin set its policy; otherwise it exists only as node labels and has "

@@ -45,8 +45,13 @@ from gpuyard.models import (
     UserView,
 )
 from gpuyard.models.access import Action
+from gpuyard.models.accounts import OFF
 from gpuyard.models.states import HOLDING, LIVE, JobState
-from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.scheduler.snapshot import (
+    DEFAULT_POOL,
+    TIME_SHARING_AGE_HALFLIFE,
+    TIME_SHARING_MIN_RUN,
+)
 from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.nodes import cordon_node, uncordon_node
 from gpuyard.services.notify import Notify, nobody
@@ -601,6 +606,7 @@ class AccountService:
                 slices=list(spec.slices),
                 description=spec.description,
             )
+            _set_tail_guards(row, spec, slicing_before=False)
             session.add(row)
             session.flush()
             view = self._pool_view(row.name, row, self._pool_members(session).get(row.name, []))
@@ -627,8 +633,12 @@ class AccountService:
                     name=name, **PoolSpec(name=name).model_dump(mode="json", exclude={"name"})
                 )
                 session.add(row)
-            for key, value in change.model_dump(exclude_none=True).items():
+            slicing_before = bool(row.slices)
+            for key, value in change.model_dump(
+                exclude_none=True, exclude=set(_TAIL_GUARDS)
+            ).items():
                 setattr(row, key, value.value if isinstance(value, PoolPreemption) else value)
+            _set_tail_guards(row, change, slicing_before=slicing_before)
             session.flush()
             view = self._pool_view(name, row, members.get(name, []))
         self.notify()
@@ -658,6 +668,8 @@ class AccountService:
             notice=policy.notice,
             grow_after=policy.grow_after,
             slices=list(policy.slices or []),
+            age_halflife=policy.age_halflife,
+            min_run=policy.min_run,
             description=policy.description,
             declared=row is not None,
             nodes=nodes,
@@ -744,3 +756,23 @@ class AccountService:
             extra_labels={str(k): str(v) for k, v in (row.extra_labels or {}).items()},
             effective=row.effective_labels(),
         )
+
+
+_TAIL_GUARDS = {"age_halflife": TIME_SHARING_AGE_HALFLIFE, "min_run": TIME_SHARING_MIN_RUN}
+"""Time-slicing's tail guards (docs/scheduling.md) and what a pool gets when it starts
+slicing: the values the trace replays chose."""
+
+
+def _set_tail_guards(row: PoolRow, given: PoolSpec | PoolUpdate, *, slicing_before: bool) -> None:
+    """Set ``row``'s aging and quantum as given (``off``: None). One not given stays, unless
+    the pool has just been given slices (a new pool with slices, or an update that turns
+    slicing on): then it gets the time-sharing value where it has none, since
+    least-attained-service without them lets long jobs wait behind every newer one. Without
+    slices neither does anything, so pools that do not slice are left as they were."""
+    starts_slicing = bool(row.slices) and not slicing_before
+    for name, default in _TAIL_GUARDS.items():
+        value = getattr(given, name)
+        if value is not None:
+            setattr(row, name, None if value == OFF else float(value))
+        elif starts_slicing and getattr(row, name) is None:
+            setattr(row, name, default)

@@ -729,6 +729,7 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         "group_name": group,
         "suspensions": 0,
         "attained": 0.0,
+        "ran": 0.0,
         "listens": False,
         "array_id": (
             spec.slurm.array.job_id if spec.slurm is not None and spec.slurm.array else None

@@ -60,7 +60,8 @@ def begin_suspension(
 
 def finish_suspension(session: Session, job: JobRow, *, actor: str, why: str, now: float) -> None:
     """Every worker has exited: back in the queue at the original position, as the next
-    attempt."""
+    attempt. What the attempt ran (from ``started_at``) is added to the job's ``ran`` and,
+    per GPU, to its ``attained`` service."""
     gpus = sum(len(slot.get("gpus") or ()) for slot in job.placement or [])
     ran = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
     transition(
@@ -72,6 +73,9 @@ def finish_suspension(session: Session, job: JobRow, *, actor: str, why: str, no
         time=now,
         attempt=job.attempt + 1,
         attained=(job.attained or 0.0) + gpus * ran,
+        # Run time and wait add up to the time since submission: the wait (what a pool's
+        # age_halflife ages a job by) is the rest, exact whatever the attempts were.
+        ran=(job.ran or 0.0) + ran,
         suspensions=(job.suspensions or 0) + 1,
         placement=None,
         token=None,

@@ -64,6 +64,8 @@ def pool_policies(session: Session) -> dict[str, PoolPolicy]:
             notice=row.notice,
             grow_after=row.grow_after,
             slices=tuple(float(x) for x in row.slices or ()),
+            age_halflife=row.age_halflife,
+            min_run=row.min_run,
         )
         for row in session.scalars(select(PoolRow))
     }
@@ -105,6 +107,10 @@ class _Asks:
             max_runtime=ask.max_runtime,
             min_nodes=ask.min_nodes,
             attained=row.attained or 0.0,
+            # Submitted at created_at, it has since run `ran` seconds and waited the rest: now -
+            # queued_since is its wait in all, as PendingJob says (for a suspended job, its
+            # wait before each earlier attempt plus the one since its last suspension).
+            queued_since=row.created_at + (row.ran or 0.0),
         )
 
 
@@ -234,6 +240,8 @@ _RUNNING = select(
     JobRow.min_nodes,
     JobRow.last_checkpoint_at,
     JobRow.attained,
+    JobRow.ran,
+    JobRow.suspensions,
     JobRow.listens,
 ).where(JobRow.state.in_(HOLDING))
 _PENDING_VERSIONS = (
@@ -248,6 +256,8 @@ _PENDING_ROWS = select(
     JobRow.owner,
     JobRow.group_name,
     JobRow.attained,
+    JobRow.created_at,
+    JobRow.ran,
 )
 
 
@@ -314,8 +324,21 @@ def _running(row: Any) -> RunningJob:
         min_nodes=row.min_nodes if elastic else None,
         max_nodes=row.nodes if elastic else None,
         attained=row.attained or 0.0,
+        queued=_queued(row),
+        suspensions=row.suspensions or 0,
         saves_on_notice=bool(row.listens),
     )
+
+
+def _queued(row: Any) -> float:
+    """Seconds a running job waited in all before its current attempt started: the time from
+    its submission to that start that it did not run. Its launch (``starting``) counts as
+    waiting, as it counts for no service. A job still being launched has no start of this
+    attempt yet (its ``started_at`` is the last attempt's, or none): 0, which nothing reads
+    (a job being launched is neither a victim nor ranked against one)."""
+    if row.state is JobState.STARTING or row.started_at is None:
+        return 0.0
+    return max(0.0, float(row.started_at - row.created_at - (row.ran or 0.0)))
 
 
 def hypothetical(
@@ -323,7 +346,9 @@ def hypothetical(
 ) -> PendingJob:
     """A job as it would be queued if submitted now (for ``submit --dry-run``): id -1."""
     asks = _Asks({n.name: n.pool for n in snapshot.nodes})
-    row = _Hypothetical(owner=owner, group_name=group, seq=seq, priority=priority)
+    row = _Hypothetical(
+        owner=owner, group_name=group, seq=seq, priority=priority, created_at=snapshot.now
+    )
     return asks.job(ask, ask.constraint(asks.node_pools), row)
 
 
@@ -331,6 +356,10 @@ class _Hypothetical:
     id = -1
     version = 0
     attained = 0.0
+    ran = 0.0
 
-    def __init__(self, *, owner: str, group_name: str, seq: int, priority: Priority) -> None:
+    def __init__(
+        self, *, owner: str, group_name: str, seq: int, priority: Priority, created_at: float
+    ) -> None:
         self.owner, self.group_name, self.seq, self.priority = owner, group_name, seq, priority
+        self.created_at = created_at

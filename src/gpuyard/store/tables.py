@@ -104,6 +104,12 @@ class JobRow(Base):
     suspensions: Mapped[int] = mapped_column(Integer, default=0)
     attained: Mapped[float] = mapped_column(Float, default=0.0)
     """GPU-seconds of service in its earlier attempts (time-slicing ranks jobs by it)."""
+    ran: Mapped[float] = mapped_column(Float, default=0.0)
+    """Seconds its earlier attempts ran: from ``started_at`` to the end of their suspension,
+    the span ``attained`` counts. Everything else since ``created_at`` it waited, so the
+    time it has waited in all is ``now - created_at - ran`` while queued, and
+    ``started_at - created_at - ran`` while it runs (a pool's ``age_halflife`` ages it by
+    that). Kept where ``attained`` is: :func:`gpuyard.services.suspension.finish_suspension`."""
     listens: Mapped[bool] = mapped_column(Boolean, default=False)
     """Its runtime listens for the preemption notice: it saves a checkpoint when told."""
     prediction: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
@@ -294,6 +300,10 @@ class PoolRow(Base):
     grow_after: Mapped[float] = mapped_column(Float, default=60.0)
     slices: Mapped[list[Any]] = mapped_column(JSON, default=list)
     """Time-slicing bands in GPU-seconds (see ``PoolPolicy.slices``); empty: none."""
+    age_halflife: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """Time-slicing's aging, seconds (``PoolPolicy.age_halflife``); None: off."""
+    min_run: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """Time-slicing's quantum, seconds (``PoolPolicy.min_run``); None: off."""
     description: Mapped[str] = mapped_column(Text, default="")
 
 

@@ -157,6 +157,26 @@ def test_pools_and_labels(cli: Cli) -> None:
     assert rows == {"a100": ["set", "suspend"], "default": ["default", "never"]}
 
 
+def test_pools_tail_guards(cli: Cli) -> None:
+    assert "age half-life off, min run off" in cli("pools", "add", "plain")
+    shown = cli("pools", "add", "ts", "--preemption", "suspend", "--slices", "1h,10h,100h")
+    assert "slices 1h,10h,100h, age half-life 3h00m, min run 1h00m" in shown
+    changed = cli.json("pools", "set", "ts", "--age-halflife", "90m", "--min-run", "off")
+    assert (changed["age_halflife"], changed["min_run"]) == (5400.0, None)
+    table = cli("pools", "ls").splitlines()
+    header = table[0].split()
+    assert header[header.index("HALF-LIFE") - 1] == "SLICES"
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows["ts"][6:9] == ["1h,10h,100h", "1h30m", "off"]
+    assert rows["plain"][6:9] == ["none", "off", "off"]
+    for option, value in [("--age-halflife", "-1h"), ("--min-run", "0")]:
+        err = cli.error("pools", "set", "ts", option, value)
+        assert isinstance(err, InvalidSpec), err
+        assert "above zero" in str(err) or "cannot read '-1h'" in str(err), str(err)
+        assert "or off to switch it off" in str(err)
+    assert cli.json("pools", "set", "ts", "--min-run", "2h")["age_halflife"] == 5400.0
+
+
 def test_priority_show_and_ls(cli: Cli, controller: Controller) -> None:
     job = cli.json("submit", "--gpus", "8", "--nodes", "3", "--", "python", "train.py")
     waiting = cli.json("submit", "--gpus", "8", "--", "python", "train.py", user="alice")

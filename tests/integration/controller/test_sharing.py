@@ -10,11 +10,13 @@ from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import NotFound
 from gpuyard.executors.fake import FakeExecutor
-from gpuyard.models import JobSpec, JobState
+from gpuyard.models import JobSpec, JobState, JobStatus
 from gpuyard.models.worker import NodeInfo, WorkerKey
+from gpuyard.scheduler import Snapshot
 from gpuyard.services.jobs import JobService
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.store.engine import Store
+from gpuyard.store.snapshot import load_snapshot
 from gpuyard.store.tables import PoolRow
 from gpuyard.testing.auth import OPS, ensure_ops
 
@@ -26,11 +28,25 @@ TWO = [
 
 class Pool:
     def __init__(
-        self, store: Store, clock: ManualClock, *, preemption: str = "suspend", **fake: object
+        self,
+        store: Store,
+        clock: ManualClock,
+        *,
+        preemption: str = "suspend",
+        policy: dict[str, object] | None = None,
+        **fake: object,
     ) -> None:
         self.store, self.clock = store, clock
         with store.write() as session:
-            session.add(PoolRow(name="default", preemption=preemption, notice=60.0, grow_after=30))
+            session.add(
+                PoolRow(
+                    name="default",
+                    preemption=preemption,
+                    notice=60.0,
+                    grow_after=30,
+                    **(policy or {}),
+                )
+            )
         self.executor = FakeExecutor(TWO, **fake)  # type: ignore[arg-type]
         self.controller = Controller(store, self.executor, clock=clock)
         self.controller.register_nodes()
@@ -50,6 +66,17 @@ class Pool:
 
     def worker(self, job_id: int, rank: int = 0, attempt: int = 0):  # type: ignore[no-untyped-def]
         return self.executor.workers[WorkerKey(job_id, attempt, rank)]
+
+    def suspend_by_hand(self, job_id: int, attempt: int = 0) -> None:
+        """Suspend a running job of one worker, which checkpoints and exits at once."""
+        self.scheduling.suspend(job_id, actor=OPS)
+        self.controller.tick()
+        self.executor.exit(job_id, code=75, attempt=attempt)
+        self.controller.tick()
+
+    def snapshot(self) -> Snapshot:
+        with self.store.read() as session:
+            return load_snapshot(session, self.clock.now())
 
 
 @pytest.fixture
@@ -292,3 +319,76 @@ def test_a_controller_restart_keeps_a_suspension_going(pool: Pool) -> None:
     pool.executor.exit(job, code=75)
     successor.tick()
     assert pool.jobs.get(job, actor=OPS).suspensions == 1
+
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize("age_halflife", [3 * HOUR, None], ids=["aging", "no-aging"])
+def test_a_long_suspended_job_that_waited_long_ages_ahead_of_a_fresh_one(
+    store: Store, clock: ManualClock, age_halflife: float | None
+) -> None:
+    """Time-slicing by GPU-hours: a job that had 8 GPU-hours sits in the band above a fresh
+    job, which without aging always goes first. Having waited 10 hours (over three
+    half-lives), it counts less than one GPU-hour, is in the fresh job's band, and goes first
+    by its submission. Waiting is read from the store: the snapshot's queued_since."""
+    pool = Pool(
+        store,
+        clock,
+        preemption="never",
+        policy={"slices": [HOUR], "age_halflife": age_halflife},
+    )
+    t0 = clock.now()
+    long = pool.submit(resources={"gpus": 4})
+    other = pool.submit(owner="carol", resources={"gpus": 4})
+    pool.controller.tick()
+    clock.advance(2 * HOUR)
+    refill = pool.submit(owner="carol", resources={"gpus": 4})  # takes its node meanwhile
+    pool.suspend_by_hand(long)
+    pool.controller.tick()
+    assert (pool.state(long), pool.state(refill)) == (JobState.SUSPENDED, JobState.RUNNING)
+    [pending] = pool.snapshot().pending
+    # Submitted at t0, it ran 2 hours: it has waited in all for the rest of the time since.
+    assert (pending.attained, pending.queued_since) == (4 * 2 * HOUR, t0 + 2 * HOUR)
+
+    clock.advance(10 * HOUR)
+    fresh = pool.submit(resources={"gpus": 4})  # the same owner: only the bands decide
+    pool.controller.tick()
+    pool.executor.exit(other, code=0)
+    pool.controller.tick()
+    pool.controller.tick()
+    first, second = (long, fresh) if age_halflife else (fresh, long)
+    assert pool.state(first) is JobState.RUNNING
+    assert pool.jobs.get(second, actor=OPS).status is JobStatus.QUEUED
+    if age_halflife:
+        [resumed] = [j for j in pool.snapshot().running if j.id == long]
+        # It waited 10 hours since its suspension, none before its first start.
+        assert (resumed.queued, resumed.suspensions, resumed.attained) == (
+            10 * HOUR,
+            1,
+            4 * 2 * HOUR,
+        )
+
+
+def test_the_quantum_doubles_with_each_suspension_of_a_live_job(
+    store: Store, clock: ManualClock
+) -> None:
+    """With min_run 1h, a job suspended once may not be suspended by its own tier before it
+    has run 2 hours in its new attempt; then a less served job of its tier takes its room."""
+    pool = Pool(store, clock, policy={"slices": [HOUR], "min_run": HOUR})
+    pool.submit(owner="bob", priority="high", resources={"gpus": 4})  # holds a node throughout
+    job = pool.submit(resources={"gpus": 4})
+    pool.controller.tick()
+    clock.advance(2 * HOUR)
+    pool.suspend_by_hand(job)  # nobody waits: it resumes at once, as attempt 1
+    pool.controller.tick()
+    assert (pool.state(job), pool.jobs.get(job, actor=OPS).attempt) == (JobState.RUNNING, 1)
+
+    clock.advance(1.5 * HOUR)  # past one quantum, not two
+    newcomer = pool.submit(owner="carol", resources={"gpus": 4})
+    pool.controller.tick()
+    assert (pool.state(job), pool.state(newcomer)) == (JobState.RUNNING, JobState.QUEUED)
+    clock.advance(HOUR)
+    pool.controller.tick()
+    assert pool.state(job) is JobState.SUSPENDING
+    assert f"make room for job {newcomer}" in (pool.jobs.get(job, actor=OPS).reason or "")

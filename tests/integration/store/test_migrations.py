@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import command
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from gpuyard.store.engine import Store, alembic_config
 from gpuyard.store.tables import Base
@@ -23,5 +23,87 @@ def test_up_check_down(database_url: str) -> None:
         with store.engine.begin() as connection:
             command.downgrade(alembic_config(connection), "base")
         assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
+    finally:
+        store.close()
+
+
+def test_0008_adds_fault_tolerance_and_going_down_keeps_the_rest(database_url: str) -> None:
+    """Jobs start with no restarts and resuming; nodes uncordoned; the fault log is empty."""
+    store = Store(database_url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0007")
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
+                    "created_at) VALUES (1, 'j', 'alice', 'queued', 0, 'normal', '{}', 0, 1.0)"
+                )
+            )
+            command.upgrade(alembic_config(connection), "0008")
+            row = connection.execute(
+                text("SELECT restarts, check_failures, check_next, resume, hang_timeout FROM jobs")
+            ).one()
+            assert (row[0], row[1], bool(row[2]), bool(row[3]), row[4]) == (0, 0, False, True, None)
+            assert connection.execute(text("SELECT count(*) FROM job_faults")).scalar() == 0
+            command.downgrade(alembic_config(connection), "0007")
+        inspector = inspect(store.engine)
+        assert "job_faults" not in inspector.get_table_names()
+        assert "cordon_reason" not in {c["name"] for c in inspector.get_columns("nodes")}
+        with store.engine.begin() as connection:
+            assert connection.execute(text("SELECT name FROM jobs")).scalar() == "j"
+    finally:
+        store.close()
+
+
+def test_0009_gives_pools_their_tail_guards_and_jobs_the_time_they_ran(database_url: str) -> None:
+    """Pools keep their policy with both guards off; a job suspended before the upgrade ran
+    for its service over its GPUs (how long it has waited follows from it); going down keeps
+    the rest of each row."""
+    store = Store(database_url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0008")
+            job = {
+                "name": "j",
+                "owner": "alice",
+                "version": 0,
+                "priority": "normal",
+                "spec": "{}",
+                "attempt": 1,
+                "created_at": 100.0,
+            }
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
+                    "created_at, nodes, gpus, attained) VALUES (:id, :name, :owner, :state, "
+                    ":version, :priority, :spec, :attempt, :created_at, :nodes, :gpus, :attained)"
+                ),
+                [
+                    job | {"id": 1, "state": "suspended", "nodes": 2, "gpus": 4, "attained": 8e3},
+                    job | {"id": 2, "state": "queued", "nodes": 1, "gpus": 0, "attained": 0.0},
+                ],
+            )
+            connection.execute(
+                text("INSERT INTO pools (name, preemption, slices) VALUES ('a100', 'suspend', :s)"),
+                {"s": "[3600.0]"},
+            )
+            command.upgrade(alembic_config(connection), "0009")
+            jobs = connection.execute(text("SELECT id, ran, attained FROM jobs ORDER BY id"))
+            assert [tuple(r) for r in jobs] == [(1, 1000.0, 8000.0), (2, 0.0, 0.0)]
+            pools = connection.execute(text("SELECT name, age_halflife, min_run FROM pools"))
+            assert [tuple(r) for r in pools] == [("a100", None, None)]
+            command.downgrade(alembic_config(connection), "0008")
+        inspector = inspect(store.engine)
+        assert "ran" not in {c["name"] for c in inspector.get_columns("jobs")}
+        assert {"age_halflife", "min_run"}.isdisjoint(
+            c["name"] for c in inspector.get_columns("pools")
+        )
+        with store.engine.begin() as connection:
+            kept = connection.execute(text("SELECT id, attained FROM jobs ORDER BY id"))
+            assert [tuple(r) for r in kept] == [(1, 8000.0), (2, 0.0)]
+            assert connection.execute(text("SELECT slices FROM pools")).scalar_one() in (
+                "[3600.0]",
+                [3600.0],
+            )
     finally:
         store.close()

@@ -16,6 +16,7 @@ from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied
+from gpuyard.scheduler import TIME_SHARING_AGE_HALFLIFE, TIME_SHARING_MIN_RUN
 from gpuyard.services.accounts import AccountService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, UserRow
@@ -423,6 +424,80 @@ def test_pools_policies_and_labels(
         60.0,
         ["n1"],
     )
+
+
+def test_a_pools_tail_guards_default_with_slices_round_trip_and_refuse_bad_values(
+    client: Client, admin: Client, refuse: Refuse, controller: Controller
+) -> None:
+    hours = 3600.0
+    plain = admin.create_pool("plain")  # no slicing: the guards would do nothing, they are off
+    assert (plain.age_halflife, plain.min_run) == (None, None)
+    sliced = admin.create_pool("sliced", preemption="suspend", slices=["1h", "10h"])
+    assert (sliced.age_halflife, sliced.min_run) == (
+        TIME_SHARING_AGE_HALFLIFE,
+        TIME_SHARING_MIN_RUN,
+    )
+    assert (sliced.age_halflife, sliced.min_run) == (3 * hours, 1 * hours)
+    given = admin.create_pool("given", slices=["1h"], age_halflife="90m", min_run="off")
+    assert (given.age_halflife, given.min_run) == (5400.0, None)
+    assert {p.name: p.age_halflife for p in client.pools()} == {
+        "default": None,
+        "given": 5400.0,
+        "plain": None,
+        "sliced": 3 * hours,
+    }
+
+    # Changed alone, or switched off; the other field and the rest of the policy stay.
+    changed = admin.update_pool("sliced", age_halflife="6h")
+    assert (changed.age_halflife, changed.min_run, changed.slices) == (
+        6 * hours,
+        hours,
+        [3600.0, 36000.0],
+    )
+    changed = admin.update_pool("sliced", min_run="off")
+    assert (changed.age_halflife, changed.min_run) == (6 * hours, None)
+    off = admin.update_pool("sliced", slices=[])  # slicing off: the guards stay, inert
+    assert (off.age_halflife, off.min_run) == (6 * hours, None)
+    # Turning slicing on fills only the guards a pool lacks, unless the change names them.
+    again = admin.update_pool("sliced", slices=["2h"])
+    assert (again.age_halflife, again.min_run) == (6 * hours, hours)
+    turned_on = admin.update_pool("plain", slices=["1h"], min_run="off")
+    assert (turned_on.age_halflife, turned_on.min_run) == (3 * hours, None)
+    # A pool known only from node labels gets its policy from its first change.
+    labelled = admin.update_pool("default", preemption="suspend", slices=["1h", "10h", "100h"])
+    assert (labelled.declared, labelled.age_halflife, labelled.min_run) == (True, 3 * hours, hours)
+
+    for field in ("age_halflife", "min_run"):
+        for value, says in [
+            (-5, "a duration above zero and at most 30 days (e.g. 3h, 90m or 5400), or off"),
+            (0, "above zero"),
+            ("0s", "above zero"),
+            ("31d", "at most 30 days"),
+            (True, "above zero"),
+            ("soon", "cannot read 'soon' as a duration"),
+            ("never", "or off to switch it off"),
+        ]:
+            expected = [f"{field}: ", says, f"(got {value!r})"]
+            refuse(
+                "PATCH", "/pools/sliced", user="ada", status=422, says=expected, json={field: value}
+            )
+            refuse(
+                "POST",
+                "/pools",
+                user="ada",
+                status=422,
+                says=expected,
+                json={"name": "new", field: value},
+            )
+        refuse(
+            "PATCH",
+            "/pools/sliced",
+            user="alice",
+            status=403,
+            says="only admins may change pools",
+            json={field: "1h"},
+        )
+    assert admin.pool("sliced").age_halflife == 6 * hours
 
 
 def test_openapi_documents_the_account_routes(api_url: str) -> None:
