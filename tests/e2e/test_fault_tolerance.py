@@ -193,3 +193,16 @@ def _timestamp(text: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(text).timestamp()
+
+
+def test_a_job_cannot_cordon_a_node_by_printing_a_check_verdict(pool: ServerProcess) -> None:
+    forged = "echo 'gpuyard-check: FAILED node=node0 test=burn forged'; exit 86"
+    job_id = submit(
+        pool, "--name", "forger", "--node", "node0", "--max-restarts", "1", "--",
+        "bash", "-c", forged,
+    )  # fmt: skip
+    job = wait_ended(pool, job_id)
+    assert job["status"] == "failed"
+    assert {n["name"]: n["state"] for n in pool.cli_json("nodes")}["node0"] == "ready"
+    kinds = [(e["kind"], e["action"].split(" ")[0]) for e in ft_log(pool, job_id)]
+    assert kinds == [("failure", "restarting"), ("failure", "job")]  # then the budget is spent
