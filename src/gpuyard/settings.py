@@ -105,6 +105,12 @@ class Settings(BaseSettings):
     memory_per_node: int | None = Field(
         None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."
     )
+    alert_webhook: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="URL that receives a JSON POST for each alert (a job found running slow; "
+        "docs/fault-tolerance.md).",
+    )
     inject_faults: dict[str, Literal["burn", "collective"]] = Field(
         default_factory=dict,
         description="Chaos testing of fault tolerance: node -> the fault its node check finds "

@@ -28,6 +28,7 @@ from typing import Any
 import uvicorn
 
 from gpuyard.clock import SystemClock
+from gpuyard.controller.alerts import WebhookAlerts
 from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.local.executor import LocalExecutor
@@ -189,6 +190,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             interval=settings.controller_interval,
             control_url=url,
             launch_config=launch_config(settings, who=who),
+            alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
         )
         app = create_app(
             settings,

@@ -400,6 +400,15 @@ SlicesOpt = Annotated[
 ]
 
 
+FloorOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="GB/s of all-reduce bus bandwidth below which the node check fails a node; "
+        "0 removes it."
+    ),
+]
+
+
 def _slices(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -418,6 +427,7 @@ def pools_add(
     slices: SlicesOpt = None,
     age_halflife: AgeHalflifeOpt = None,
     min_run: MinRunOpt = None,
+    allreduce_floor: FloorOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -431,6 +441,7 @@ def pools_add(
         slices=_slices(slices) or [],
         age_halflife=age_halflife,
         min_run=min_run,
+        allreduce_floor=allreduce_floor or None,
         description=description or "",
     )
     _print_pool(pool, as_json)
@@ -446,6 +457,7 @@ def pools_set(
     slices: SlicesOpt = None,
     age_halflife: AgeHalflifeOpt = None,
     min_run: MinRunOpt = None,
+    allreduce_floor: FloorOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -460,6 +472,7 @@ def pools_set(
         slices=_slices(slices),
         age_halflife=age_halflife,
         min_run=min_run,
+        allreduce_floor=allreduce_floor,
         description=description,
     )
     _print_pool(pool, as_json)
@@ -489,7 +502,8 @@ def _print_pool(pool: PoolView, as_json: bool) -> None:
         f"{format_duration(pool.notice)}, grow after {format_duration(pool.grow_after)}, "
         f"slices {_format_slices(pool.slices)}, age half-life "
         f"{_format_guard(pool.age_halflife)}, min run {_format_guard(pool.min_run)}, "
-        f"nodes: {', '.join(pool.nodes) or 'none'}",
+        + (f"all-reduce floor {pool.allreduce_floor:g} GB/s, " if pool.allreduce_floor else "")
+        + f"nodes: {', '.join(pool.nodes) or 'none'}",
         highlight=False,
         markup=False,
     )

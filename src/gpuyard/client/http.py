@@ -327,6 +327,7 @@ class Client:
         slices: Sequence[float | str] = (),
         age_halflife: float | str | None = None,
         min_run: float | str | None = None,
+        allreduce_floor: float | None = None,
         description: str = "",
     ) -> PoolView:
         """Declare a pool's policy. ``age_halflife`` and ``min_run`` are seconds, a duration
@@ -338,7 +339,7 @@ class Client:
             "notice": notice,
             "grow_after": grow_after,
             "slices": list(slices),
-            **_given(age_halflife=age_halflife, min_run=min_run),
+            **_given(age_halflife=age_halflife, min_run=min_run, allreduce_floor=allreduce_floor),
             "description": description,
         }
         return PoolView.model_validate(self._request("POST", "/pools", json=body).json())
@@ -354,11 +355,13 @@ class Client:
         slices: Sequence[float | str] | None = None,
         age_halflife: float | str | None = None,
         min_run: float | str | None = None,
+        allreduce_floor: float | None = None,
         description: str | None = None,
     ) -> PoolView:
         """Change the given fields of a pool's policy (a pool known only from node labels
         gets a policy of its own). ``slices=[]`` removes time-slicing;
-        ``age_halflife="off"`` and ``min_run="off"`` switch those off."""
+        ``age_halflife="off"`` and ``min_run="off"`` switch those off; ``allreduce_floor=0``
+        removes the floor."""
         body = _given(
             preemption=preemption,
             same_zone=same_zone,
@@ -367,6 +370,7 @@ class Client:
             slices=None if slices is None else list(slices),
             age_halflife=age_halflife,
             min_run=min_run,
+            allreduce_floor=allreduce_floor,
             description=description,
         )
         return PoolView.model_validate(self._request("PATCH", f"/pools/{name}", json=body).json())

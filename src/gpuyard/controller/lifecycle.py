@@ -88,6 +88,7 @@ class Lifecycle:
         launch_config: LaunchConfig,
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         mark_dirty: Callable[[], None],
+        alert: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -111,6 +112,7 @@ class Lifecycle:
             new_workers=lambda row, slots, attempt, check: worker_rows(
                 row.id, JobSpec.model_validate(row.spec), slots, attempt, check=check
             ),
+            alert=alert,
         )
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:

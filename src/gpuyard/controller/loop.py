@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, tuple_, update
@@ -88,7 +88,9 @@ class Controller:
         control_url: str = "",
         launch_config: LaunchConfig | None = None,
         stall_after: float = 30.0,
+        alert: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """``alert``: where alerts go besides the jobs' logs (the pool's webhook)."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -127,6 +129,7 @@ class Controller:
             launch_config=launch_config or LaunchConfig(),
             gpu_devices=self._gpu_devices,
             mark_dirty=self._mark_dirty,
+            alert=alert,
         )
         self.forecaster = Forecaster(store, clock)
         self.launcher = Launcher(
@@ -639,9 +642,13 @@ class Controller:
                                 JobRow.max_runtime.is_not(None),
                                 JobRow.started_at + JobRow.max_runtime <= now,
                             ),
-                            # Watched for hangs (the lifecycle looks at most every second).
+                            # Watched for hangs or slowness (looked at about once a second).
                             and_(
-                                JobRow.state == JobState.RUNNING, JobRow.hang_timeout.is_not(None)
+                                JobRow.state == JobState.RUNNING,
+                                or_(
+                                    JobRow.hang_timeout.is_not(None),
+                                    JobRow.perf_window.is_not(None),
+                                ),
                             ),
                         )
                     )

@@ -12,6 +12,9 @@ The loop of docs/fault-tolerance.md, one pass at a time:
   cordoned. Resume or restart from scratch is the job's choice (``GPUYARD_RESUME``).
 - **hangs** (``running``): no progress reported and no log written by any worker for the job's
   ``hang_timeout``: a fault like any other.
+- **slowness** (``running``): the step rate (or hardware ratio) over the last window below a
+  share of the job's own usual pace (:mod:`gpuyard.diagnosis.performance`): an alert, or a
+  restart after a check of its nodes, per ``fault_tolerance.performance.action``.
 
 Every fault is an entry of the job's fault-tolerance log (``job_faults``), with its evidence,
 the action taken, and, once known, the outcome.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -29,18 +33,20 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.diagnosis.checks import check_failures, inconclusive
+from gpuyard.diagnosis.performance import Sample, Slowness, judge
 from gpuyard.diagnosis.recovery import EXIT_NO_RESTART, Decision, FailureFacts, decide_recovery
 from gpuyard.diagnosis.signatures import Diagnosis, Suspect
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.check import CHECK_BURN, CHECK_ROLE, CHECK_TIMEOUT, check_launches
 from gpuyard.models import JobState, NodeState, Slot
-from gpuyard.models.faults import FaultTolerance, Recovery
-from gpuyard.models.worker import Handle, WorkerState
+from gpuyard.models.faults import FaultTolerance, Recovery, SlowAction
+from gpuyard.models.worker import ControlState, Handle, WorkerState
 from gpuyard.quantities import format_duration
+from gpuyard.scheduler.snapshot import DEFAULT_POOL
 from gpuyard.services.nodes import cordon_node
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import FaultRow, JobRow, NodeRow, WorkerRow
+from gpuyard.store.tables import FaultRow, JobRow, NodeRow, PoolRow, WorkerRow
 
 __all__ = ["CheckProgress", "FaultRecovery", "log_tail"]
 
@@ -52,6 +58,8 @@ CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
 CHECK_LOG_TAIL = 16 * 1024
 WATCH_EVERY = 1.0
 """Seconds between two looks at a watched job's progress (at most)."""
+MAX_SAMPLES = 20_000
+"""Progress samples kept per watched job (about 5 hours at one a second)."""
 
 
 class CheckProgress(Enum):
@@ -87,6 +95,7 @@ class FaultRecovery:
         account: Callable[[JobRow], str | None],
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
+        alert: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -101,6 +110,12 @@ class FaultRecovery:
         self._activity: dict[int, tuple[tuple[int, ...], float, float]] = {}
         """Watched jobs: (log sizes, progress time, when either last changed)."""
         self._looked: dict[int, float] = {}
+        self._samples: dict[int, tuple[int, deque[Sample]]] = {}
+        """Watched jobs' progress in their current attempt, for performance detection."""
+        self._alerted: set[tuple[int, int]] = set()
+        """(job, attempt) already found slow: one alert per attempt."""
+        self._alert = alert or (lambda _payload: None)
+        """Where an alert goes besides the job's log (the pool's webhook)."""
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -134,6 +149,7 @@ class FaultRecovery:
             gpu_devices=self._gpu_devices(),
             job_dir=self.executor.job_dir(job.id),
             run_as=self._account(job),
+            floor=self._floor(placement[0].node) if placement else None,
         )
         by_rank = {launch.key.rank: launch for launch in launches}
         handles: dict[int, Handle] = {}
@@ -170,6 +186,13 @@ class FaultRecovery:
                 reason=f"node check started on {', '.join(sorted(nodes))}",
             )
         self._mark_dirty()
+
+    def _floor(self, node: str) -> float | None:
+        """The all-reduce floor of the pool ``node`` is in."""
+        with self.store.read() as session:
+            row = session.get(NodeRow, node)
+            pool = (row.effective_labels().get("pool") if row else None) or DEFAULT_POOL
+            return session.scalar(select(PoolRow.allreduce_floor).where(PoolRow.name == pool))
 
     def _check_failed(self, job: JobRow, checks: list[WorkerRow], now: float) -> None:
         lines: list[str] = []
@@ -392,11 +415,44 @@ class FaultRecovery:
     # -- hangs ----------------------------------------------------------------------------
 
     def watch(self, job: JobRow, workers: list[WorkerRow]) -> bool:
-        """Whether the job hangs (and was acted on): no worker reported progress or wrote to
-        its log for ``hang_timeout`` seconds."""
-        quiet = self._quiet(job, workers)
-        if quiet is None:
+        """Look at a running job that is watched for hangs or slowness (at most every
+        :data:`WATCH_EVERY` seconds); whether it was acted on (it no longer runs as it did)."""
+        if (job.hang_timeout is None and job.perf_window is None) or job.started_at is None:
             return False
+        now = self.clock.now()
+        if now - self._looked.get(job.id, 0.0) < WATCH_EVERY:
+            return False
+        self._looked[job.id] = now
+        live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
+        if not live:
+            return False
+        controls = self.executor.control([w.handle or {} for w in live])
+        if job.hang_timeout is not None:
+            sizes = tuple(self.executor.read_log(w.handle or {}, 0, 1)[1] for w in live)
+            progress = max((c.progress_at or 0.0 for c in controls), default=0.0)
+            quiet = self._quiet(job, now, sizes, progress)
+            if quiet is not None:
+                return self._hung(job, workers, quiet)
+        if job.perf_window is not None:
+            slow = self._slow(job, now, controls)
+            if slow is not None:
+                return self._slowed(job, workers, slow)
+        return False
+
+    def _quiet(
+        self, job: JobRow, now: float, sizes: tuple[int, ...], progress: float
+    ) -> float | None:
+        """Seconds the job has been quiet, once that reaches its ``hang_timeout``."""
+        timeout = job.hang_timeout or 0.0
+        seen = self._activity.get(job.id)
+        if seen is None or seen[0] != sizes or seen[1] != progress:
+            since = now if seen is not None else max(job.started_at or now, progress)
+            self._activity[job.id] = (sizes, progress, since)
+            return None
+        quiet = now - seen[2]
+        return quiet if quiet >= timeout else None
+
+    def _hung(self, job: JobRow, workers: list[WorkerRow], quiet: float) -> bool:
         self.forget(job.id)
         evidence = (
             f"no worker reported progress or wrote to its log for {format_duration(quiet)} "
@@ -423,33 +479,69 @@ class FaultRecovery:
         self._drain(job, JobState.FAILING, workers)
         return True
 
-    def _quiet(self, job: JobRow, workers: list[WorkerRow]) -> float | None:
-        """Seconds the job has been quiet, once that reaches its ``hang_timeout``; else None.
-        Looks at most every :data:`WATCH_EVERY` seconds."""
-        timeout = job.hang_timeout
+    def _slow(self, job: JobRow, now: float, controls: Sequence[ControlState]) -> Slowness | None:
+        """Record the job's newest progress; judge it against its own history."""
+        ft = fault_tolerance(job)
+        if ft is None or ft.performance is None or (job.id, job.attempt) in self._alerted:
+            return None
+        reported = [c for c in controls if c.step is not None and c.progress_at is not None]
+        if not reported:
+            return None
+        first = reported[0]  # one reporter throughout (the lowest rank that reports)
+        attempt, samples = self._samples.get(job.id, (job.attempt, deque()))
+        if attempt != job.attempt:
+            samples = deque()
+        sample = Sample(first.progress_at or now, first.step or 0, first.hardware_ratio)
+        if not samples or samples[-1].time != sample.time:
+            samples.append(sample)
+            while len(samples) > MAX_SAMPLES:
+                samples.popleft()
+        self._samples[job.id] = (job.attempt, samples)
+        return judge(samples, window=ft.performance.window, threshold=ft.performance.threshold)
+
+    def _slowed(self, job: JobRow, workers: list[WorkerRow], slow: Slowness) -> bool:
+        ft = fault_tolerance(job) or FaultTolerance()
+        performance = ft.performance
+        window = performance.window if performance is not None else 0.0
+        evidence = slow.describe(window)
+        self._alerted.add((job.id, job.attempt))
+        if performance is not None and performance.action is SlowAction.RESCHEDULE:
+            base = decide_recovery(ft, job.restarts, FailureFacts(diagnosis=None, first=evidence))
+            if base.restart:
+                decision = Decision(True, True, base.why, "slow", Suspect.UNKNOWN, evidence)
+                self.forget(job.id)
+                return self._act(job, workers, decision, kind="performance", failure="slow")
+            evidence += f" (not rescheduled: {base.why})"
         now = self.clock.now()
-        if timeout is None or job.started_at is None:
-            return None
-        if now - self._looked.get(job.id, 0.0) < min(WATCH_EVERY, timeout / 10):
-            return None
-        self._looked[job.id] = now
-        live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
-        if not live:
-            return None
-        sizes = tuple(self.executor.read_log(w.handle or {}, 0, 1)[1] for w in live)
-        controls = self.executor.control([w.handle or {} for w in live])
-        progress = max((c.progress_at or 0.0 for c in controls), default=0.0)
-        seen = self._activity.get(job.id)
-        if seen is None or seen[0] != sizes or seen[1] != progress:
-            since = now if seen is not None else max(job.started_at, progress)
-            self._activity[job.id] = (sizes, progress, since)
-            return None
-        quiet = now - seen[2]
-        return quiet if quiet >= timeout else None
+        with self.store.write() as session:
+            _add_fault(
+                session,
+                job,
+                now,
+                kind="performance",
+                cause="slow",
+                suspect=Suspect.UNKNOWN,
+                evidence=evidence,
+                action="alert",
+                outcome="alerted; the job goes on",
+            )
+        self._alert(
+            {
+                "kind": "performance",
+                "job": job.id,
+                "name": job.name,
+                "owner": job.owner,
+                "attempt": job.attempt,
+                "time": now,
+                "evidence": evidence,
+            }
+        )
+        return False
 
     def forget(self, job_id: int) -> None:
         self._activity.pop(job_id, None)
         self._looked.pop(job_id, None)
+        self._samples.pop(job_id, None)
 
 
 def _add_fault(

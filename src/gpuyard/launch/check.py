@@ -44,9 +44,11 @@ def check_launches(
     run_as: str | None,
     timeout: float = CHECK_TIMEOUT,
     burn: float = CHECK_BURN,
+    floor: float | None = None,
 ) -> list[WorkerLaunch]:
     """One launch per node of ``placement``; rank 0's node hosts the rendezvous on the port
-    of the job's first slot (free until the job's own workers start, after the check)."""
+    of the job's first slot (free until the job's own workers start, after the check).
+    ``floor``: the pool's all-reduce bus bandwidth floor, GB/s."""
     nodes = check_nodes(placement)
     first = placement[0]
     launches = []
@@ -82,6 +84,8 @@ def check_launches(
             "--burn",
             f"{burn:g}",
         ]
+        if floor:
+            argv += ["--floor", f"{floor:g}"]
         launches.append(
             WorkerLaunch(
                 key=WorkerKey(job_id, attempt, CHECK_RANK_BASE + index),

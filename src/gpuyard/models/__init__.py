@@ -28,7 +28,7 @@ from gpuyard.models.accounts import (
     UserUpdate,
     UserView,
 )
-from gpuyard.models.faults import FaultEntry, FaultTolerance, Recovery
+from gpuyard.models.faults import FaultEntry, FaultTolerance, Performance, Recovery, SlowAction
 from gpuyard.models.job import (
     BulkResult,
     JobBatch,
@@ -89,6 +89,7 @@ __all__ = [
     "NodeState",
     "NodeView",
     "Page",
+    "Performance",
     "PoolPreemption",
     "PoolSettings",
     "PoolSettingsUpdate",
@@ -105,6 +106,7 @@ __all__ = [
     "Role",
     "SignalRequest",
     "Slot",
+    "SlowAction",
     "SubTask",
     "SubmittedJobs",
     "TokenSpec",

@@ -361,6 +361,12 @@ TAIL_TURNED_ON = (
 )
 
 
+FLOOR_HELP = (
+    "GB/s of all-reduce bus bandwidth below which the node check's collective test fails "
+    "(docs/fault-tolerance.md); none by default"
+)
+
+
 class PoolSpec(BaseModel):
     """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
     is the pool of nodes without one."""
@@ -379,6 +385,7 @@ class PoolSpec(BaseModel):
     slices: list[Seconds] = Field(default_factory=list, description=SLICES_HELP)
     age_halflife: TailSetting = Field(None, description=AGE_HALFLIFE_HELP + TAIL_DEFAULT)
     min_run: TailSetting = Field(None, description=MIN_RUN_HELP + TAIL_DEFAULT)
+    allreduce_floor: float | None = Field(None, gt=0, le=1e5, description=FLOOR_HELP + ".")
     description: str = Field("", max_length=1000)
 
     @field_validator("slices")
@@ -404,6 +411,9 @@ class PoolUpdate(BaseModel):
     slices: list[Seconds] | None = Field(None, description=SLICES_HELP + " [] removes them.")
     age_halflife: TailSetting = Field(None, description=AGE_HALFLIFE_HELP + TAIL_TURNED_ON)
     min_run: TailSetting = Field(None, description=MIN_RUN_HELP + TAIL_TURNED_ON)
+    allreduce_floor: float | None = Field(
+        None, ge=0, le=1e5, description=FLOOR_HELP + "; 0 removes it."
+    )
     description: str | None = Field(None, max_length=1000)
 
     @field_validator("slices")
@@ -416,7 +426,7 @@ class PoolUpdate(BaseModel):
         if all(getattr(self, name) is None for name in type(self).model_fields):
             raise ValueError(
                 "nothing to change: give preemption, same_zone, notice, grow_after, slices, "
-                "age_halflife, min_run or description"
+                "age_halflife, min_run, allreduce_floor or description"
             )
         return self
 
@@ -434,6 +444,7 @@ class PoolView(BaseModel):
     min_run: float | None = Field(
         None, description="Seconds; time-slicing's quantum (see PoolSpec). None: off."
     )
+    allreduce_floor: float | None = Field(None, description="GB/s; see PoolSpec. None: none.")
     description: str
     declared: bool = Field(
         description="An admin set its policy; otherwise it exists only as node labels and has "

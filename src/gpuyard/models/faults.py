@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuyard.models.units import Seconds
 
-__all__ = ["FaultEntry", "FaultTolerance", "Recovery"]
+__all__ = ["FaultEntry", "FaultTolerance", "Performance", "Recovery", "SlowAction"]
 
 MAX_RESTARTS = 100
 MAX_HANG_TIMEOUT = 7 * 86400.0
@@ -28,6 +28,33 @@ class Recovery(StrEnum):
     RESTART = "restart"
     """Fault restart: the next attempt starts from scratch (``GPUYARD_RESUME=0``; its
     checkpoints are kept, but the runtime's ``load_checkpoint`` returns None)."""
+
+
+class SlowAction(StrEnum):
+    ALERT = "alert"
+    """A ``performance`` entry in the job's fault-tolerance log, an event, and the pool's alert
+    webhook when one is set."""
+    RESCHEDULE = "reschedule"
+    """As a fault: the job is restarted after a check of its nodes (counts as a restart)."""
+
+
+class Performance(BaseModel):
+    """Performance detection (002 性能检测): the job's step rate against its own history."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    threshold: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="Slow: the step rate over the last window is below this fraction of the "
+        "job's usual rate (the median of its earlier windows); also the hardware ratio, when "
+        "the runtime reports one.",
+    )
+    window: Seconds = Field(
+        300.0, ge=10, le=86400, description="Seconds the rate is measured over (sustained)."
+    )
+    action: SlowAction = Field(SlowAction.ALERT, description="alert, or reschedule.")
 
 
 class FaultTolerance(BaseModel):
@@ -73,6 +100,12 @@ class FaultTolerance(BaseModel):
         le=MAX_HANG_TIMEOUT,
         description="A job whose workers report no progress (runtime heartbeat) and write no "
         "log for this long is hung: it is stopped and restarted (leave out: no hang detection).",
+    )
+
+    performance: Performance | None = Field(
+        None,
+        description="Watch the job's step rate (reported with gpuyard.runtime.report_progress) "
+        "and act when it falls well below its own usual rate (leave out: no watch).",
     )
 
     @model_validator(mode="after")

@@ -180,6 +180,8 @@ class ControlState:
     checkpoint_step: int | None = None
     progress_at: float | None = None
     step: int | None = None
+    hardware_ratio: float | None = None
+    """The job's ``hardware_ratio`` progress metric (docs/fault-tolerance.md), when valid."""
     suspended_at: float | None = None
     """A process of the worker called ``suspend()`` (it exits to be requeued)."""
     requeue_at: float | None = None

@@ -85,6 +85,11 @@ class CheckpointFile(ControlFile):
     path: str | None = None
 
 
+HARDWARE_RATIO = "hardware_ratio"
+"""The progress metric that says what share of a step's wall time went to kernels or
+collectives (0 to 1); performance detection watches it where a job reports it."""
+
+
 class ProgressFile(ControlFile):
     """``progress.json``: the training loop's last reported step."""
 

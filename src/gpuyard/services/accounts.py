@@ -604,6 +604,7 @@ class AccountService:
                 notice=spec.notice,
                 grow_after=spec.grow_after,
                 slices=list(spec.slices),
+                allreduce_floor=spec.allreduce_floor,
                 description=spec.description,
             )
             _set_tail_guards(row, spec, slicing_before=False)
@@ -639,6 +640,8 @@ class AccountService:
             ).items():
                 setattr(row, key, value.value if isinstance(value, PoolPreemption) else value)
             _set_tail_guards(row, change, slicing_before=slicing_before)
+            if change.allreduce_floor == 0:
+                row.allreduce_floor = None
             session.flush()
             view = self._pool_view(name, row, members.get(name, []))
         self.notify()
@@ -670,6 +673,7 @@ class AccountService:
             slices=list(policy.slices or []),
             age_halflife=policy.age_halflife,
             min_run=policy.min_run,
+            allreduce_floor=policy.allreduce_floor,
             description=policy.description,
             declared=row is not None,
             nodes=nodes,

@@ -747,5 +747,12 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
             if spec.fault_tolerance is not None and spec.fault_tolerance.enabled
             else None
         ),
+        "perf_window": (
+            spec.fault_tolerance.performance.window
+            if spec.fault_tolerance is not None
+            and spec.fault_tolerance.enabled
+            and spec.fault_tolerance.performance is not None
+            else None
+        ),
         **request_columns(request_of(spec)),
     }

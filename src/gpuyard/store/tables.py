@@ -150,6 +150,8 @@ class JobRow(Base):
     after a fault restart of a job whose recovery is ``restart``."""
     hang_timeout: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     """``fault_tolerance.hang_timeout`` (a column, so the loop finds the jobs to watch)."""
+    perf_window: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """``fault_tolerance.performance.window`` (likewise)."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""
@@ -304,6 +306,8 @@ class PoolRow(Base):
     """Time-slicing's aging, seconds (``PoolPolicy.age_halflife``); None: off."""
     min_run: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     """Time-slicing's quantum, seconds (``PoolPolicy.min_run``); None: off."""
+    allreduce_floor: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """GB/s of all-reduce bus bandwidth below which the node check fails (None: no floor)."""
     description: Mapped[str] = mapped_column(Text, default="")
 
 

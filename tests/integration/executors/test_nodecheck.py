@@ -71,3 +71,18 @@ def test_of_two_nodes_one_missing_cannot_be_told_apart() -> None:
     code, out = run([0], ["a", "b"])[0]
     assert code == nodecheck.EXIT_INCONCLUSIVE
     assert "cannot tell which of the two" in out
+
+
+def test_below_the_pools_floor_the_check_fails_without_blaming_a_node() -> None:
+    port = free_port()
+    argv = [sys.executable, "-I", TOOL, "--nodes", "a,b", "--store", f"127.0.0.1:{port}"]
+    argv += ["--timeout", "4", "--burn", "0.1", "--floor", "100000"]
+    procs = [
+        subprocess.Popen([*argv, "--rank", str(r)], stdout=subprocess.PIPE, text=True)
+        for r in (0, 1)
+    ]
+    for proc in procs:
+        out = proc.communicate(timeout=60)[0]
+        assert proc.returncode == nodecheck.EXIT_INCONCLUSIVE, out
+        assert "below the pool's floor 100000 GB/s" in out
+        assert "FAILED" not in out

@@ -19,6 +19,7 @@ from gpuyard.models.worker import ControlState
 from gpuyard.models.workerdir import (
     CONTROL_FILES,
     FILE_CAP,
+    HARDWARE_RATIO,
     MAX_LISTENERS,
     AckFile,
     CheckpointFile,
@@ -56,6 +57,9 @@ def read_control(home: str, control_dir: str) -> ControlState:
         checkpoint_step=checkpoint.step if isinstance(checkpoint, CheckpointFile) else None,
         progress_at=progress.time if isinstance(progress, ProgressFile) else None,
         step=progress.step if isinstance(progress, ProgressFile) else None,
+        hardware_ratio=(
+            hardware_ratio(progress.metrics) if isinstance(progress, ProgressFile) else None
+        ),
         suspended_at=suspended.time if isinstance(suspended, SuspendedFile) else None,
         requeue_at=(
             suspended.time if isinstance(suspended, SuspendedFile) and suspended.requeue else None
@@ -63,6 +67,15 @@ def read_control(home: str, control_dir: str) -> ControlState:
         listening=bool(pids),
         invalid=tuple(invalid),
     )
+
+
+def hardware_ratio(metrics: dict[str, float | int | str | None]) -> float | None:
+    """The ``hardware_ratio`` metric of progress.json (time in kernels or collectives over the
+    step's wall time) when it is a number in [0, 1]; anything else is ignored."""
+    value = metrics.get(HARDWARE_RATIO)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    return None
 
 
 def _parse(

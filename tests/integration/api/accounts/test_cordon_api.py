@@ -66,3 +66,12 @@ def test_drain_suspends_the_jobs_on_the_node(
     assert client.job(job.id).state.value == "suspending"
     events = [e.reason for e in client.events(job.id)]
     assert any("node n2 is drained by ada: replace a DIMM" in e for e in events)
+
+
+def test_a_pools_allreduce_floor_is_set_shown_and_removed(admin: Client, refuse: Refuse) -> None:
+    body = {"name": "ib", "allreduce_floor": -1}
+    refuse("POST", "/pools", user="ada", status=422, says="allreduce_floor", json=body)
+    pool = admin.create_pool("ib", allreduce_floor=18.0)
+    assert pool.allreduce_floor == 18.0
+    assert admin.update_pool("ib", allreduce_floor=100).allreduce_floor == 100.0
+    assert admin.update_pool("ib", allreduce_floor=0).allreduce_floor is None
