@@ -58,6 +58,8 @@ CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
 CHECK_LOG_TAIL = 16 * 1024
 WATCH_EVERY = 1.0
 """Seconds between two looks at a watched job's progress (at most)."""
+SAVE_ALLOWANCE = 4.0
+"""How many hang timeouts a job may be quiet while it saves a checkpoint."""
 MAX_SAMPLES = 20_000
 """Progress samples kept per watched job (about 5 hours at one a second)."""
 
@@ -430,7 +432,8 @@ class FaultRecovery:
         if job.hang_timeout is not None:
             sizes = tuple(self.executor.read_log(w.handle or {}, 0, 1)[1] for w in live)
             progress = max((c.progress_at or 0.0 for c in controls), default=0.0)
-            quiet = self._quiet(job, now, sizes, progress)
+            saving = max((c.saving_at or 0.0 for c in controls), default=0.0)
+            quiet = self._quiet(job, now, sizes, progress, saving)
             if quiet is not None:
                 return self._hung(job, workers, quiet)
         if job.perf_window is not None:
@@ -440,10 +443,12 @@ class FaultRecovery:
         return False
 
     def _quiet(
-        self, job: JobRow, now: float, sizes: tuple[int, ...], progress: float
+        self, job: JobRow, now: float, sizes: tuple[int, ...], progress: float, saving: float
     ) -> float | None:
-        """Seconds the job has been quiet, once that reaches its ``hang_timeout``."""
-        timeout = job.hang_timeout or 0.0
+        """Seconds the job has been quiet, once that reaches its ``hang_timeout``; while a
+        worker saves a checkpoint, :data:`SAVE_ALLOWANCE` times that (a save that never ends
+        is a hang too)."""
+        timeout = (job.hang_timeout or 0.0) * (SAVE_ALLOWANCE if saving else 1.0)
         seen = self._activity.get(job.id)
         if seen is None or seen[0] != sizes or seen[1] != progress:
             since = now if seen is not None else max(job.started_at or now, progress)

@@ -182,6 +182,8 @@ class ControlState:
     step: int | None = None
     hardware_ratio: float | None = None
     """The job's ``hardware_ratio`` progress metric (docs/fault-tolerance.md), when valid."""
+    saving_at: float | None = None
+    """A process of the worker began saving a checkpoint then and has not finished."""
     suspended_at: float | None = None
     """A process of the worker called ``suspend()`` (it exits to be requeued)."""
     requeue_at: float | None = None

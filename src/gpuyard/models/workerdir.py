@@ -40,6 +40,7 @@ __all__ = [
     "Poke",
     "PreemptFile",
     "ProgressFile",
+    "SavingFile",
     "SupervisorSpec",
     "SupervisorState",
     "SuspendedFile",
@@ -85,6 +86,13 @@ class CheckpointFile(ControlFile):
     path: str | None = None
 
 
+class SavingFile(ControlFile):
+    """``saving.json``: a process of the worker is saving a checkpoint (removed when done); a
+    hang timer allows for it (docs/fault-tolerance.md)."""
+
+    pid: Pid | None = None
+
+
 HARDWARE_RATIO = "hardware_ratio"
 """The progress metric that says what share of a step's wall time went to kernels or
 collectives (0 to 1); performance detection watches it where a job reports it."""
@@ -110,6 +118,7 @@ CONTROL_FILES: dict[str, type[ControlFile]] = {
     "ack.json": AckFile,
     "checkpoint.json": CheckpointFile,
     "progress.json": ProgressFile,
+    "saving.json": SavingFile,
     "suspended.json": SuspendedFile,
 }
 """The control files the pool reads, by name. ``listeners/<pid>`` (empty files named by the

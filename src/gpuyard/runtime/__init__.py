@@ -62,6 +62,9 @@ if TYPE_CHECKING:
     # Looked up by `__getattr__` below on each access; declared here for type checkers.
     attempt: int
     """0 on a first run, then one more for each resume or restart (``GPUYARD_ATTEMPT``)."""
+    resume: bool
+    """False when this attempt starts from scratch after a fault (``GPUYARD_RESUME=0``): a
+    script that loads its checkpoints its own way should then not load them."""
     checkpoint_dir: Path
     """The job's checkpoint directory (``GPUYARD_CHECKPOINT_DIR``; ``./checkpoints`` outside)."""
     control_dir: Path | None
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in {"attempt", "checkpoint_dir", "control_dir"}:
+    if name in {"attempt", "resume", "checkpoint_dir", "control_dir"}:
         return getattr(current().env, name)
     if name == "torch":  # `gpuyard.runtime.torch.preemption_agreed()` after a bare import
         module: ModuleType = importlib.import_module("gpuyard.runtime.torch")

@@ -43,17 +43,18 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / _plain_name(name)
     tmp = directory / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        with tmp.open("wb") as file:
-            torch.save(state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        tmp.replace(target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _sync_directory(directory)
+    with rt.saving():
+        try:
+            with tmp.open("wb") as file:
+                torch.save(state, file)
+                file.flush()
+                os.fsync(file.fileno())
+            tmp.replace(target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _sync_directory(directory)
     rt.record_checkpoint(target, step=step)
     return target
 

@@ -24,6 +24,7 @@ __all__ = [
     "LISTENERS",
     "PREEMPT",
     "PROGRESS",
+    "SAVING",
     "SUSPENDED",
     "json_number",
     "read_json",
@@ -38,6 +39,7 @@ ACK = "ack.json"
 PROGRESS = "progress.json"
 CHECKPOINT = "checkpoint.json"
 SUSPENDED = "suspended.json"
+SAVING = "saving.json"
 
 
 def write_json(directory: Path, name: str, content: Mapping[str, Any]) -> Path:

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,6 +34,7 @@ from gpuyard.runtime.control import (
     CHECKPOINT,
     PREEMPT,
     PROGRESS,
+    SAVING,
     SUSPENDED,
     json_number,
     register_listener,
@@ -321,6 +322,22 @@ class Runtime:
         }
         write_json(self.env.control_dir, PROGRESS, content)
         return True
+
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """While a checkpoint is being saved: ``saving.json`` says so (a hang timer allows for
+        it), and is removed when the save ends, however it ends."""
+        if self.env.control_dir is None:
+            yield
+            return
+        marker = write_json(
+            self.env.control_dir, SAVING, {"time": self._clock.time(), "pid": os.getpid()}
+        )
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                marker.unlink()
 
     def record_checkpoint(self, path: Path, *, step: int | None = None) -> None:
         """Write ``checkpoint.json``: a checkpoint is complete at `path`."""

@@ -164,3 +164,19 @@ def test_a_slow_job_gets_one_alert_per_attempt_and_goes_on(pool: Pool) -> None:
     assert "step rate over the last 10 s is" in slow.evidence
     assert "of its usual 10 steps/s" in slow.evidence
     assert [(a["job"], a["kind"]) for a in pool.alerts] == [(job_id, "performance")]
+
+
+def test_a_checkpoint_being_saved_holds_the_hang_timer_for_a_while_not_forever(
+    pool: Pool,
+) -> None:
+    job_id = pool.submit(max_restarts=1, hang_timeout=30)
+    pool.ticks()
+    pool.executor.report(job_id, saving_at=pool.clock.now())
+    for _ in range(10):  # 100 s quiet, saving: within 4 x 30 s
+        pool.clock.advance(10)
+        pool.ticks(1)
+    assert pool.job(job_id).state is JobState.RUNNING
+    pool.clock.advance(30)  # 130 s: a save that never ends is a hang too
+    pool.ticks(1)
+    assert pool.job(job_id).state is not JobState.RUNNING
+    assert [f.kind for f in pool.faults(job_id)] == ["hang"]

@@ -553,6 +553,36 @@ def test_save_and_load_checkpoint(
     assert gr.load_checkpoint(name="extra.pt") == {"other": 1}
     with pytest.raises(ValueError, match="plain file name"):
         gr.save_checkpoint({}, name="../escape.pt")
+    assert not (control / "saving.json").exists()  # a save in progress says so, then not
+
+
+class _SeesTheMarker:
+    """Pickled while the save runs: records whether the marker is there then."""
+
+    seen: bool | None = None
+
+    def __init__(self, control: Path) -> None:
+        self.control = control
+
+    def __reduce__(self) -> tuple[object, ...]:
+        _SeesTheMarker.seen = (self.control / "saving.json").exists()
+        return (str, ("x",))
+
+
+def test_a_save_in_progress_is_marked_and_a_fresh_start_loads_nothing(
+    tmp_path: Path, control: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("GPUYARD_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    monkeypatch.setenv("GPUYARD_CONTROL_DIR", str(control))
+    gr.save_checkpoint({"probe": _SeesTheMarker(control)}, step=1)
+    assert _SeesTheMarker.seen is True
+    assert not (control / "saving.json").exists()
+    assert gr.resume is True
+    process.reset()
+    monkeypatch.setenv("GPUYARD_RESUME", "0")  # a fault restart from scratch
+    assert gr.resume is False
+    assert gr.load_checkpoint(weights_only=False) is None
 
 
 def test_agreement_without_a_process_group_is_the_local_flag(

@@ -25,6 +25,7 @@ from gpuyard.models.workerdir import (
     CheckpointFile,
     ControlFile,
     ProgressFile,
+    SavingFile,
     SuspendedFile,
 )
 
@@ -51,6 +52,7 @@ def read_control(home: str, control_dir: str) -> ControlState:
         os.close(fd)
     ack, checkpoint = files["ack.json"], files["checkpoint.json"]
     progress, suspended = files["progress.json"], files["suspended.json"]
+    saving = files["saving.json"]
     return ControlState(
         acknowledged_at=ack.time if isinstance(ack, AckFile) else None,
         checkpoint_at=checkpoint.time if isinstance(checkpoint, CheckpointFile) else None,
@@ -61,6 +63,7 @@ def read_control(home: str, control_dir: str) -> ControlState:
             hardware_ratio(progress.metrics) if isinstance(progress, ProgressFile) else None
         ),
         suspended_at=suspended.time if isinstance(suspended, SuspendedFile) else None,
+        saving_at=saving.time if isinstance(saving, SavingFile) else None,
         requeue_at=(
             suspended.time if isinstance(suspended, SuspendedFile) and suspended.requeue else None
         ),
