@@ -49,6 +49,12 @@ class LoopHealth:
     last_pass_at: float | None = None
     """Wall-clock time of the same."""
     passes: int = 0
+    pass_seconds: float = 0.0
+    """Seconds all completed passes took together (``/metrics``)."""
+    schedules: int = 0
+    """Scheduling runs (snapshot, ``decide()``, apply) so far."""
+    schedule_seconds: float = 0.0
+    last_schedule_seconds: float = 0.0
     failed_passes: int = 0
     """Consecutive passes that failed as a whole (the database was unreachable, say)."""
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT))
@@ -56,7 +62,13 @@ class LoopHealth:
     def error(self, at: float, message: str, job: int | None = None) -> None:
         self.recent.append({"time": at, "job": job, "error": message})
 
-    def passed(self, monotonic: float, wall: float) -> None:
+    def scheduled(self, seconds: float) -> None:
+        self.schedules += 1
+        self.schedule_seconds += seconds
+        self.last_schedule_seconds = seconds
+
+    def passed(self, monotonic: float, wall: float, seconds: float = 0.0) -> None:
+        self.pass_seconds += seconds
         self.last_pass, self.last_pass_at = monotonic, wall
         self.passes += 1
         self.failed_passes = 0

@@ -203,6 +203,10 @@ class Controller:
             "last_pass_at": h.last_pass_at,
             "seconds_since_last_pass": None if h.last_pass is None else now - h.last_pass,
             "passes": h.passes,
+            "pass_seconds": h.pass_seconds,
+            "schedules": h.schedules,
+            "schedule_seconds": h.schedule_seconds,
+            "last_schedule_seconds": h.last_schedule_seconds,
             "failed_passes": h.failed_passes,
             "recent_errors": list(h.recent),
         }
@@ -277,12 +281,14 @@ class Controller:
             self.applier.run()
             self.forecaster.changed()  # it forecasts again within a few seconds
             finished = self.clock.monotonic()
+            self.health_state.scheduled(finished - started)
             self._last_schedule = started
             self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - started))
         if not self.launcher.running:
             self.launcher.launch_now()  # driven pass by pass (tests): launch within the pass
         self.errors.end_pass()
-        self.health_state.passed(self.clock.monotonic(), self.clock.now())
+        ended_at = self.clock.monotonic()
+        self.health_state.passed(ended_at, self.clock.now(), ended_at - began)
 
     # -- nodes ----------------------------------------------------------------------------
 

@@ -14,11 +14,21 @@ from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.guard import RequestGuard
 from gpuyard.server.openapi import install_openapi
-from gpuyard.server.routers import accounts, auth, health, jobs, nodes, pools, scheduling
+from gpuyard.server.routers import (
+    accounts,
+    auth,
+    health,
+    jobs,
+    metrics,
+    nodes,
+    pools,
+    scheduling,
+)
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
+from gpuyard.services.metrics import registry as metrics_registry
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
@@ -91,10 +101,12 @@ def create_app(
         policy=policy,
     )
     app.state.controller_health = controller_health
+    app.state.metrics = metrics_registry(store, controller_health or dict)
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestGuard)
     app.include_router(health.router, prefix="/api/v1")
+    app.include_router(metrics.router)
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]

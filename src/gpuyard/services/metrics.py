@@ -1,0 +1,151 @@
+"""The pool as Prometheus sees it: ``GET /metrics`` (docs/monitoring.md).
+
+A collector reads the store at scrape time — no counter kept in memory can drift from what the
+store says, and a restarted server reports the same figures. Every series is about the pool as
+a whole (per pool, tier, state, node): no job name or owner appears, so the endpoint is open to
+a scraper without a token, like ``/api/v1/health``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy import func, select
+
+from gpuyard.models import JobState
+from gpuyard.models.states import HOLDING, PENDING
+from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import FaultRow, JobRow, NodeRow
+
+__all__ = ["PoolCollector", "registry"]
+
+
+class PoolCollector(Collector):
+    def __init__(self, store: Store, controller: Callable[[], dict[str, Any] | None]) -> None:
+        self.store = store
+        self.controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        with self.store.read() as session:
+            states = dict(
+                session.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
+            )
+            waiting = session.execute(
+                select(JobRow.pool, JobRow.priority, func.count())
+                .where(JobRow.state.in_(sorted(PENDING)))
+                .group_by(JobRow.pool, JobRow.priority)
+            ).all()
+            nodes = list(session.scalars(select(NodeRow)))
+            placements = session.scalars(
+                select(JobRow.placement).where(JobRow.state.in_(HOLDING))
+            ).all()
+            faults = session.execute(
+                select(FaultRow.kind, func.count()).group_by(FaultRow.kind)
+            ).all()
+            restarts = session.scalar(select(func.coalesce(func.sum(JobRow.restarts), 0)))
+        yield from self._jobs(states, waiting)
+        yield from self._nodes(nodes, placements)
+        faults_metric = CounterMetricFamily(
+            "gpuyard_faults", "Faults in the jobs' fault-tolerance logs, by kind.", labels=["kind"]
+        )
+        for kind, count in sorted(faults):
+            faults_metric.add_metric([kind], count)
+        yield faults_metric
+        yield CounterMetricFamily(
+            "gpuyard_job_restarts", "Restarts of jobs after faults.", value=restarts or 0
+        )
+        yield from self._loop()
+
+    @staticmethod
+    def _jobs(states: dict[Any, int], waiting: Sequence[Any]) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("gpuyard_jobs", "Jobs in the store, by state.", labels=["state"])
+        for state in JobState:
+            jobs.add_metric([state.value], states.get(state, 0))
+        yield jobs
+        queue = GaugeMetricFamily(
+            "gpuyard_queue_depth",
+            "Jobs waiting to be placed (queued or suspended), by pool and priority tier.",
+            labels=["pool", "priority"],
+        )
+        for pool, priority, count in sorted(waiting, key=lambda r: (r[0] or "", r[1])):
+            queue.add_metric([pool or DEFAULT_POOL, priority], count)
+        yield queue
+
+    @staticmethod
+    def _nodes(nodes: list[NodeRow], placements: Sequence[Any]) -> Iterator[Metric]:
+        by_state = Counter(n.state.value for n in nodes)
+        node_metric = GaugeMetricFamily("gpuyard_nodes", "Nodes, by state.", labels=["state"])
+        for state in ("ready", "cordoned", "gone"):
+            node_metric.add_metric([state], by_state.get(state, 0))
+        yield node_metric
+        pool_of = {n.name: n.effective_labels().get("pool") or DEFAULT_POOL for n in nodes}
+        total: dict[str, int] = defaultdict(int)
+        for n in nodes:
+            if n.state.value != "gone":
+                total[pool_of[n.name]] += n.gpus
+        used: dict[str, int] = defaultdict(int)
+        gpus_of = {n.name: n.gpus for n in nodes}
+        for placement in placements:
+            for slot in placement or []:
+                node = slot.get("node")
+                if node in pool_of:
+                    count = gpus_of[node] if slot.get("exclusive") else len(slot.get("gpus") or ())
+                    used[pool_of[node]] += count
+        gpus = GaugeMetricFamily("gpuyard_gpus", "GPUs of the pool's nodes.", labels=["pool"])
+        allocated = GaugeMetricFamily(
+            "gpuyard_gpus_allocated", "GPUs held by jobs.", labels=["pool"]
+        )
+        ratio = GaugeMetricFamily(
+            "gpuyard_allocation_ratio", "GPUs held by jobs over the pool's GPUs.", labels=["pool"]
+        )
+        for pool in sorted(set(total) | set(used)):
+            gpus.add_metric([pool], total[pool])
+            allocated.add_metric([pool], used[pool])
+            ratio.add_metric([pool], used[pool] / total[pool] if total[pool] else 0.0)
+        yield from (gpus, allocated, ratio)
+
+    def _loop(self) -> Iterator[Metric]:
+        state = self.controller() or {}
+        if not state:
+            return
+        yield CounterMetricFamily(
+            "gpuyard_controller_passes", "Reconcile passes completed.", value=state["passes"]
+        )
+        yield CounterMetricFamily(
+            "gpuyard_controller_pass_seconds",
+            "Seconds the reconcile passes took in all.",
+            value=state["pass_seconds"],
+        )
+        yield CounterMetricFamily(
+            "gpuyard_scheduling_passes",
+            "Scheduling runs (snapshot, decide, apply).",
+            value=state["schedules"],
+        )
+        yield CounterMetricFamily(
+            "gpuyard_scheduling_pass_seconds",
+            "Seconds the scheduling runs took in all.",
+            value=state["schedule_seconds"],
+        )
+        yield GaugeMetricFamily(
+            "gpuyard_scheduling_last_pass_seconds",
+            "Seconds the last scheduling run took.",
+            value=state["last_schedule_seconds"],
+        )
+        yield GaugeMetricFamily(
+            "gpuyard_controller_progressing",
+            "1 while the controller makes progress, 0 when it stalled.",
+            value=1.0 if state.get("progressing") else 0.0,
+        )
+
+
+def registry(store: Store, controller: Callable[[], dict[str, Any] | None]) -> CollectorRegistry:
+    """A registry of the pool's collector alone (no process or platform series: the server's
+    own, not the pool's)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PoolCollector(store, controller))
+    return registry

@@ -1,0 +1,94 @@
+"""/metrics over real HTTP: Prometheus' text format, parsed by Prometheus' own parser; open
+without a token, with aggregates only."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuyard.client import Client
+from gpuyard.controller.loop import Controller
+
+
+def samples(api_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    base = api_url.removesuffix("/api/v1")
+    response = httpx.get(f"{base}/metrics")  # no token: a scraper has none
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    found = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def test_jobs_queue_gpus_and_nodes(
+    api_url: str, client: Client, admin: Client, controller: Controller
+) -> None:
+    before = samples(api_url)
+    assert before[("gpuyard_jobs", (("state", "queued"),))] == 0
+    assert before[("gpuyard_nodes", (("state", "ready"),))] == 4
+    running = client.submit({"command": "python train.py", "resources": {"gpus": 8}})
+    controller.tick()
+    client.submit({"command": "python train.py", "nodes": 4, "resources": {"gpus": 8}})
+    client.submit({"command": "python train.py", "priority": "high", "nodes": 4})
+    controller.tick()
+    admin.cordon("n3", "bad fan")
+    after = samples(api_url)
+    assert client.job(running.id).state.value in {"starting", "running"}
+    assert after[("gpuyard_queue_depth", (("pool", "default"), ("priority", "normal")))] == 1
+    assert after[("gpuyard_queue_depth", (("pool", "default"), ("priority", "high")))] == 1
+    assert after[("gpuyard_gpus", (("pool", "default"),))] == 32
+    assert after[("gpuyard_gpus_allocated", (("pool", "default"),))] == 8
+    assert after[("gpuyard_allocation_ratio", (("pool", "default"),))] == 0.25
+    assert after[("gpuyard_nodes", (("state", "cordoned"),))] == 1
+    assert after[("gpuyard_job_restarts_total", ())] == 0
+    assert not any("alice" in str(key) for key in after)  # aggregates only
+
+
+def test_the_controllers_pass_times_when_it_runs_in_the_same_process(store: object) -> None:
+    from prometheus_client import generate_latest
+
+    from gpuyard.services.metrics import registry
+
+    state = {
+        "passes": 12,
+        "pass_seconds": 0.6,
+        "schedules": 5,
+        "schedule_seconds": 0.25,
+        "last_schedule_seconds": 0.04,
+        "progressing": True,
+    }
+    text = generate_latest(registry(store, lambda: state)).decode()  # type: ignore[arg-type]
+    found = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert found["gpuyard_controller_passes_total"] == 12
+    assert found["gpuyard_scheduling_pass_seconds_total"] == 0.25
+    assert found["gpuyard_scheduling_last_pass_seconds"] == 0.04
+    assert found["gpuyard_controller_progressing"] == 1
+
+
+def test_the_grafana_dashboard_queries_only_series_the_pool_serves(
+    store: object, controller: Controller
+) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    from gpuyard.services.metrics import registry
+
+    state = {"passes": 1, "pass_seconds": 0.1, "schedules": 1, "schedule_seconds": 0.1}
+    state |= {"last_schedule_seconds": 0.1, "progressing": True}
+    text = generate_latest(registry(store, lambda: state)).decode()  # type: ignore[arg-type]
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    served = {name + ("_total" if kind == "counter" else "") for name, kind in families.items()}
+    path = Path(__file__).resolve().parents[4] / "docs" / "grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bgpuyard_[a-z_]+", target["expr"])
+    }
+    assert used and used <= served, used - served
