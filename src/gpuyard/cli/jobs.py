@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
     app.command()(stop)
     app.command()(suspend)
     app.command()(priority)
+    app.command()(hold)
+    app.command()(release)
     app.command()(runtime)
     app.command("rm")(rm)
     app.command()(clone)
@@ -120,6 +122,16 @@ def submit(
             "gpus=4,cpus=8,memory=32G; repeatable, tried in order."
         ),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="JOB[:WHEN]: wait for that job to succeed (or WHEN: started, ended, "
+            "succeeded, failed); repeatable, all must hold."
+        ),
+    ] = None,
+    hold: Annotated[
+        bool, typer.Option("--hold", help="Submit it held (`gpuyard release` lets it start).")
+    ] = False,
     max_restarts: Annotated[
         int | None,
         typer.Option(help="Fault tolerance: restarts after faults (turns it on; default 3)."),
@@ -148,6 +160,7 @@ def submit(
         build_spec,
         command_text,
         load_job_file,
+        parse_after,
         parse_alternative,
         parse_env_flags,
         parse_mount_flags,
@@ -181,6 +194,8 @@ def submit(
         "node_names": node or None,
         "driver_version": driver,
         "alternatives": [parse_alternative(a) for a in alternative] if alternative else None,
+        "after": [parse_after(a) for a in after] if after else None,
+        "hold": True if hold else None,
         "fault_tolerance": {
             k: v
             for k, v in (
@@ -469,6 +484,33 @@ def priority(
         return
     priority = job.spec.priority.value if job.spec else "?"
     console().print(f"job {job.id}: priority {priority}, {job.status.label}")
+
+
+def hold(
+    job_id: Annotated[int, typer.Argument(help="A queued or suspended job.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Keep a waiting job from starting until `gpuyard release`."""
+    _held(job_id, as_json, held=True)
+
+
+def release(
+    job_id: Annotated[int, typer.Argument(help="A held job.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Let a held job start when its turn comes."""
+    _held(job_id, as_json, held=False)
+
+
+def _held(job_id: int, as_json: bool, *, held: bool) -> None:
+    from gpuyard.cli.output import console, print_json
+
+    client = _client()
+    job = client.hold(job_id) if held else client.release(job_id)
+    if as_json:
+        print_json(job)
+        return
+    console().print(f"job {job.id}: {'held' if job.held else 'released'}, {job.status.label}")
 
 
 def runtime(

@@ -236,3 +236,14 @@ def parse_alternative(text: str) -> dict[str, str]:
             )
         spec[key] = value
     return spec
+
+
+def parse_after(text: str) -> dict[str, Any]:
+    """``12`` or ``12:ended`` -> a dependency of the spec (``after``)."""
+    job, _, when = text.strip().partition(":")
+    if not job.isdigit():
+        raise InvalidSpec(
+            f"--after {text!r}: give a job id, optionally with when it may start: 12, "
+            "12:started, 12:ended, 12:succeeded or 12:failed"
+        )
+    return {"job": int(job), **({"when": when} if when else {})}

@@ -242,6 +242,13 @@ class Client:
         ).json()
         return [JobEvent.model_validate(e) for e in data]
 
+    def hold(self, job_id: int) -> JobView:
+        """Keep a waiting job from starting until :meth:`release`."""
+        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/hold").json())
+
+    def release(self, job_id: int) -> JobView:
+        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/release").json())
+
     def faults(self, job_id: int) -> list[FaultEntry]:
         """The job's fault-tolerance log (``gpuyard ft-log``)."""
         data = self._request("GET", f"/jobs/{job_id}/faults").json()

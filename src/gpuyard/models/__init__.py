@@ -30,7 +30,9 @@ from gpuyard.models.accounts import (
 )
 from gpuyard.models.faults import FaultEntry, FaultTolerance, Performance, Recovery, SlowAction
 from gpuyard.models.job import (
+    After,
     BulkResult,
+    Dependency,
     JobBatch,
     JobEvent,
     JobFailure,
@@ -59,9 +61,11 @@ from gpuyard.models.states import JobState, JobStatus
 __all__ = [
     "Access",
     "Action",
+    "After",
     "AuditEntry",
     "BulkResult",
     "CordonRequest",
+    "Dependency",
     "FaultEntry",
     "FaultTolerance",
     "GroupSpec",

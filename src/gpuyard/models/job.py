@@ -25,6 +25,8 @@ from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
 
 __all__ = [
+    "After",
+    "Dependency",
     "JobEvent",
     "JobMode",
     "JobSpec",
@@ -261,6 +263,30 @@ class TorchLauncher(StrEnum):
     ``--local-rank=N``."""
 
 
+class After(StrEnum):
+    """When a job waiting on another may start (Slurm's --dependency kinds)."""
+
+    STARTED = "started"
+    """The other job has started (Slurm ``after``)."""
+    ENDED = "ended"
+    """The other job has ended, however (``afterany``)."""
+    SUCCEEDED = "succeeded"
+    """The other job has succeeded (``afterok``)."""
+    FAILED = "failed"
+    """The other job has ended without succeeding: failed, stopped or expired
+    (``afternotok``)."""
+
+
+class Dependency(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job: Id = Field(description="The job to wait for.")
+    when: After = Field(After.SUCCEEDED, description="started, ended, succeeded or failed.")
+
+
+MAX_DEPENDENCIES = 64
+
+
 class JobSpec(BaseModel):
     """A training job as submitted. New fields must have defaults (clients send old specs).
 
@@ -361,6 +387,15 @@ class JobSpec(BaseModel):
     )
     slurm: SlurmBatch | None = Field(
         None, description="mode slurm only: the batch script and what sbatch was told."
+    )
+    after: list[Dependency] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Jobs this one waits for, each with when it may start: after the other "
+        "started, ended, succeeded (the default) or failed. All must hold.",
+    )
+    hold: bool = Field(
+        False, description="Submit it held: it waits until released (`gpuyard release`)."
     )
     fault_tolerance: FaultTolerance | None = Field(
         None,
@@ -564,6 +599,8 @@ class JobView(BaseModel):
         description="What the caller may do with it (for interfaces to hide the rest).",
     )
     suspensions: int = Field(0, description="How many times it was suspended and requeued.")
+    held: bool = Field(False, description="Held: it does not start until released.")
+    restarts: int = Field(0, description="How many times it was restarted after a fault.")
     placement: list[Slot] = Field(default_factory=list)
     workers: list[WorkerView] = Field(default_factory=list)
 

@@ -106,6 +106,10 @@ class WaitCode(StrEnum):
     """Its pool, node list or driver version can never hold it."""
     UNSATISFIABLE = "unsatisfiable"
     """Larger than the pool could ever offer."""
+    HELD = "held"
+    """Held by a person until released."""
+    DEPENDENCY = "dependency"
+    """It waits for other jobs (its ``after``)."""
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -403,6 +407,10 @@ class _Cycle:
         return shapes
 
     def consider(self, job: PendingJob) -> None:
+        if job.blocked is not None:
+            code, reason = job.blocked
+            self.waits[job.id] = _wait(job.id, WaitCode(code), reason)
+            return
         if job.alternatives or job.min_nodes is not None:
             self.consider_choices(job)
             return

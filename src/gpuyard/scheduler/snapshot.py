@@ -164,6 +164,9 @@ class PendingJob:
     """``now - queued_since`` is how long it has waited in all (its submission time plus the
     seconds it ran in earlier attempts): the pool's ``age_halflife`` ages it. None: not
     known (no aging)."""
+    blocked: tuple[str, str] | None = None
+    """Why it may not start whatever the room, as (wait code, reason): it is held, or waits
+    for other jobs. It reserves nothing and holds no one back."""
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""

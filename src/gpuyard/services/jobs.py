@@ -19,7 +19,7 @@ from sqlalchemy import Table, bindparam, delete, func, insert, or_, select, upda
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound
+from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied
 from gpuyard.models import (
     BulkResult,
     FaultEntry,
@@ -138,6 +138,20 @@ class JobService:
                     raise
                 raise type(exc)(f"jobs[{i}]: {exc.detail}", extra=exc.extra) from None
 
+    def _check_dependencies(self, session: Session, part: _Submission) -> None:
+        """Each job waited for exists and its owner may see it."""
+        wanted = sorted({d.job for spec in part.specs for d in spec.after})
+        for job_id in wanted:
+            try:
+                self.policy.check_job(
+                    session, part.owner, session.get(JobRow, job_id), job_id, Action.VIEW
+                )
+            except (NotFound, PermissionDenied):
+                raise InvalidSpec(
+                    f"after: job {job_id} does not exist, or you may not see it; a job can "
+                    "wait only for jobs you can see (gpuyard ls)"
+                ) from None
+
     def _write_submissions(
         self, session: Session, parts: Sequence[_Submission]
     ) -> list[list[JobView] | BaseException]:
@@ -149,6 +163,7 @@ class JobService:
             try:
                 self._admit(part)
                 _check_arrays(session, part)
+                self._check_dependencies(session, part)
             except GpuyardError as exc:
                 results.append(exc)
             else:
@@ -375,6 +390,37 @@ class JobService:
                 "job.signal",
                 f"job:{job_id}",
                 f"signal {signum} to the {'steps' if steps else 'batch shell'}",
+            )
+            view = job_view(row)
+        self.notify(job_id)
+        return view
+
+    def hold(self, job_id: int, *, actor: str, held: bool = True) -> JobView:
+        """Hold a waiting job (it does not start until released) or release it: whoever may
+        stop it. Holding a held job, or releasing a free one, changes nothing."""
+        now = self.clock.now()
+        verb = "hold" if held else "release"
+        with self.store.write() as session:
+            row = self._may(session, actor, job_id, Action.STOP)
+            state = JobState(row.state)
+            if state not in PENDING:
+                raise Conflict(
+                    f"job {job_id} is {state.value}; only a queued or suspended job can be "
+                    f"{'held' if held else 'released'}"
+                    + (f" (`gpuyard suspend {job_id}` requeues a running one)" if held else ""),
+                    extra={"state": state.value},
+                )
+            if bool(row.held) is held:
+                return job_view(row)
+            guarded_update(session, row, held=held)  # a new version: a start decided is dropped
+            self.audit.record(session, f"user:{actor}", f"job.{verb}", f"job:{job_id}")
+            record_event(
+                session,
+                row,
+                kind=verb,
+                actor=f"user:{actor}",
+                reason=f"held by {actor}" if held else f"released by {actor}",
+                time=now,
             )
             view = job_view(row)
         self.notify(job_id)
@@ -738,6 +784,8 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         "limit_signal": (
             spec.slurm.signal.seconds if spec.slurm is not None and spec.slurm.signal else None
         ),
+        "held": spec.hold,
+        "depends": [[d.job, d.when.value] for d in spec.after] or None,
         "restarts": 0,
         "check_failures": 0,
         "check_next": False,

@@ -45,6 +45,8 @@ def job_view(
         access=Access(row.access or Access.NONE.value),
         allowed=list(allowed),
         suspensions=row.suspensions or 0,
+        held=bool(row.held),
+        restarts=row.restarts or 0,
         placement=[Slot.model_validate(s) for s in row.placement or []],
         workers=[
             WorkerView(
@@ -84,6 +86,7 @@ def queued_view(job_id: int, row: dict[str, Any], *, spec: JobSpec) -> JobView:
         access=spec.access,
         allowed=list(OFFERED_JOB_ACTIONS),
         suspensions=0,
+        held=spec.hold,
         placement=[],
         workers=[],
     )

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from gpuyard.client import Client
 from gpuyard.errors import GpuyardError as ClientError
-from gpuyard.models import JobState, JobView
+from gpuyard.models import After, JobState, JobView
 from gpuyard.models.slurm import MAX_SCRIPT, signal_number
 from gpuyard.slurm.options import OptionError
 from gpuyard.slurm.records import JobRecord, StepRecord
@@ -68,6 +68,14 @@ _STATE = {
 }
 
 
+_SLURM_AFTER = {
+    After.STARTED: "after",
+    After.ENDED: "afterany",
+    After.SUCCEEDED: "afterok",
+    After.FAILED: "afternotok",
+}
+
+
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
@@ -94,7 +102,12 @@ def job_record(job: JobView, uid: int = 0) -> JobRecord:
     reason = "None"
     if state == "PENDING":
         reason = "BeginTime" if job.state is JobState.SUSPENDED else "Priority"
-        if job.wait_code:
+        if job.wait_code == "held":
+            reason = "JobHeldUser"
+        elif job.wait_code == "dependency":
+            never = (job.reason or "").startswith("can never")
+            reason = "DependencyNeverSatisfied" if never else "Dependency"
+        elif job.wait_code:
             reason = "Resources" if "resource" in job.wait_code else "Priority"
     start, end = _ts(job.started_at), _ts(job.finished_at)
     steps: list[StepRecord] = []
@@ -153,6 +166,9 @@ def job_record(job: JobView, uid: int = 0) -> JobRecord:
         command=(spec.command if spec is not None else None) or "",
         stdout=slurm.output if slurm is not None else "",
         stderr=(slurm.error or slurm.output) if slurm is not None else "",
+        dependency=",".join(
+            f"{_SLURM_AFTER[d.when]}:{d.job}" for d in (spec.after if spec is not None else ())
+        ),
         comment=slurm.comment if slurm is not None else "",
         requeue=slurm.requeue if slurm is not None else True,
         steps=tuple(steps),
@@ -337,6 +353,26 @@ def _signum(text: str) -> int:
         raise CommandError(f"Unknown job signal: {text}") from None
 
 
+def _scontrol_hold(words: Sequence[str]) -> int:
+    """``scontrol hold|uhold|release ID…``."""
+    if len(words) < 2:
+        raise CommandError("Invalid job id specified")
+    try:
+        ids = _parse_ids(words[1:])
+    except BadJobId as exc:
+        raise CommandError(f"Invalid job id specified: {exc.text}") from None
+    with _client() as client:
+        for job in _jobs_for(client, ids):
+            try:
+                if words[0] == "release":
+                    client.release(job.id)
+                else:
+                    client.hold(job.id)
+            except ClientError as exc:
+                raise CommandError(f"Job {job.id}: {exc.detail}") from None
+    return 0
+
+
 def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912 - one branch per subcommand
     from gpuyard.slurm import render
 
@@ -394,6 +430,8 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
                 except ClientError as exc:
                     raise CommandError(f"Requeue of job {job.id} failed: {exc.detail}") from None
         return 0
+    if words[:1] in (["hold"], ["uhold"], ["release"]):
+        return _scontrol_hold(words)
     if words[:2] == ["show", "config"]:
         out.write(
             f"Configuration data as of {time.strftime('%Y-%m-%dT%H:%M:%S')}\n"
@@ -408,7 +446,7 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
         return 0
     raise CommandError(
         f"`scontrol {' '.join(args)}` is not supported; gpuyard answers show job, show "
-        "hostnames, show hostlist, show config, requeue and ping (docs/slurm.md)"
+        "hostnames, show hostlist, show config, requeue, hold, release and ping (docs/slurm.md)"
     )
 
 

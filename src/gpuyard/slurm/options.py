@@ -184,9 +184,6 @@ KEPT = frozenset(
 """Options kept with the job and without effect here: they cannot change what it computes."""
 
 REFUSED = {
-    "dependency": "job dependencies are not supported yet; submit the next job when this one "
-    "has ended",
-    "hold": "held jobs are not supported yet; submit the job when it may start",
     "begin": "--begin is not supported yet; submit the job at that time",
     "deadline": "--deadline is not supported yet",
     "exclude": "--exclude is not supported yet; name the nodes to use with --nodelist",

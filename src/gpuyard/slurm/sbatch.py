@@ -248,6 +248,10 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         spec["node_names"] = node_names
     if priority is not None:
         spec["priority"] = priority.value
+    if "dependency" in values:
+        spec["after"] = parse_dependency(values["dependency"])
+    if "hold" in values:
+        spec["hold"] = True
     if options.script_args:
         slurm["script_args"] = list(options.script_args)
     if array is None:
@@ -318,3 +322,39 @@ def parse(
             "sbatch: error: For instance: #!/bin/sh"
         )
     return parse_sbatch(args, script), script, name
+
+
+_DEPENDENCY_KINDS = {
+    "after": "started",
+    "afterany": "ended",
+    "afterok": "succeeded",
+    "afternotok": "failed",
+}
+
+
+def parse_dependency(text: str) -> list[dict[str, Any]]:
+    """``afterok:12:13,afterany:14`` -> the spec's ``after`` (all must hold, as Slurm's ``,``)."""
+    if "?" in text:
+        raise OptionError(
+            f"--dependency={text}: '?' (any one of) is not supported; use ',' (all of)"
+        )
+    after: list[dict[str, Any]] = []
+    for part in filter(None, text.split(",")):
+        kind, _, ids = part.partition(":")
+        when = _DEPENDENCY_KINDS.get(kind)
+        if when is None or not ids:
+            known = ", ".join(_DEPENDENCY_KINDS)
+            raise OptionError(
+                f"--dependency={text}: {part!r} is not supported; use {known} with job ids "
+                "(afterok:12:13)"
+            )
+        for job in ids.split(":"):
+            if not job.isdigit() or int(job) < 1:
+                raise OptionError(
+                    f"--dependency={text}: {job!r} is not a job id (array tasks and +time "
+                    "are not supported)"
+                )
+            after.append({"job": int(job), "when": when})
+    if not after:
+        raise OptionError(f"--dependency={text}: give at least one, e.g. afterok:12")
+    return after

@@ -7,9 +7,10 @@ Jobs are read as plain columns (their request is stored beside the spec, see
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpuyard.models import JobState, NodeState, Priority
@@ -39,6 +40,7 @@ from gpuyard.store.tables import (
 __all__ = ["SnapshotLoader", "allocations_of", "hypothetical", "load_snapshot", "pool_policies"]
 
 _PENDING = tuple(sorted(PENDING))
+_PENDING_SET = frozenset(PENDING)
 _REQUEST_WIDTH = len(REQUEST_COLUMNS)
 
 
@@ -213,7 +215,13 @@ class SnapshotLoader:
             found = fresh.get(job_id) or cached.get(job_id)
             if found is not None and found.version == version:
                 self._pending[job_id] = found
-        return tuple(self._pending.values())
+        # Whether a job is blocked is read afresh each time: a dependency ends without the
+        # waiting job's version moving (the cache keeps the jobs unblocked).
+        blocked = blocked_jobs(session)
+        return tuple(
+            replace(job, blocked=blocked[job.id]) if job.id in blocked else job
+            for job in self._pending.values()
+        )
 
 
 MAX_AGE = 30.0
@@ -363,3 +371,55 @@ class _Hypothetical:
     ) -> None:
         self.owner, self.group_name, self.seq, self.priority = owner, group_name, seq, priority
         self.created_at = created_at
+
+
+_BLOCKABLE = select(JobRow.id, JobRow.held, JobRow.depends).where(
+    JobRow.state.in_(_PENDING), or_(JobRow.held.is_(True), JobRow.depends.is_not(None))
+)
+
+
+def blocked_jobs(session: Session) -> dict[int, tuple[str, str]]:
+    """The waiting jobs that may not start whatever the room, with (wait code, reason): held
+    ones, and those whose dependencies do not hold yet (or never will)."""
+    rows = session.execute(_BLOCKABLE).all()
+    if not rows:
+        return {}
+    wanted = sorted({int(d[0]) for _, _, depends in rows for d in depends or ()})
+    states: dict[int, JobState] = {}
+    for chunk in range(0, len(wanted), 500):
+        ids = wanted[chunk : chunk + 500]
+        query = select(JobRow.id, JobRow.state).where(JobRow.id.in_(ids))
+        states.update((job_id, state) for job_id, state in session.execute(query))
+    blocked: dict[int, tuple[str, str]] = {}
+    for job_id, held, depends in rows:
+        if held:
+            blocked[job_id] = ("held", f"held: `gpuyard release {job_id}` lets it start")
+            continue
+        waits = [why for d in depends or () if (why := _unmet(int(d[0]), str(d[1]), states))]
+        if waits:
+            never = [w for w in waits if w.startswith("can never")]
+            blocked[job_id] = ("dependency", "; ".join(never or waits))
+    return blocked
+
+
+def _unmet(other: int, when: str, states: Mapping[int, JobState]) -> str:
+    """Why the dependency on ``other`` does not hold ("" when it does). A job that was
+    deleted counts as ended, its outcome unknown."""
+    state = states.get(other)
+    ended = state is None or state.is_terminal()
+    if when == "started":
+        return (
+            ""
+            if state is None or state not in _PENDING_SET
+            else f"waiting for job {other} to start"
+        )
+    if when == "ended":
+        return "" if ended else f"waiting for job {other} to end"
+    outcome = "succeeded" if state is JobState.SUCCEEDED else "not succeeded"
+    if not ended:
+        return f"waiting for job {other} to {'succeed' if when == 'succeeded' else 'fail'}"
+    if (when == "succeeded") == (outcome == "succeeded") and state is not None:
+        return ""
+    gone = "was deleted" if state is None else f"ended {state.value}"
+    need = "succeed" if when == "succeeded" else "fail"
+    return f"can never start: job {other} {gone}, and this job waits for it to {need}"

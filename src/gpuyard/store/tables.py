@@ -152,6 +152,12 @@ class JobRow(Base):
     """``fault_tolerance.hang_timeout`` (a column, so the loop finds the jobs to watch)."""
     perf_window: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     """``fault_tolerance.performance.window`` (likewise)."""
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Held: it waits until released, whatever else holds (``gpuyard hold/release``)."""
+    depends: Mapped[list[Any] | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True, default=None
+    )
+    """The spec's ``after``, as ``[[job id, when], …]``; None: it waits for no job."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""

@@ -202,8 +202,10 @@ def test_hostile_sbatch_input_is_refused_with_a_message(
     assert status == 255 and "not UTF-8" in err, err
     status, _, err = slurm("sbatch", "--array=0-100000", "job.sh", capsys=capsys)
     assert status == 255 and "Invalid job array specification" in err, err
-    status, _, err = slurm("sbatch", "--dependency=afterok:1", "job.sh", capsys=capsys)
-    assert status == 255 and "dependencies are not supported yet" in err, err
+    status, _, err = slurm("sbatch", "--dependency=singleton", "job.sh", capsys=capsys)
+    assert status == 255 and "'singleton' is not supported" in err, err
+    status, _, err = slurm("sbatch", "--dependency=afterok:999999", "job.sh", capsys=capsys)
+    assert status != 0 and "after: job 999999 does not exist" in err, err
     status, _, err = slurm("sbatch", "-p", "nosuch", "job.sh", capsys=capsys)
     assert status == 255 and "invalid partition specified: nosuch" in err, err
     status, _, err = slurm("sbatch", "--time=400-0", "-c5000", "job.sh", capsys=capsys)

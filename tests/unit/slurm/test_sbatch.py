@@ -407,10 +407,6 @@ def test_bad_signal_is_refused(text: str) -> None:
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        (["--dependency=afterok:1"], "--dependency: job dependencies are not supported yet"),
-        (["-d", "afterany:3"], "--dependency: job dependencies are not supported yet"),
-        (["--hold"], "--hold: held jobs are not supported yet"),
-        (["-H"], "--hold: held jobs are not supported yet"),
         (["--begin=now+1hour"], "--begin: --begin is not supported yet"),
         (["--exclude=n1"], "--exclude: --exclude is not supported yet"),
         (["--uid=0"], "--uid: jobs run as their owner"),
@@ -422,8 +418,49 @@ def test_refused_options_are_named(args: list[str], start: str) -> None:
 
 
 def test_a_refused_option_in_the_script_is_refused_too() -> None:
-    script = "#!/bin/sh\n#SBATCH --dependency=afterok:5\n"
-    assert refused([], script).startswith("--dependency: ")
+    script = "#!/bin/sh\n#SBATCH --begin=now+1hour\n"
+    assert refused([], script).startswith("--begin: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "after"),
+    [
+        (["--dependency=afterok:12"], [{"job": 12, "when": "succeeded"}]),
+        (
+            ["-d", "afterok:12:13,afterany:14,after:1,afternotok:2"],
+            [
+                {"job": 12, "when": "succeeded"},
+                {"job": 13, "when": "succeeded"},
+                {"job": 14, "when": "ended"},
+                {"job": 1, "when": "started"},
+                {"job": 2, "when": "failed"},
+            ],
+        ),
+    ],
+)
+def test_dependencies_become_the_jobs_after(args: list[str], after: list[Any]) -> None:
+    assert one(args)["after"] == after
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("afterok:1?afterany:2", "'?' (any one of) is not supported"),
+        ("singleton", "'singleton' is not supported"),
+        ("aftercorr:4", "'aftercorr:4' is not supported"),
+        ("afterok:4_1", "'4_1' is not a job id"),
+        ("afterok:4+60", "'4+60' is not a job id"),
+        ("afterok:", "'afterok:' is not supported"),
+    ],
+)
+def test_bad_dependencies_say_what_is_supported(text: str, says: str) -> None:
+    assert says in refused([f"--dependency={text}"])
+
+
+def test_hold_submits_held() -> None:
+    assert one(["--hold"])["hold"] is True
+    assert one(["-H"])["hold"] is True
+    assert "hold" not in one([])
 
 
 def test_kept_options_land_in_slurm_options() -> None:

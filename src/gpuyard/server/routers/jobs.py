@@ -153,6 +153,18 @@ def events(
     return services.jobs.events(job_id, actor=user, after=after, limit=limit)
 
 
+@router.post("/{job_id}/hold")
+def hold(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
+    """Keep a waiting job from starting until it is released."""
+    return services.jobs.hold(job_id, actor=user, held=True)
+
+
+@router.post("/{job_id}/release")
+def release(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
+    """Let a held job start again when its turn comes."""
+    return services.jobs.hold(job_id, actor=user, held=False)
+
+
 @router.get("/{job_id}/faults")
 def faults(job_id: JobId, services: ServicesDep, user: UserDep) -> list[FaultEntry]:
     """The job's fault-tolerance log: each fault, its evidence, the action, the outcome."""
