@@ -115,6 +115,10 @@ def submit(
     driver: Annotated[
         str | None, typer.Option(help="Run only on nodes with this GPU driver version.")
     ] = None,
+    exclude_node: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-node", help="Never run on this node; repeatable."),
+    ] = None,
     alternative: Annotated[
         list[str] | None,
         typer.Option(
@@ -193,6 +197,7 @@ def submit(
         "pool": pool,
         "node_names": node or None,
         "driver_version": driver,
+        "exclude_nodes": exclude_node or None,
         "alternatives": [parse_alternative(a) for a in alternative] if alternative else None,
         "after": [parse_after(a) for a in after] if after else None,
         "hold": True if hold else None,

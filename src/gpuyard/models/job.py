@@ -352,6 +352,11 @@ class JobSpec(BaseModel):
         description="Run only on nodes with this GPU driver version (label driver). Excludes "
         "pool and node_names.",
     )
+    exclude_nodes: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="Never run on these nodes (Slurm's --exclude). Excludes node_names.",
+    )
     alternatives: list[NodeResources] = Field(
         default_factory=list,
         max_length=16,
@@ -441,6 +446,11 @@ class JobSpec(BaseModel):
             raise ValueError(
                 f"{' and '.join(chosen)}: a job names a dedicated pool, node names or a driver "
                 "version, not several; keep one"
+            )
+        if self.node_names and self.exclude_nodes:
+            raise ValueError(
+                "exclude_nodes: a job that names its nodes (node_names) has nothing to "
+                "exclude; name only the nodes to use"
             )
         self._check_elastic()
         self._check_slurm()

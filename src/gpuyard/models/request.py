@@ -136,11 +136,13 @@ class Constraint:
     """Only these nodes (empty: any node of the pool)."""
     driver: str | None = None
     """Only nodes whose ``driver`` label is this version."""
+    exclude: frozenset[str] = frozenset()
+    """Never these nodes."""
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Constraints key the scheduler's caches, once per job per cycle: hash them once.
-        object.__setattr__(self, "_hash", hash((self.pool, self.nodes, self.driver)))
+        object.__setattr__(self, "_hash", hash((self.pool, self.nodes, self.driver, self.exclude)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -151,12 +153,19 @@ class Constraint:
             (labels.get("pool") or DEFAULT_POOL) == self.pool
             and (not self.nodes or name in self.nodes)
             and (self.driver is None or labels.get("driver") == self.driver)
+            and name not in self.exclude
         )
 
     @property
     def narrowed(self) -> bool:
-        """It names a pool, nodes or a driver (anything but the default pool as a whole)."""
-        return bool(self.nodes) or self.driver is not None or self.pool != DEFAULT_POOL
+        """It names a pool, nodes, a driver or nodes to avoid (anything but the default pool
+        as a whole)."""
+        return (
+            bool(self.nodes)
+            or self.driver is not None
+            or self.pool != DEFAULT_POOL
+            or bool(self.exclude)
+        )
 
 
 ANYWHERE = Constraint()
@@ -213,6 +222,8 @@ class JobRequest:
     driver: str | None = None
     max_runtime: float | None = None
     """Seconds; what backfill and prediction take as its run time."""
+    exclude: frozenset[str] = frozenset()
+    """Nodes it must not run on."""
 
     @property
     def request(self) -> Request:
@@ -234,7 +245,7 @@ class JobRequest:
         pool = self.pool or DEFAULT_POOL
         if self.node_names and node_pools:
             pool = next((node_pools[n] for n in sorted(self.node_names) if n in node_pools), pool)
-        return Constraint(pool, self.node_names, self.driver)
+        return Constraint(pool, self.node_names, self.driver, self.exclude)
 
 
 def request_of(spec: JobSpec) -> JobRequest:
@@ -254,4 +265,5 @@ def request_of(spec: JobSpec) -> JobRequest:
         node_names=frozenset(spec.node_names),
         driver=spec.driver_version,
         max_runtime=spec.max_runtime,
+        exclude=frozenset(spec.exclude_nodes),
     )

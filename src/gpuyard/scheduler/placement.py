@@ -396,7 +396,7 @@ class Ledger:
 
         ``end`` is when the job will have ended at the latest: it decides which holds the
         placement must leave room for (none with ``ignore_holds``)."""
-        scan = bool(constraint.nodes) or constraint.driver is not None
+        scan = bool(constraint.nodes) or constraint.driver is not None or bool(constraint.exclude)
         if not scan and constraint.pool not in self._pools:
             return None
         members = request.members
@@ -864,4 +864,7 @@ def _where(constraint: Constraint) -> str:
         parts.append("nodes " + ", ".join(sorted(constraint.nodes)))
     if constraint.driver is not None:
         parts.append(f"driver {constraint.driver}")
-    return (" in " + " / ".join(parts)) if parts else ""
+    where = (" in " + " / ".join(parts)) if parts else ""
+    if constraint.exclude:
+        where += " (not on " + ", ".join(sorted(constraint.exclude)) + ")"
+    return where

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 
@@ -158,6 +158,18 @@ def _never(view: _View, constraint: Constraint, choices: tuple[Request, ...]) ->
 def _constraint(view: _View, spec: JobSpec) -> Constraint:
     """Where the job may run, as the scheduler reads it; InvalidSpec for names that do not
     exist, and for node names in several pools."""
+    unknown = [n for n in dict.fromkeys(spec.exclude_nodes) if n not in view.nodes]
+    if unknown:
+        raise InvalidSpec(
+            f"exclude_nodes: there is no node {', '.join(unknown)} (see `gpuyard nodes`)"
+        )
+    constraint = _where(view, spec)
+    if spec.exclude_nodes:
+        return replace(constraint, exclude=frozenset(spec.exclude_nodes))
+    return constraint
+
+
+def _where(view: _View, spec: JobSpec) -> Constraint:
     nodes = view.nodes
     if spec.node_names:
         missing = [n for n in dict.fromkeys(spec.node_names) if n not in nodes]

@@ -186,7 +186,6 @@ KEPT = frozenset(
 REFUSED = {
     "begin": "--begin is not supported yet; submit the job at that time",
     "deadline": "--deadline is not supported yet",
-    "exclude": "--exclude is not supported yet; name the nodes to use with --nodelist",
     "test-only": "--test-only is not supported; `gpuyard predict` estimates the start",
     "clusters": "gpuyard is one cluster; remove --clusters",
     "cluster-constraint": "gpuyard is one cluster; remove --cluster-constraint",

@@ -203,6 +203,10 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         node_names = expand_hostlist(values["nodelist"]) if "nodelist" in values else []
     except ValueError as exc:
         raise OptionError(f"--nodelist: {exc}") from None
+    try:
+        excluded = expand_hostlist(values["exclude"]) if "exclude" in values else []
+    except ValueError as exc:
+        raise OptionError(f"--exclude: {exc}") from None
     env = forwarded_environment(environ, values.get("export"))
 
     slurm: dict[str, Any] = {
@@ -246,6 +250,8 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         spec["pool"] = pool
     if node_names:
         spec["node_names"] = node_names
+    if excluded:
+        spec["exclude_nodes"] = excluded
     if priority is not None:
         spec["priority"] = priority.value
     if "dependency" in values:

@@ -131,6 +131,9 @@ class JobRow(Base):
     node_names: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     driver: Mapped[str | None] = mapped_column(String(64), nullable=True)
     max_runtime: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exclude_nodes: Mapped[list[Any] | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True, default=None
+    )
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
     none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
@@ -174,6 +177,7 @@ class JobRow(Base):
             self.node_names,
             self.driver,
             self.max_runtime,
+            self.exclude_nodes,
         )
 
     __table_args__ = (
@@ -330,6 +334,7 @@ REQUEST_COLUMNS = (
     JobRow.node_names,
     JobRow.driver,
     JobRow.max_runtime,
+    JobRow.exclude_nodes,
 )
 """The columns that hold a job's request, in :func:`request_from_columns`' order."""
 
@@ -347,6 +352,7 @@ def request_columns(ask: JobRequest) -> dict[str, Any]:
         "min_nodes": ask.min_nodes,
         "pool": ask.pool,
         "node_names": sorted(ask.node_names) or None,
+        "exclude_nodes": sorted(ask.exclude) or None,
         "driver": ask.driver,
         "max_runtime": ask.max_runtime,
     }
@@ -365,6 +371,7 @@ def request_from_columns(
     node_names: list[Any] | None,
     driver: str | None,
     max_runtime: float | None,
+    exclude_nodes: list[Any] | None = None,
 ) -> JobRequest:
     """The request that :func:`request_columns` stored."""
     return JobRequest(
@@ -378,6 +385,7 @@ def request_from_columns(
         node_names=frozenset(str(n) for n in node_names or ()),
         driver=driver,
         max_runtime=max_runtime,
+        exclude=frozenset(str(n) for n in exclude_nodes or ()),
     )
 
 

@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
+from gpuyard.errors import InvalidSpec
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState
 from gpuyard.models.worker import NodeInfo, WorkerKey
@@ -278,3 +279,16 @@ def test_a_failure_without_a_known_signature_adds_no_diagnosis(
     pool.controller.tick()
     assert pool.state(job_id) is JobState.FAILED
     assert pool.reasons(job_id, "diagnosis") == []
+
+
+def test_excluded_nodes_are_never_used(pool: Pool) -> None:
+    job_id = pool.submit(resources={"gpus": 1}, exclude_nodes=["n0"])
+    pool.controller.tick()
+    assert pool.state(job_id) is JobState.RUNNING
+    assert [launch.node for launch in pool.executor.launches] == ["n1"]
+    with pytest.raises(InvalidSpec, match=r"only 1 node\(s\) \(not on n1\) can hold"):
+        pool.submit(nodes=2, resources={"gpus": 1}, exclude_nodes=["n1"])
+    with pytest.raises(InvalidSpec, match="exclude_nodes: there is no node n9"):
+        pool.submit(exclude_nodes=["n9"])
+    with pytest.raises(ValueError, match="has nothing to exclude"):
+        pool.submit(node_names=["n0"], exclude_nodes=["n1"])

@@ -408,7 +408,6 @@ def test_bad_signal_is_refused(text: str) -> None:
     ("args", "start"),
     [
         (["--begin=now+1hour"], "--begin: --begin is not supported yet"),
-        (["--exclude=n1"], "--exclude: --exclude is not supported yet"),
         (["--uid=0"], "--uid: jobs run as their owner"),
         (["--input=in.txt"], "--input: a batch job reads no standard input here"),
     ],
@@ -455,6 +454,11 @@ def test_dependencies_become_the_jobs_after(args: list[str], after: list[Any]) -
 )
 def test_bad_dependencies_say_what_is_supported(text: str, says: str) -> None:
     assert says in refused([f"--dependency={text}"])
+
+
+def test_exclude_becomes_the_nodes_to_avoid() -> None:
+    assert one(["--exclude=n[1-3],gpu7"])["exclude_nodes"] == ["n1", "n2", "n3", "gpu7"]
+    assert "--exclude: " in refused(["--exclude=n[1-"])
 
 
 def test_hold_submits_held() -> None:
