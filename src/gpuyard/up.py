@@ -187,6 +187,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             executor,
             clock=clock,
             interval=settings.controller_interval,
+            inspect_every=settings.inspect_interval,
             control_url=url,
             launch_config=launch_config(settings, who=who),
         )
