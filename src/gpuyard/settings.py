@@ -120,6 +120,15 @@ class Settings(BaseSettings):
     controller_interval: float = Field(
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
     )
+    inspect_interval: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="Seconds between inspections of every node's health (the executor's "
+        "heartbeat, free disk of the job directories, the NIC, each GPU through NVML: "
+        "temperature, ECC, retired pages, Xid events); 0: never. A new critical finding "
+        "cordons the node (docs/node-health.md).",
+    )
     executor: str = Field("local", description="Executor that runs workers: 'local'.")
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,

@@ -188,6 +188,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             executor,
             clock=clock,
             interval=settings.controller_interval,
+            inspect_every=settings.inspect_interval,
             control_url=url,
             launch_config=launch_config(settings, who=who),
             alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,

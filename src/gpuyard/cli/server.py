@@ -24,9 +24,10 @@ def register(app: typer.Typer) -> None:
     nodes_app = typer.Typer(
         invoke_without_command=True,
         no_args_is_help=False,
-        help="List nodes; cordon, drain or uncordon one.",
+        help="List nodes and their health; show one; cordon, drain or uncordon one.",
     )
     nodes_app.callback()(nodes)
+    nodes_app.command("show")(show_node)
     nodes_app.command("cordon")(cordon)
     nodes_app.command("drain")(drain)
     nodes_app.command("uncordon")(uncordon)
@@ -225,13 +226,15 @@ def health(as_json: JsonOpt = False) -> None:
 
 
 def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List nodes with used / total resources, and why any is cordoned."""
+    """List nodes with used / total resources and health; why any is cordoned or unwell."""
     if ctx.invoked_subcommand is not None:
         return
     from rich.table import Table
+    from rich.text import Text
 
     from gpuyard.cli.output import console, print_json
     from gpuyard.client import Client
+    from gpuyard.models.health import ProbeStatus, health_summary
     from gpuyard.quantities import format_bytes
 
     items = Client().nodes()
@@ -239,7 +242,16 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         print_json(items)
         return
     table = Table(
-        "NAME", "ADDRESS", "STATE", "GPUS", "CPUS", "MEMORY", "GPU MODEL", "JOBS", box=None
+        "NAME",
+        "ADDRESS",
+        "STATE",
+        "GPUS",
+        "CPUS",
+        "MEMORY",
+        "GPU MODEL",
+        "JOBS",
+        "HEALTH",
+        box=None,
     )
     for n in items:
         table.add_row(
@@ -251,14 +263,20 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
             ",".join(map(str, n.jobs)) or "-",
+            Text(health_summary(n.health)),
         )
-    console().print(table)
+    out = console()
+    out.print(table)
     for n in items:
         if n.cordon_reason:
             by = f" by {n.cordoned_by}" if n.cordoned_by else ""
-            console().print(f"{n.name} cordoned{by}: {n.cordon_reason}", markup=False)
+            out.print(f"{n.name} cordoned{by}: {n.cordon_reason}", markup=False)
+    for n in items:
+        for f in n.health:
+            if f.status in (ProbeStatus.CRITICAL, ProbeStatus.WARNING):
+                out.print(f"{n.name} {f.status.value}: {f.describe()}", markup=False)
     if bare := [n.name for n in items if n.labels.get("isolation") == "none"]:
-        console().print(
+        out.print(
             f"[yellow]warning:[/] no cgroup isolation on {', '.join(bare)}: no memory, CPU or "
             "process limits, and processes that leave a worker's process group can outlive it "
             "(see the log of `gpuyard up`)"
@@ -267,6 +285,39 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 NodeArg = Annotated[str, typer.Argument(help="The node's name (see `gpuyard nodes`).")]
 ReasonOpt = Annotated[str, typer.Option("--reason", help="Why; shown in `gpuyard nodes`.")]
+
+
+def show_node(node: NodeArg, as_json: JsonOpt = False) -> None:
+    """One node: its state, cordon, and every probe of its latest health inspection."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from gpuyard.cli.output import console, print_json
+    from gpuyard.client import Client
+    from gpuyard.models.health import health_summary
+
+    n = Client().node(node)
+    if as_json:
+        print_json(n)
+        return
+    out = console()
+    out.print(f"{n.name} ({n.address}): {n.state.value}", markup=False)
+    if n.cordon_reason:
+        by = f" by {n.cordoned_by}" if n.cordoned_by else ""
+        out.print(f"cordoned{by}: {n.cordon_reason}", markup=False)
+    if n.inspected_at is None:
+        out.print("health: not inspected yet")
+        return
+    when = n.inspected_at.isoformat(timespec="seconds")
+    out.print(f"health: {health_summary(n.health)} (inspected {when})", markup=False)
+    table = Table("PROBE", "GPU", "STATUS", "VALUE", "MESSAGE", box=None)
+    for f in n.health:
+        value = "-" if f.value is None else str(f.value)
+        jobs = f" (jobs {', '.join(map(str, f.jobs))})" if f.jobs else ""
+        table.add_row(
+            f.probe.value, f.gpu or "-", f.status.value, Text(value), Text(f.message + jobs)
+        )
+    out.print(table)
 
 
 def cordon(node: NodeArg, reason: ReasonOpt) -> None:

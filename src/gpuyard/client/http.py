@@ -303,6 +303,10 @@ class Client:
     def nodes(self) -> list[NodeView]:
         return [NodeView.model_validate(n) for n in self._request("GET", "/nodes").json()]
 
+    def node(self, name: str) -> NodeView:
+        """One node, with every finding of its latest health inspection."""
+        return NodeView.model_validate(self._request("GET", f"/nodes/{name}").json())
+
     def health(self) -> dict[str, Any]:
         """The server's health report; ``status`` is "stalled" (HTTP 503) while its
         controller makes no progress, which is an answer, not an error."""

@@ -21,6 +21,11 @@ One job's failure stays that job's (:mod:`gpuyard.controller.health`): each job'
 pass is guarded, a job whose work keeps failing is given up on, and a pass that fails as a
 whole backs off before the next try.
 
+Slow work runs beside the loop, on threads of its own, never inside a pass: launches
+(:mod:`gpuyard.controller.launcher`), queue forecasts (:mod:`gpuyard.controller.forecaster`)
+and the periodic inspection of the nodes' health (:mod:`gpuyard.controller.inspection`), which
+cordons a node on a new critical finding.
+
 No transaction is open across executor I/O: every pass reads, closes the session, talks to
 the executor, then writes in a short transaction whose UPDATEs are guarded by id + version.
 A decision made on a stale read changes nothing and is retried on the next pass.
@@ -44,6 +49,7 @@ from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
 from gpuyard.controller.forecaster import Forecaster
 from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, describe
+from gpuyard.controller.inspection import INSPECT_EVERY, Inspector
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
 from gpuyard.errors import IllegalTransition, StaleWrite
@@ -89,8 +95,11 @@ class Controller:
         launch_config: LaunchConfig | None = None,
         stall_after: float = 30.0,
         alert: Callable[[dict[str, Any]], None] | None = None,
+        inspect_every: float = INSPECT_EVERY,
     ) -> None:
-        """``alert``: where alerts go besides the jobs' logs (the pool's webhook)."""
+        """``alert``: where alerts go besides the jobs' logs (the pool's webhook).
+        ``inspect_every``: seconds between inspections of the nodes' health, run beside the
+        loop (:mod:`gpuyard.controller.inspection`); 0 for none."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -132,6 +141,9 @@ class Controller:
             alert=alert,
         )
         self.forecaster = Forecaster(store, clock)
+        self.inspector = Inspector(
+            store, executor, clock, every=inspect_every, cordoned=self.notify
+        )
         self.launcher = Launcher(
             store, launch=self.lifecycle.advance, errors=self.errors, done=self._launched
         )
@@ -173,6 +185,7 @@ class Controller:
         self.executor.set_wakeup(self.wake)
         self.launcher.start()
         self.forecaster.start()
+        self.inspector.start()
         self._thread = threading.Thread(target=self._run, name="gpuyard-controller", daemon=True)
         self._thread.start()
 
@@ -184,6 +197,7 @@ class Controller:
             self._thread.join(timeout)
         self.launcher.stop()
         self.forecaster.stop()
+        self.inspector.stop()
 
     def _launched(self, job_id: int) -> None:
         """The launcher is done with ``job_id``: look at it again (a stop may have come)."""

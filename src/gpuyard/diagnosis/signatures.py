@@ -17,7 +17,8 @@ rank 0 printed a minute later. Advice lines that merely mention a fault
 Each signature says what the fault suggests (:class:`Suspect`): the **node** (hardware: retry
 elsewhere after a re-check), the **job's** own code or data (do not retry by default), or
 **unknown** (a cascade without its root). Xid codes are split as the research note says:
-application Xids (13, 31, 43, 45, 68, and 63, 92, 109 per Meta's GCM) versus node-critical ones.
+application Xids (13, 31, 43, 45, 68, and 63, 92, 109 per Meta's GCM) versus node-critical ones;
+the set lives in :mod:`gpuyard.models.health`, shared with the executors' node inspection.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from gpuyard.models.health import APPLICATION_XIDS, xid_is_application
 
 __all__ = [
     "APPLICATION_XIDS",
@@ -83,10 +86,6 @@ class Signature:
 def _sig(cause: Cause, pattern: str, *, root: bool, suspect: Suspect, title: str) -> Signature:
     return Signature(cause, re.compile(pattern, re.IGNORECASE), root, suspect, title)
 
-
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 63, 92, 109})
-"""Xids where the GPU stays healthy (NVIDIA's device plugin's applicationErrorXids, and 63, 92,
-109 per Meta's GCM); every other Xid is node-critical."""
 
 _XID = re.compile(r"NVRM: Xid \(([^)]+)\): (\d+)")
 
@@ -257,8 +256,9 @@ class Observation:
 
 
 def xid_suspect(code: int) -> Suspect:
-    """An application Xid leaves the GPU healthy; any other takes the node out."""
-    return Suspect.JOB if code in APPLICATION_XIDS else Suspect.NODE
+    """An application Xid leaves the GPU healthy; any other takes the node out (the rule is
+    :func:`gpuyard.models.health.xid_is_application`, which the node inspection uses too)."""
+    return Suspect.JOB if xid_is_application(code) else Suspect.NODE
 
 
 MAX_LINE = 2000

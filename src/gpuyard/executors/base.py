@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from gpuyard.models.health import Finding
 from gpuyard.models.worker import (
     ControlState,
     Handle,
@@ -88,6 +89,13 @@ class Executor(Protocol):
 
     def remove_job(self, job_id: int) -> None:
         """Delete what the executor keeps for a job (logs, work files)."""
+        ...
+
+    def inspect(self) -> dict[str, list[Finding]]:
+        """Inspect every node's health: per node name, what each probe found (the agent's
+        heartbeat, disk, NIC, each GPU through NVML; docs/node-health.md). A probe that cannot
+        look says NOT_AVAILABLE, never OK. It may take seconds: the controller calls it beside
+        its loop, with a deadline, and a node missing from the answer keeps its last findings."""
         ...
 
     def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:

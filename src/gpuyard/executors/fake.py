@@ -9,10 +9,12 @@ with it in :attr:`FakeExecutor.launches`, for tests to check, and otherwise igno
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuyard.executors.base import LaunchError
+from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.worker import (
     ControlState,
     Handle,
@@ -26,6 +28,8 @@ from gpuyard.models.worker import (
 )
 
 __all__ = ["FakeExecutor", "FakeWorker"]
+
+_ANSWERED = Finding(probe=Probe.HEARTBEAT, status=ProbeStatus.OK, message="the fake answered")
 
 
 @dataclass
@@ -65,6 +69,10 @@ class FakeExecutor:
         self.broken: dict[int, str] = {}
         """Job ids whose workers make ``status`` and ``control`` raise, with the message (a
         worker whose files break the executor)."""
+        self.findings: dict[str, list[Finding]] = {}
+        """What ``inspect`` answers for a node (default: a heartbeat that answered, only)."""
+        self.inspect_delay = 0.0
+        """Seconds ``inspect`` takes (an agent that answers late)."""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[NodeInfo]:
@@ -145,6 +153,12 @@ class FakeExecutor:
         with self._lock:
             for key in [k for k in self.workers if k.job_id == job_id]:
                 del self.workers[key]
+
+    def inspect(self) -> dict[str, list[Finding]]:
+        if self.inspect_delay:
+            time.sleep(self.inspect_delay)
+        with self._lock:
+            return {n.name: list(self.findings.get(n.name, [_ANSWERED])) for n in self._nodes}
 
     def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
         pass

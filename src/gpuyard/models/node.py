@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuyard.models.health import Finding
+
 __all__ = ["CordonRequest", "Network", "NodeState", "NodeView"]
 
 
@@ -43,9 +45,17 @@ class NodeView(BaseModel):
     updated_at: datetime | None = None
     cordon_reason: str | None = Field(None, description="Why it is cordoned, while it is.")
     cordoned_by: str | None = Field(
-        None, description="Who cordoned it: user:NAME, or check:job N for a failed node check."
+        None,
+        description="Who cordoned it: user:NAME, check:job N for a failed node check, or "
+        "inspection for a critical finding of the periodic node inspection.",
     )
     cordoned_at: datetime | None = None
+    health: list[Finding] = Field(
+        default_factory=list,
+        description="What the latest inspection found, one entry per probe (and GPU); "
+        "empty until the node is first inspected (docs/node-health.md).",
+    )
+    inspected_at: datetime | None = Field(None, description="When the latest inspection ran.")
 
 
 class CordonRequest(BaseModel):

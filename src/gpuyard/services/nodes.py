@@ -1,30 +1,61 @@
-"""Nodes with what is used and free on each."""
+"""Nodes with what is used and free on each, their cordons, and what inspections found.
+
+:func:`record_inspection` holds the rules of the periodic node inspection (docs/node-health.md):
+the latest findings are stored with the node, a *new* critical finding
+(:func:`gpuyard.models.health.newly_critical`) cordons a schedulable node with
+``cordoned_by="inspection"``, and a GPU's Xid is attributed to the jobs placed on that GPU (an
+event of each). Nothing here uncordons: an admin decides that.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 
+from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
+from gpuyard.models.health import Finding, Probe, newly_critical
 from gpuyard.models.states import HOLDING
+from gpuyard.services.transitions import record_event
 from gpuyard.services.views import to_datetime
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, NodeRow
 
-__all__ = ["NodeService", "cordon_node", "uncordon_node"]
+__all__ = [
+    "INSPECTION",
+    "NodeService",
+    "cordon_node",
+    "record_inspection",
+    "stored_findings",
+    "uncordon_node",
+]
 
 _HOLDING = HOLDING
+INSPECTION = "inspection"
+"""Who cordons a node for a critical finding (``cordoned_by``), and the actor of its events."""
 
 
 class NodeService:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def list_nodes(self) -> list[NodeView]:
+    def get_node(self, name: str) -> NodeView:
+        found = self.list_nodes(only=name)
+        if not found:
+            raise NotFound(f"node {name} does not exist (see `gpuyard nodes`)")
+        return found[0]
+
+    def list_nodes(self, *, only: str | None = None) -> list[NodeView]:
+        query = select(NodeRow).options(undefer(NodeRow.health)).order_by(NodeRow.name)
+        if only is not None:
+            query = query.where(NodeRow.name == only)
         with self.store.read() as session:
-            nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
+            nodes = session.scalars(query).all()
             placements = session.execute(
                 select(JobRow.id, JobRow.placement).where(JobRow.state.in_(_HOLDING))
             ).all()
@@ -64,6 +95,8 @@ class NodeService:
                 cordon_reason=n.cordon_reason,
                 cordoned_by=n.cordoned_by,
                 cordoned_at=to_datetime(n.cordoned_at),
+                health=stored_findings(n.health),
+                inspected_at=to_datetime(n.inspected_at),
             )
             for n in nodes
         ]
@@ -90,3 +123,91 @@ def uncordon_node(session: Session, name: str) -> bool:
         row.state = NodeState.READY
     row.cordon_reason = row.cordoned_by = row.cordoned_at = None
     return True
+
+
+def stored_findings(health: Sequence[Any] | None) -> list[Finding]:
+    """The findings a node's ``health`` column holds; an entry that no longer parses (written
+    by another version) is left out rather than failing the whole list."""
+    found: list[Finding] = []
+    for item in health or []:
+        try:
+            found.append(Finding.model_validate(item))
+        except ValidationError:
+            continue
+    return found
+
+
+def record_inspection(
+    session: Session, found: Mapping[str, Sequence[Finding]], *, now: float
+) -> dict[str, list[Finding]]:
+    """Store each node's findings (nodes the store does not know are skipped), attribute GPU
+    Xids to the jobs on that GPU, and cordon each schedulable node with a new critical
+    finding. Returns the nodes cordoned, with the findings that did it. A node cordoned
+    already keeps its cordon and its reason (an admin's, a failed check's): its new findings
+    show in its health."""
+    if not found:
+        return {}
+    rows = session.scalars(
+        select(NodeRow).options(undefer(NodeRow.health)).where(NodeRow.name.in_(list(found)))
+    ).all()
+    holders: list[tuple[int, list[dict[str, Any]]]] = []
+    if any(f.probe is Probe.GPU_XID and f.gpu is not None for fs in found.values() for f in fs):
+        holders = [
+            (job_id, list(placement or []))
+            for job_id, placement in session.execute(
+                select(JobRow.id, JobRow.placement).where(JobRow.state.in_(_HOLDING))
+            )
+        ]
+    cordoned: dict[str, list[Finding]] = {}
+    for row in rows:
+        findings = [_attributed(f, row, holders) for f in found[row.name]]
+        new = newly_critical(stored_findings(row.health), findings)
+        row.health = [f.model_dump(mode="json") for f in findings]
+        row.inspected_at = now
+        if new and row.state is NodeState.READY:
+            reason = "; ".join(f.describe() for f in new)
+            cordon_node(session, row.name, reason=f"critical {reason}", by=INSPECTION, now=now)
+            cordoned[row.name] = new
+        _tell_jobs(session, row.name, findings, now)
+    return cordoned
+
+
+def _attributed(
+    finding: Finding, node: NodeRow, holders: Sequence[tuple[int, list[dict[str, Any]]]]
+) -> Finding:
+    """An Xid of a GPU, with the jobs placed on that GPU (placements name a node's GPUs by
+    their index in its ``gpu_devices``; an exclusive slot has them all)."""
+    if finding.probe is not Probe.GPU_XID or finding.gpu is None or not holders:
+        return finding
+    devices = [str(d) for d in node.gpu_devices or []]
+    if finding.gpu not in devices:
+        return finding
+    index = devices.index(finding.gpu)
+    jobs = sorted(
+        {
+            job_id
+            for job_id, placement in holders
+            for slot in placement
+            if slot.get("node") == node.name
+            and (slot.get("exclusive") or index in slot.get("gpus", ()))
+        }
+    )
+    return finding.model_copy(update={"jobs": jobs}) if jobs else finding
+
+
+def _tell_jobs(session: Session, node: str, findings: Sequence[Finding], now: float) -> None:
+    """An event in each job a GPU's Xid was attributed to: an application Xid is the job's to
+    look at (its log says more), a node-critical one explains a failure that may follow."""
+    for finding in findings:
+        for job_id in finding.jobs:
+            job = session.get(JobRow, job_id)
+            if job is not None:
+                record_event(
+                    session,
+                    job,
+                    kind="gpu_xid",
+                    actor=INSPECTION,
+                    node=node,
+                    time=now,
+                    reason=f"GPU {finding.gpu} of {node}: {finding.message}",
+                )

@@ -255,6 +255,12 @@ class NodeRow(Base):
     """Why it is cordoned (kept while it is gone, so it comes back cordoned); None: it is not."""
     cordoned_by: Mapped[str | None] = mapped_column(String(96), nullable=True, default=None)
     cordoned_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    health: Mapped[list[Any] | None] = mapped_column(
+        JSON, nullable=True, default=None, deferred=True
+    )
+    """The latest inspection's findings (``Finding`` dicts, docs/node-health.md); None: not
+    inspected yet. Deferred: the scheduler's snapshot never reads it."""
+    inspected_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
     def effective_labels(self) -> dict[str, str]:
         return {

@@ -107,3 +107,37 @@ def test_0009_gives_pools_their_tail_guards_and_jobs_the_time_they_ran(database_
             )
     finally:
         store.close()
+
+
+def test_0011_gives_nodes_an_empty_health_and_going_down_keeps_the_rest(database_url: str) -> None:
+    """Nodes start uninspected (no findings, no time); going down drops both, nothing else."""
+    store = Store(database_url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0010")
+            connection.execute(
+                text(
+                    "INSERT INTO nodes (name, address, state, executor, gpus, gpu_model, "
+                    "gpu_devices, cpus, memory, labels, extra_labels, updated_at, "
+                    "cordon_reason, cordoned_by, cordoned_at) VALUES ('n0', '10.0.0.1', "
+                    "'cordoned', 'local', 8, 'H100', '[]', 64, 1024, '{}', '{}', 1.0, "
+                    "'flaky NIC', 'user:ada', 2.0)"
+                )
+            )
+            command.upgrade(alembic_config(connection), "0011")
+            row = connection.execute(text("SELECT health, inspected_at FROM nodes")).one()
+            assert tuple(row) == (None, None)
+            connection.execute(
+                text("UPDATE nodes SET health = :h, inspected_at = 3.0"),
+                {"h": '[{"probe": "disk", "status": "ok"}]'},
+            )
+            command.downgrade(alembic_config(connection), "0010")
+        columns = {c["name"] for c in inspect(store.engine).get_columns("nodes")}
+        assert {"health", "inspected_at"}.isdisjoint(columns)
+        with store.engine.begin() as connection:
+            kept = connection.execute(
+                text("SELECT name, state, cordon_reason, cordoned_by FROM nodes")
+            ).one()
+            assert tuple(kept) == ("n0", "cordoned", "flaky NIC", "user:ada")
+    finally:
+        store.close()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -62,6 +63,16 @@ from gpuyard.executors.local.control_state import listener_pids, read_control
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
 from gpuyard.executors.local.notifications import Listener
+from gpuyard.executors.probes.gpu import GpuProber, NvmlLibrary
+from gpuyard.executors.probes.host import (
+    DISK_THRESHOLDS,
+    DiskThresholds,
+    disk,
+    guarded,
+    heartbeat,
+    nic,
+)
+from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     ControlState,
@@ -120,12 +131,19 @@ class LocalExecutor:
         pids_limit: int = DEFAULT_PIDS_LIMIT,
         isolation: cgroups.Isolation | None = None,
         inject_faults: Mapping[str, str] | None = None,
+        nvml: NvmlLibrary | None = None,
+        disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
         use; detected on this machine when not given (tests pass their own).
         ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
-        for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md)."""
+        for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
+        ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
+        a ``machine`` whose GPUs it describes). ``disk_thresholds``: free fractions of the
+        job directories' filesystem below which the disk probe warns and is critical."""
         self.inject_faults = dict(inject_faults or {})
+        self.disk_thresholds = disk_thresholds
+        self._gpus = GpuProber(nvml)
         self.home = home
         self.jobs_root = home / "jobs"
         self.supervisors_root = home / "supervisors"
@@ -679,6 +697,37 @@ class LocalExecutor:
             for sdir in self.supervisors_root.glob(f"{job_id}-*-*"):
                 shutil.rmtree(sdir, ignore_errors=True)
 
+    # -- health ---------------------------------------------------------------------------
+
+    def inspect(self) -> dict[str, list[Finding]]:
+        """Every node's health (docs/node-health.md). Virtual nodes are one machine: they
+        share its heartbeat and its disk (looked at once), and each has its own address (the
+        NIC probe) and its own GPUs."""
+        beat = guarded(Probe.HEARTBEAT, self._heartbeat)
+        space = guarded(Probe.DISK, lambda: disk(self.jobs_root, self.disk_thresholds))
+        real = {n.name: n.gpu_devices for n in self._nodes if n.labels.get("gpu.kind") != "virtual"}
+        virtual = [n.name for n in self._nodes if n.labels.get("gpu.kind") == "virtual"]
+        gpus = self._gpus.inspect(real, virtual=virtual)
+        found: dict[str, list[Finding]] = {}
+        for node in self._nodes:
+            link = guarded(Probe.NIC, functools.partial(nic, node.address))
+            found[node.name] = [beat, space, link, *gpus.get(node.name, [])]
+        return found
+
+    def _heartbeat(self) -> Finding:
+        """The local executor's heartbeat: it answers, and it can write what launching a
+        worker writes first (:mod:`gpuyard.executors.probes.host`)."""
+        try:
+            self._secure_home()
+        except OSError as exc:
+            return Finding(
+                probe=Probe.HEARTBEAT,
+                status=ProbeStatus.CRITICAL,
+                value="unwritable",
+                message=f"cannot make the pool's home {self.home}: {exc.strerror or exc}",
+            )
+        return heartbeat(self.supervisors_root)
+
     # -- notifications --------------------------------------------------------------------
 
     def set_wakeup(self, callback: Callable[[WorkerKey | None], None]) -> None:
@@ -712,6 +761,7 @@ class LocalExecutor:
             self._listener.close()
             self._listener = None
         self._watcher.close()
+        self._gpus.close()
         self.isolation.remove_parents()  # only if no worker's cgroup is left in them
 
 

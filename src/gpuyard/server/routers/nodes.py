@@ -15,6 +15,12 @@ def list_nodes(services: ServicesDep) -> list[NodeView]:
     return services.nodes.list_nodes()
 
 
+@router.get("/nodes/{name}")
+def get_node(name: str, services: ServicesDep) -> NodeView:
+    """One node, with every finding of its latest health inspection."""
+    return services.nodes.get_node(name)
+
+
 @router.post("/nodes/{name}/cordon")
 def cordon_node(name: str, body: CordonRequest, services: ServicesDep, user: UserDep) -> NodeView:
     """Keep the node out of scheduling; jobs running on it go on."""
@@ -36,4 +42,4 @@ def uncordon_node(name: str, services: ServicesDep, user: UserDep) -> NodeView:
 
 
 def _one(services: Services, name: str) -> NodeView:
-    return next(n for n in services.nodes.list_nodes() if n.name == name)
+    return services.nodes.get_node(name)

@@ -1,0 +1,169 @@
+"""The periodic node inspection, run beside the loop (docs/node-health.md).
+
+Every :data:`INSPECT_EVERY` seconds (``GPUYARD_INSPECT_INTERVAL``) the inspector asks the
+executor to inspect its nodes (:meth:`gpuyard.executors.base.Executor.inspect`) and hands what
+it found to :func:`gpuyard.services.nodes.record_inspection`, which stores it and cordons a
+node on a new critical finding. It runs on a thread of its own, never inside a reconcile pass:
+NVML, a disk or a remote agent can take seconds, and the loop must not wait for them.
+
+The executor's answer is awaited for at most ``deadline`` seconds. An executor that has not
+answered by then has missed its heartbeat: each of its nodes gets a critical ``heartbeat``
+finding (new the first time, so it cordons), and keeps its other findings as last known (Xid
+events excepted: they were reported once). A call that hangs is not started again while it
+hangs; a later inspection waits for it, again at most ``deadline`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+
+from gpuyard.clock import Clock
+from gpuyard.executors.base import Executor
+from gpuyard.models import NodeState
+from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.services.nodes import record_inspection, stored_findings
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import NodeRow
+
+__all__ = ["DEADLINE", "INSPECT_EVERY", "Inspector"]
+
+log = logging.getLogger("gpuyard.controller")
+
+INSPECT_EVERY = 60.0
+"""Seconds between inspections (the ``inspect_interval`` setting's default)."""
+DEADLINE = 30.0
+"""Seconds the executor has to answer an inspection before it has missed its heartbeat."""
+
+STOP_CHECK = 0.1
+"""Seconds between looks at whether to stop while an inspection runs."""
+
+Found = dict[str, list[Finding]]
+
+
+class _Call:
+    """One ``inspect()`` on a daemon thread: a hung call never blocks the process's exit."""
+
+    def __init__(self, inspect: Callable[[], Found]) -> None:
+        self.done = threading.Event()
+        self.result: Found | None = None
+        self.error: Exception | None = None
+        self._inspect = inspect
+        threading.Thread(target=self._run, name="inspect", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._inspect()
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class Inspector:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        clock: Clock,
+        *,
+        every: float = INSPECT_EVERY,
+        deadline: float = DEADLINE,
+        cordoned: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``every``: seconds between inspections, 0 for none (:meth:`run_once` still runs
+        one). ``deadline``: seconds the executor has to answer; an inspection that takes
+        longer than the interval delays the next. ``cordoned``: called after an inspection
+        cordoned a node."""
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.every = every
+        self.deadline = deadline
+        self.cordoned = cordoned
+        self._call: _Call | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.every <= 0:
+            return
+        self._thread = threading.Thread(target=self._run, name="inspector", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:  # the next inspection tries again
+                log.exception("inspecting the nodes failed")
+            self._stop.wait(max(0.0, self.every - (time.monotonic() - began)))
+
+    def run_once(self) -> dict[str, list[Finding]]:
+        """Inspect every node and record it; return the nodes cordoned, with the findings
+        that did it. An executor whose inspection raises records nothing (a bug, not a
+        node's fault: it is raised)."""
+        found = self._ask()
+        if not found or self._stop.is_set():
+            return {}
+        with self.store.write() as session:
+            cordoned = record_inspection(session, found, now=self.clock.now())
+        for node, findings in cordoned.items():
+            log.warning(
+                "node %s cordoned by its inspection: %s",
+                node,
+                "; ".join(f.describe() for f in findings),
+            )
+        if cordoned:
+            self.cordoned()
+        return cordoned
+
+    def _ask(self) -> Found:
+        """The executor's findings, or a missed heartbeat on each of its nodes."""
+        if self._call is None or self._call.done.is_set():
+            self._call = _Call(self.executor.inspect)
+        call = self._call
+        end = time.monotonic() + self.deadline
+        while not call.done.wait(max(0.0, min(end - time.monotonic(), STOP_CHECK))):
+            if self._stop.is_set():
+                return {}  # stopping: a missed heartbeat now would be ours, not the node's
+            if time.monotonic() >= end:
+                return self._missed()
+        if call.error is not None:
+            raise call.error
+        return call.result or {}
+
+    def _missed(self) -> Found:
+        with self.store.read() as session:
+            rows = session.execute(
+                select(NodeRow.name, NodeRow.health).where(
+                    NodeRow.executor == self.executor.name, NodeRow.state != NodeState.GONE
+                )
+            ).all()
+        missed = Finding(
+            probe=Probe.HEARTBEAT,
+            status=ProbeStatus.CRITICAL,
+            value="no answer",
+            message=f"the executor did not answer the inspection within {self.deadline:g} s",
+        )
+        return {
+            name: [
+                missed,
+                *(
+                    f
+                    for f in stored_findings(health)
+                    if f.probe is not Probe.HEARTBEAT and not f.event
+                ),
+            ]
+            for name, health in rows
+        }
