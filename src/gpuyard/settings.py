@@ -120,6 +120,14 @@ class Settings(BaseSettings):
     controller_interval: float = Field(
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
     )
+    usage_interval: float = Field(
+        10.0,
+        ge=1,
+        le=60,
+        description="Seconds between samples of what running workers and nodes use (CPU, "
+        "memory, GPUs); the realtime view shows the last 10 minutes of them "
+        "(docs/monitoring.md).",
+    )
     executor: str = Field("local", description="Executor that runs workers: 'local'.")
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,
