@@ -128,7 +128,7 @@ def test_0013_adds_usage_series_that_go_with_their_job(database_url: str) -> Non
                 connection.execute(
                     text(
                         "INSERT INTO workers (id, job_id, attempt, rank, node, role, task, "
-                        '"primary", state) VALUES (:id, :id, 0, 0, \'n0\', \'worker\', 0, '
+                        "\"primary\", state) VALUES (:id, :id, 0, 0, 'n0', 'worker', 0, "
                         "true, 'running')"
                     ),
                     {"id": job_id},
