@@ -9,10 +9,12 @@ its own, like the forecaster, so that a slow read of many cgroups never delays a
    utilisation in cores is derived from the last reading kept in memory
    (:func:`gpuyard.models.usage.cpu_cores`; a restarted controller's first sample has none);
    a node the executor cannot measure as a whole (a virtual node) counts its workers;
-3. write it all in **one transaction**: the samples (level 0, one executemany per table),
-   each coarser level's buckets that closed since the last round, averaged from the level
-   below (:func:`gpuyard.models.usage.downsample`), and the deletion of every point older than
-   its resolution keeps (:func:`gpuyard.models.usage.cutoff`).
+3. average each coarser level's buckets that closed since the last round from the level
+   below (:func:`gpuyard.models.usage.downsample`; closed buckets no longer change, so this is
+   read before the write);
+4. write it all in **one transaction**: the samples and the averages (one executemany per
+   table), and the deletion of every point older than its resolution keeps
+   (:func:`gpuyard.models.usage.cutoff`). bench/usage.py measures it.
 
 Each level is made from the one below when a bucket closes, and every level keeps longer than
 the next one's step, so the roll-up needs no state that a crash could lose: after a restart the
@@ -134,9 +136,19 @@ class UsageSampler:
                 worker_points[worker_id] = (job_id, node, point)
         self._workers = {w: v for w, v in self._workers.items() if w in worker_points}
         node_points = self._node_points(nodes, worker_points.values(), t, mono)
+        rows: dict[Table, list[dict[str, Any]]] = {
+            _WORKERS: [
+                {"worker_id": w, "job_id": job_id, "level": 0, **_values(p)}
+                for w, (job_id, _, p) in worker_points.items()
+            ],
+            _NODES: [{"node": name, "level": 0, **_values(p)} for name, p in node_points.items()],
+        }
+        # Closed buckets no longer change: averaged before the write, which stays short (on
+        # SQLite it holds the one writer lock the reconcile loop needs too).
+        with self.store.read() as session:
+            rolled = self._roll_up(session, now, rows)
         with self.store.write() as session:
-            stored = self._insert(session, t, worker_points, node_points)
-            rolled = self._roll_up(session, now)
+            stored = self._insert(session, t, rows)
             self._prune(session, now)
         self._rolled.update(rolled)
         return stored
@@ -212,14 +224,10 @@ class UsageSampler:
 
     # -- the store ---------------------------------------------------------------------------
 
-    def _insert(
-        self,
-        session: Session,
-        t: float,
-        workers: dict[int, tuple[int, str, Point]],
-        nodes: dict[str, Point],
-    ) -> int:
-        ids = list(workers)
+    def _insert(self, session: Session, t: float, rows: dict[Table, list[dict[str, Any]]]) -> int:
+        """Insert every row (one executemany per table); returns how many samples."""
+        workers = rows[_WORKERS]
+        ids = sorted({r["worker_id"] for r in workers})
         alive: set[int] = set()
         for chunk in range(0, len(ids), CHUNK):  # a job deleted meanwhile takes its workers
             alive.update(
@@ -228,27 +236,29 @@ class UsageSampler:
                 )
             )
         # Sampled already in this bucket (a round run twice, a restart): the first one stands.
-        alive -= set(session.scalars(select(_WORKERS.c.worker_id).where(*_at(_WORKERS, t))))
-        done = set(session.scalars(select(_NODES.c.node).where(*_at(_NODES, t))))
-        rows = [
-            {"worker_id": w, "job_id": job_id, "level": 0, **_values(p)}
-            for w, (job_id, _, p) in workers.items()
-            if w in alive
-        ]
-        if rows:
-            session.execute(insert(_WORKERS), rows)
-        node_rows = [
-            {"node": name, "level": 0, **_values(p)}
-            for name, p in nodes.items()
-            if name not in done
-        ]
-        if node_rows:
-            session.execute(insert(_NODES), node_rows)
-        return len(rows) + len(node_rows)
+        done = {
+            _WORKERS: set(session.scalars(select(_WORKERS.c.worker_id).where(*_at(_WORKERS, t)))),
+            _NODES: set(session.scalars(select(_NODES.c.node).where(*_at(_NODES, t)))),
+        }
+        stored = 0
+        for table, key in ((_WORKERS, "worker_id"), (_NODES, "node")):
+            keep = [
+                r
+                for r in rows[table]
+                if (table is _NODES or r[key] in alive)
+                and not (r["level"] == 0 and r[key] in done[table])
+            ]
+            if keep:
+                session.execute(insert(table), keep)
+            stored += sum(1 for r in keep if r["level"] == 0)
+        return stored
 
-    def _roll_up(self, session: Session, now: float) -> dict[int, float]:
-        """Make each coarser level's buckets that closed since the last round from the level
-        below; returns the new boundaries (kept once the transaction commits)."""
+    def _roll_up(
+        self, session: Session, now: float, rows: dict[Table, list[dict[str, Any]]]
+    ) -> dict[int, float]:
+        """Average each coarser level's buckets that closed since the last round from the
+        level below (stored, and this round's rows), adding them to ``rows``; returns the new
+        boundaries (kept once the write commits)."""
         rolled = {}
         for finer, coarser in itertools.pairwise(RESOLUTIONS):
             boundary = bucket(now, coarser.step)
@@ -258,49 +268,12 @@ class UsageSampler:
             if boundary <= start:
                 continue
             for table, key in ((_WORKERS, "worker_id"), (_NODES, "node")):
-                self._roll_table(session, table, key, finer.level, coarser, start, boundary)
+                span = (start, boundary)
+                rows[table] += _roll_table(
+                    session, table, key, finer.level, coarser, span, rows[table]
+                )
             rolled[coarser.level] = boundary
         return rolled
-
-    @staticmethod
-    def _roll_table(
-        session: Session,
-        table: Table,
-        key: str,
-        level: int,
-        coarser: Resolution,
-        start: float,
-        end: float,
-    ) -> None:
-        job = table.c.job_id if key == "worker_id" else table.c.level  # level: a placeholder
-        span = (table.c.t >= start, table.c.t < end)
-        rows = session.execute(
-            select(table.c[key], job, table.c.t, *(table.c[f] for f in _FIGURES)).where(
-                table.c.level == level, *span
-            )
-        ).all()
-        if not rows:
-            return
-        series: dict[Any, list[Point]] = defaultdict(list)
-        jobs: dict[Any, int] = {}
-        for name, job_id, t, samples, cpu, memory, gpu_util, gpu_memory in rows:
-            series[name].append(Point(t, samples, cpu, memory, gpu_util, gpu_memory))
-            jobs[name] = job_id
-        made = {
-            (name, t)
-            for name, t in session.execute(
-                select(table.c[key], table.c.t).where(table.c.level == coarser.level, *span)
-            )
-        }
-        out = []
-        for name, points in series.items():
-            for p in downsample(points, coarser.step):
-                if (name, p.t) in made:
-                    continue  # made before a restart
-                extra = {"job_id": jobs[name]} if key == "worker_id" else {}
-                out.append({key: name, "level": coarser.level, **extra, **_values(p)})
-        if out:
-            session.execute(insert(table), out)
 
     def _prune(self, session: Session, now: float) -> None:
         """Delete every point older than its resolution keeps: a fixed number of buckets per
@@ -310,6 +283,54 @@ class UsageSampler:
             oldest = cutoff(now, step, res.points(self.interval))
             for table in (_WORKERS, _NODES):
                 session.execute(delete(table).where(table.c.level == res.level, table.c.t < oldest))
+
+
+def _roll_table(
+    session: Session,
+    table: Table,
+    key: str,
+    level: int,
+    coarser: Resolution,
+    span: tuple[float, float],
+    pending: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The rows of ``coarser`` for the buckets in ``span``, from the points at ``level``:
+    those stored and those about to be (``pending``); none for a bucket already made."""
+    start, end = span
+    job = table.c.job_id if key == "worker_id" else table.c.level  # level: a placeholder
+    within = (table.c.t >= start, table.c.t < end)
+    found: dict[tuple[Any, float], tuple[Any, Point]] = {}
+    for name, job_id, t, samples, cpu, memory, gpu_util, gpu_memory in session.execute(
+        select(table.c[key], job, table.c.t, *(table.c[f] for f in _FIGURES)).where(
+            table.c.level == level, *within
+        )
+    ):
+        found[name, t] = (job_id, Point(t, samples, cpu, memory, gpu_util, gpu_memory))
+    for r in pending:
+        if r["level"] == level and start <= r["t"] < end and (r[key], r["t"]) not in found:
+            figures = [r[f] for f in _FIGURES[1:]]
+            found[r[key], r["t"]] = (r.get("job_id"), Point(r["t"], r["samples"], *figures))
+    if not found:
+        return []
+    series: dict[Any, list[Point]] = defaultdict(list)
+    jobs: dict[Any, Any] = {}
+    for (name, _), (job_id, point) in found.items():
+        series[name].append(point)
+        jobs[name] = job_id
+    made = {
+        (name, t)
+        for name, t in session.execute(
+            select(table.c[key], table.c.t).where(table.c.level == coarser.level, *within)
+        )
+    }
+    out = []
+    for name, points in series.items():
+        for p in downsample(points, coarser.step):
+            if (name, p.t) in made:
+                continue  # made before a restart
+            extra = {"job_id": jobs[name]} if key == "worker_id" else {}
+            out.append({key: name, "level": coarser.level, **extra, **_values(p)})
+    return out
 
 
 def _at(table: Table, t: float) -> tuple[Any, ...]:
