@@ -129,6 +129,14 @@ class Settings(BaseSettings):
         "temperature, ECC, retired pages, Xid events); 0: never. A new critical finding "
         "cordons the node (docs/node-health.md).",
     )
+    usage_interval: float = Field(
+        10.0,
+        ge=1,
+        le=60,
+        description="Seconds between samples of what running workers and nodes use (CPU, "
+        "memory, GPUs); the realtime view shows the last 10 minutes of them "
+        "(docs/monitoring.md).",
+    )
     executor: str = Field("local", description="Executor that runs workers: 'local'.")
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,

@@ -192,6 +192,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             control_url=url,
             launch_config=launch_config(settings, who=who),
             alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
+            usage_interval=settings.usage_interval,
         )
         app = create_app(
             settings,

@@ -13,6 +13,7 @@ from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import server as server_cli
 from gpuyard.cli import simulate as simulate_cli
 from gpuyard.cli import slurm as slurm_cli
+from gpuyard.cli import top as top_cli
 
 app = typer.Typer(
     name="gpuyard",
@@ -27,6 +28,7 @@ admin_cli.register(app)
 access_cli.register(app)
 simulate_cli.register(app)
 slurm_cli.register(app)
+top_cli.register(app)
 app.add_typer(config_cli.app, name="config")
 
 

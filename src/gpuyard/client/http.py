@@ -35,6 +35,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
 from gpuyard.settings import Settings
 
@@ -254,6 +255,13 @@ class Client:
         data = self._request("GET", f"/jobs/{job_id}/faults").json()
         return [FaultEntry.model_validate(e) for e in data]
 
+    def job_usage(self, job_id: int, *, window: Window | str = Window.REALTIME) -> JobUsage:
+        """CPU, memory and GPU use of each of the job's workers over ``window`` (realtime,
+        1h, 1d or 7d)."""
+        params = {"window": str(window)}
+        data = self._request("GET", f"/jobs/{job_id}/usage", params=params).json()
+        return JobUsage.model_validate(data)
+
     def logs(
         self,
         job_id: int,
@@ -306,6 +314,18 @@ class Client:
     def node(self, name: str) -> NodeView:
         """One node, with every finding of its latest health inspection."""
         return NodeView.model_validate(self._request("GET", f"/nodes/{name}").json())
+
+    def node_usage(self, name: str, *, window: Window | str = Window.REALTIME) -> NodeUsageSeries:
+        """CPU, memory and GPU use of a node over ``window`` (realtime, 1h, 1d or 7d)."""
+        params = {"window": str(window)}
+        data = self._request("GET", f"/nodes/{name}/usage", params=params).json()
+        return NodeUsageSeries.model_validate(data)
+
+    def usage(self, *, limit: int = 20) -> PoolUsage:
+        """The pool now (``gpuyard top``): each node's latest figures and the running jobs you
+        may view, busiest first."""
+        data = self._request("GET", "/usage", params={"limit": limit}).json()
+        return PoolUsage.model_validate(data)
 
     def health(self) -> dict[str, Any]:
         """The server's health report; ``status`` is "stalled" (HTTP 503) while its

@@ -30,6 +30,9 @@ No transaction is open across executor I/O: every pass reads, closes the session
 the executor, then writes in a short transaction whose UPDATEs are guarded by id + version.
 A decision made on a stale read changes nothing and is retried on the next pass.
 
+Usage sampling (what workers and nodes use, :mod:`gpuyard.controller.sampler`) and queue
+forecasts run on threads of their own beside the loop, so that neither slows a pass.
+
 Adoption after a restart needs no special path: worker handles live in the store, the
 executor answers for them, and ``launch`` of a worker that already exists returns it instead
 of starting a second copy.
@@ -52,10 +55,12 @@ from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, desc
 from gpuyard.controller.inspection import INSPECT_EVERY, Inspector
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
+from gpuyard.controller.sampler import UsageSampler
 from gpuyard.errors import IllegalTransition, StaleWrite
 from gpuyard.executors.base import Executor
 from gpuyard.models import JobState, NodeState
 from gpuyard.models.states import HOLDING
+from gpuyard.models.usage import DEFAULT_INTERVAL
 from gpuyard.models.worker import ControlState, Handle, WorkerKey, WorkerState, WorkerStatus
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event
@@ -96,10 +101,12 @@ class Controller:
         stall_after: float = 30.0,
         alert: Callable[[dict[str, Any]], None] | None = None,
         inspect_every: float = INSPECT_EVERY,
+        usage_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         """``alert``: where alerts go besides the jobs' logs (the pool's webhook).
         ``inspect_every``: seconds between inspections of the nodes' health, run beside the
-        loop (:mod:`gpuyard.controller.inspection`); 0 for none."""
+        loop (:mod:`gpuyard.controller.inspection`); 0 for none. ``usage_interval``: seconds
+        between usage samples."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -144,6 +151,7 @@ class Controller:
         self.inspector = Inspector(
             store, executor, clock, every=inspect_every, cordoned=self.notify
         )
+        self.sampler = UsageSampler(store, executor, clock, interval=usage_interval)
         self.launcher = Launcher(
             store, launch=self.lifecycle.advance, errors=self.errors, done=self._launched
         )
@@ -186,6 +194,7 @@ class Controller:
         self.launcher.start()
         self.forecaster.start()
         self.inspector.start()
+        self.sampler.start()
         self._thread = threading.Thread(target=self._run, name="gpuyard-controller", daemon=True)
         self._thread.start()
 
@@ -198,6 +207,7 @@ class Controller:
         self.launcher.stop()
         self.forecaster.stop()
         self.inspector.stop()
+        self.sampler.stop()
 
     def _launched(self, job_id: int) -> None:
         """The launcher is done with ``job_id``: look at it again (a stop may have come)."""

@@ -1,7 +1,8 @@
 """The executor interface: what the controller needs from whatever runs worker processes.
 
 An executor presents nodes, launches one worker per (job, attempt, rank) under a supervisor,
-reports each worker's status, delivers stop signals, and serves log bytes. Handles are plain
+reports each worker's status, delivers stop signals, serves log bytes, and measures what
+workers and nodes use (CPU, memory, GPUs; :mod:`gpuyard.models.usage`). Handles are plain
 JSON-able dicts that the controller stores with the worker, so that a restarted control plane
 can adopt workers it did not launch. Every method must be safe to call again after a crash:
 ``launch`` of a worker that already runs returns its handle instead of starting a second copy.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from gpuyard.models.health import Finding
+from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     ControlState,
     Handle,
@@ -81,6 +83,19 @@ class Executor(Protocol):
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         """What each worker's runtime wrote to its control directory (ack, checkpoint, …)."""
+        ...
+
+    def usage(self, handles: Sequence[Handle]) -> list[WorkerUsage | None]:
+        """What each worker uses now, in the order of ``handles``: CPU seconds so far (a
+        counter), memory in use, and GPU figures where it has real GPUs and a driver. None for
+        a worker that cannot be measured (ended, its cgroup gone); one such worker never makes
+        the call raise."""
+        ...
+
+    def node_usage(self) -> dict[str, NodeUsage]:
+        """What each node uses now, as far as the executor can measure a node as a whole;
+        figures it cannot (a virtual node's CPU and memory) are None, and the caller adds up
+        the node's workers for them."""
         ...
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuyard.executors.base import LaunchError
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     ControlState,
     Handle,
@@ -42,6 +43,8 @@ class FakeWorker:
     notices: list[Notice] = field(default_factory=list)
     signals: list[tuple[int, bool]] = field(default_factory=list)
     control: ControlState = field(default_factory=ControlState)
+    usage: WorkerUsage | None = None
+    """What ``usage`` reports for it (:meth:`FakeExecutor.use`); None: not measurable."""
 
 
 class FakeExecutor:
@@ -67,12 +70,14 @@ class FakeExecutor:
         self.workers: dict[WorkerKey, FakeWorker] = {}
         self.launches: list[WorkerLaunch] = []
         self.broken: dict[int, str] = {}
-        """Job ids whose workers make ``status`` and ``control`` raise, with the message (a
-        worker whose files break the executor)."""
+        """Job ids whose workers make ``status``, ``control`` and ``usage`` raise, with the
+        message (a worker whose files break the executor)."""
         self.findings: dict[str, list[Finding]] = {}
         """What ``inspect`` answers for a node (default: a heartbeat that answered, only)."""
         self.inspect_delay = 0.0
         """Seconds ``inspect`` takes (an agent that answers late)."""
+        self.nodes_used: dict[str, NodeUsage] = {}
+        """What ``node_usage`` reports (:meth:`use_node`)."""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[NodeInfo]:
@@ -144,6 +149,19 @@ class FakeExecutor:
             self._check(handles)
             return [self._worker(h).control for h in handles]
 
+    def usage(self, handles: Sequence[Handle]) -> list[WorkerUsage | None]:
+        with self._lock:
+            self._check(handles)
+            found = []
+            for h in handles:
+                worker = self.workers.get(WorkerKey(h["job"], h["attempt"], h["rank"]))
+                found.append(None if worker is None else worker.usage)
+            return found
+
+    def node_usage(self) -> dict[str, NodeUsage]:
+        with self._lock:
+            return dict(self.nodes_used)
+
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
         with self._lock:
             log = self._worker(handle).log
@@ -196,6 +214,36 @@ class FakeExecutor:
         with self._lock:
             worker = self.workers[WorkerKey(job_id, attempt, rank)]
             worker.control = replace(worker.control, **state)  # type: ignore[arg-type]
+
+    def use(
+        self,
+        job_id: int,
+        rank: int = 0,
+        *,
+        attempt: int = 0,
+        cpu_seconds: float | None = None,
+        memory: int | None = None,
+        gpu_util: float | None = None,
+        gpu_memory: int | None = None,
+    ) -> None:
+        """Make a worker's next usage reading these figures (CPU seconds is a counter: raise
+        it between readings to show CPU in use)."""
+        with self._lock:
+            self.workers[WorkerKey(job_id, attempt, rank)].usage = WorkerUsage(
+                cpu_seconds=cpu_seconds,
+                memory=memory,
+                gpu_util=gpu_util,
+                gpu_memory=gpu_memory,
+                source="fake",
+            )
+
+    def use_node(self, node: str, usage: NodeUsage | None) -> None:
+        """Make ``node_usage`` report ``usage`` for ``node`` (None: nothing for it)."""
+        with self._lock:
+            if usage is None:
+                self.nodes_used.pop(node, None)
+            else:
+                self.nodes_used[node] = usage
 
     def write_log(self, job_id: int, data: bytes, rank: int = 0, *, attempt: int = 0) -> None:
         with self._lock:

@@ -23,6 +23,7 @@ from gpuyard.server.routers import (
     nodes,
     pools,
     scheduling,
+    usage,
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
@@ -32,6 +33,7 @@ from gpuyard.services.metrics import registry as metrics_registry
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.usage import UsageService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 
@@ -85,6 +87,9 @@ def create_app(
         accounts=account_service,
         policy=policy,
     )
+    usage_service = UsageService(
+        store, clock=clock, policy=policy, interval=settings.usage_interval
+    )
     app.state.services = Services(
         jobs=job_service,
         nodes=NodeService(store),
@@ -99,9 +104,10 @@ def create_app(
         ),
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,
+        usage=usage_service,
     )
     app.state.controller_health = controller_health
-    app.state.metrics = metrics_registry(store, controller_health or dict)
+    app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestGuard)
@@ -110,6 +116,6 @@ def create_app(
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    for router in (jobs, nodes, accounts, pools, scheduling, auth):
+    for router in (jobs, nodes, accounts, pools, scheduling, auth, usage):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     return app

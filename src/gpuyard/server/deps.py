@@ -15,6 +15,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.usage import UsageService
 
 __all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
 
@@ -32,6 +33,7 @@ class Services:
     scheduling: SchedulingService
     tokens: TokenService
     policy: Policy
+    usage: UsageService
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

@@ -2,8 +2,10 @@
 
 A collector reads the store at scrape time — no counter kept in memory can drift from what the
 store says, and a restarted server reports the same figures. Every series is about the pool as
-a whole (per pool, tier, state, node): no job name or owner appears, so the endpoint is open to
-a scraper without a token, like ``/api/v1/health``.
+a whole (per pool, tier, state, node) or about a running job by its id alone: no job name or
+owner appears, so the endpoint is open to a scraper without a token, like ``/api/v1/health``.
+Per-job and per-node usage are the latest fresh sample (:meth:`UsageService.latest`); a
+figure that was not measured (GPUs without a driver) has no sample rather than a 0.
 """
 
 from __future__ import annotations
@@ -18,17 +20,34 @@ from sqlalchemy import func, select
 
 from gpuyard.models import JobState
 from gpuyard.models.states import HOLDING, PENDING
+from gpuyard.models.usage import Point
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.services.usage import Latest
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, NodeRow
 
 __all__ = ["PoolCollector", "registry"]
 
 
+_USAGE = (
+    ("cpu", "cpu_cores", "CPU cores in use"),
+    ("memory", "memory_bytes", "Bytes of memory in use"),
+    ("gpu_util", "gpu_utilization_percent", "GPU utilisation, percent (mean of its GPUs)"),
+    ("gpu_memory", "gpu_memory_bytes", "Bytes of GPU memory in use"),
+)
+"""Usage figures: Point field, series suffix, help."""
+
+
 class PoolCollector(Collector):
-    def __init__(self, store: Store, controller: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        controller: Callable[[], dict[str, Any] | None],
+        usage: Callable[[], Latest] | None = None,
+    ) -> None:
         self.store = store
         self.controller = controller
+        self.usage = usage
 
     def collect(self) -> Iterator[Metric]:
         with self.store.read() as session:
@@ -60,6 +79,10 @@ class PoolCollector(Collector):
             "gpuyard_job_restarts", "Restarts of jobs after faults.", value=restarts or 0
         )
         yield from self._loop()
+        if self.usage is not None:
+            latest = self.usage()
+            yield from _usage("job", "a running job, its workers added up", latest.jobs)
+            yield from _usage("node", "a node", latest.nodes)
 
     @staticmethod
     def _jobs(states: dict[Any, int], waiting: Sequence[Any]) -> Iterator[Metric]:
@@ -143,9 +166,25 @@ class PoolCollector(Collector):
         )
 
 
-def registry(store: Store, controller: Callable[[], dict[str, Any] | None]) -> CollectorRegistry:
+def _usage(kind: str, what: str, points: dict[Any, Point]) -> Iterator[Metric]:
+    for name, suffix, help_text in _USAGE:
+        family = GaugeMetricFamily(
+            f"gpuyard_{kind}_{suffix}", f"{help_text} by {what} (latest sample).", labels=[kind]
+        )
+        for key, point in sorted(points.items()):
+            value = getattr(point, name)
+            if value is not None:
+                family.add_metric([str(key)], value)
+        yield family
+
+
+def registry(
+    store: Store,
+    controller: Callable[[], dict[str, Any] | None],
+    usage: Callable[[], Latest] | None = None,
+) -> CollectorRegistry:
     """A registry of the pool's collector alone (no process or platform series: the server's
-    own, not the pool's)."""
+    own, not the pool's). ``usage``: the latest samples, for per-job and per-node series."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(store, controller))
+    registry.register(PoolCollector(store, controller, usage))
     return registry

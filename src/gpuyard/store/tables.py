@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -34,11 +35,13 @@ __all__ = [
     "GroupRow",
     "JobRow",
     "NodeRow",
+    "NodeUsageRow",
     "PoolRow",
     "QuotaRow",
     "SignalRow",
     "UserRow",
     "WorkerRow",
+    "WorkerUsageRow",
     "request_columns",
     "request_from_columns",
 ]
@@ -473,3 +476,48 @@ class FaultRow(Base):
     outcome_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_job_faults_job", "job_id"),)
+
+
+class WorkerUsageRow(Base):
+    """One point of a worker's usage series at one resolution (:mod:`gpuyard.models.usage`):
+    the figures averaged over the bucket that starts at ``t``. Written by the controller's
+    sampler; deleted with the worker, so with its job."""
+
+    __tablename__ = "worker_usage"
+
+    worker_id: Mapped[int] = mapped_column(
+        ForeignKey("workers.id", ondelete="CASCADE"), primary_key=True
+    )
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    """0 the samples, then 1-minute, 15-minute and 1-hour averages."""
+    t: Mapped[float] = mapped_column(Float, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    """The worker's job (a job's series are read together)."""
+    samples: Mapped[int] = mapped_column(Integer)
+    cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """CPU cores."""
+    memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    gpu_util: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    __table_args__ = (
+        Index("ix_worker_usage_job", "job_id", "level", "t"),
+        Index("ix_worker_usage_level_t", "level", "t"),
+    )
+
+
+class NodeUsageRow(Base):
+    """One point of a node's usage series, as :class:`WorkerUsageRow` for a worker."""
+
+    __tablename__ = "node_usage"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    t: Mapped[float] = mapped_column(Float, primary_key=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    gpu_util: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    __table_args__ = (Index("ix_node_usage_level_t", "level", "t"),)

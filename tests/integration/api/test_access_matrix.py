@@ -177,8 +177,8 @@ def test_lists_show_and_views_offer_only_what_is_allowed(
     else:
         want = offered if access == "read-write" else ["view", "clone"]
         assert member.json()["allowed"] == want
-    # Events, logs and predictions of a hidden job are hidden too.
-    for path in ("events", "logs", "prediction"):
+    # Events, logs, predictions and usage of a hidden job are hidden too.
+    for path in ("events", "logs", "prediction", "usage"):
         assert call(OUTSIDER, "GET", f"/jobs/{job_id}/{path}").status_code == 404
 
 

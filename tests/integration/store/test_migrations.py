@@ -141,3 +141,58 @@ def test_0011_gives_nodes_an_empty_health_and_going_down_keeps_the_rest(database
             assert tuple(kept) == ("n0", "cordoned", "flaky NIC", "user:ada")
     finally:
         store.close()
+
+
+def test_0013_adds_usage_series_that_go_with_their_job(database_url: str) -> None:
+    """Usage points of a worker are deleted with its job (cascade, both databases); a node's
+    stay; going down drops the series and keeps the jobs."""
+    store = Store(database_url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0011")
+            for job_id in (1, 2):
+                connection.execute(
+                    text(
+                        "INSERT INTO jobs (id, name, owner, state, version, priority, spec, "
+                        "attempt, created_at) VALUES (:id, 'j', 'alice', 'running', 0, "
+                        "'normal', '{}', 0, 1.0)"
+                    ),
+                    {"id": job_id},
+                )
+                connection.execute(
+                    text(
+                        "INSERT INTO workers (id, job_id, attempt, rank, node, role, task, "
+                        "\"primary\", state) VALUES (:id, :id, 0, 0, 'n0', 'worker', 0, "
+                        "true, 'running')"
+                    ),
+                    {"id": job_id},
+                )
+            command.upgrade(alembic_config(connection), "0013")
+            for level, t in ((0, 60.0), (0, 70.0), (1, 60.0)):
+                for job_id in (1, 2):
+                    connection.execute(
+                        text(
+                            "INSERT INTO worker_usage (worker_id, level, t, job_id, samples, "
+                            "cpu, memory, gpu_util, gpu_memory) VALUES (:w, :level, :t, :w, "
+                            "1, 1.5, 1024, NULL, NULL)"
+                        ),
+                        {"w": job_id, "level": level, "t": t},
+                    )
+            connection.execute(
+                text(
+                    "INSERT INTO node_usage (node, level, t, samples, cpu, memory) "
+                    "VALUES ('n0', 0, 60.0, 1, 2.0, 4096)"
+                )
+            )
+        with store.engine.begin() as connection:
+            connection.execute(text("DELETE FROM jobs WHERE id = 1"))
+            left = connection.execute(text("SELECT DISTINCT job_id FROM worker_usage")).all()
+            assert [tuple(r) for r in left] == [(2,)]
+            assert connection.execute(text("SELECT count(*) FROM node_usage")).scalar() == 1
+            command.downgrade(alembic_config(connection), "0011")
+        inspector = inspect(store.engine)
+        assert {"worker_usage", "node_usage"}.isdisjoint(inspector.get_table_names())
+        with store.engine.begin() as connection:
+            assert connection.execute(text("SELECT id FROM jobs")).scalar() == 2
+    finally:
+        store.close()

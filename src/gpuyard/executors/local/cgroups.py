@@ -7,18 +7,20 @@ Both cgroup versions are supported, because both are still deployed:
   ``pids`` can be delegated to our cgroup's children. Killing uses ``cgroup.kill`` (Linux 5.14),
   else ``cgroup.freeze``.
 - **v1**: one directory per worker in each of the ``memory``, ``freezer`` (both required),
-  ``pids`` and ``cpu`` hierarchies. Killing freezes the cgroup, SIGKILLs every member, thaws it,
-  and repeats until it is empty: a frozen process cannot fork, so no child is missed.
+  ``pids``, ``cpu`` and ``cpuacct`` hierarchies (``cpuacct`` only where it is mounted apart
+  from ``cpu``; it counts the CPU time). Killing freezes the cgroup, SIGKILLs every member,
+  thaws it, and repeats until it is empty: a frozen process cannot fork, so no child is missed.
 - **none**: no writable cgroup. Workers run without limits, and killing falls back to the
   worker's process group, which a process that calls ``setsid`` leaves.
 
 Worker cgroups live under ``gpuyard-<digest of the pool's home>`` inside the cgroup of the
 process that detects them (``gpuyard up``), so two pools on one machine never collide.
 
-The executor uses this module to detect what it may use and to kill the workers of a dead
-supervisor; the supervisor uses it to create, join, kill and remove its worker's cgroup. The
-supervisor starts fast with ``python -I -S``, so this module imports only cheap builtin
-modules, like the supervisor itself.
+The executor uses this module to detect what it may use, to read what a worker uses (its CPU
+time and memory: :meth:`Cgroup.cpu_seconds`, :meth:`Cgroup.memory_in_use`), and to kill the
+workers of a dead supervisor; the supervisor uses it to create, join, kill and remove its
+worker's cgroup. The supervisor starts fast with ``python -I -S``, so this module imports only
+cheap builtin modules, like the supervisor itself.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ NONE = "none"
 
 V2_REQUIRED = ("memory", "pids")
 V1_REQUIRED = ("memory", "freezer")
-OPTIONAL = ("pids", "cpu")
+OPTIONAL = ("pids", "cpu", "cpuacct")
 """Used where present; a warning says what is not enforced where they are not."""
+_WITHOUT = {
+    "pids": "process limits are not enforced",
+    "cpu": "CPU limits are not enforced",
+    "cpuacct": "a worker's CPU time is counted over its live processes instead",
+}
 CPU_PERIOD_US = 100_000
 KILL_TIMEOUT = 10.0
 """Seconds a kill keeps trying before it gives up (a process stuck in the kernel)."""
@@ -350,6 +357,42 @@ class Cgroup:
         path = self._file("pids", "pids.events")
         return _keyed(path).get("max", 0) if path else 0
 
+    # -- what it uses (the executor's side) -------------------------------------------------
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) its processes have used, theirs and their children's,
+        including those that ended: v2 ``cpu.stat`` (always there), v1 ``cpuacct.usage`` (in
+        the ``cpuacct`` hierarchy, or ``cpu`` where the two are mounted together). None when
+        there is no counter or the cgroup is gone."""
+        if self.version == 2:
+            usec = _keyed(os.path.join(self.main, "cpu.stat")).get("usage_usec")
+            return None if usec is None else usec / 1e6
+        for controller in ("cpuacct", "cpu"):
+            directory = self.dirs.get(controller)
+            if directory is None:
+                continue
+            try:
+                return int(_read(os.path.join(directory, "cpuacct.usage"))) / 1e9
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def memory_in_use(self) -> int | None:
+        """Its working set in bytes: the memory charged to it less the file cache the kernel
+        may reclaim first (``inactive_file``), as the OOM killer sees it; None when the
+        cgroup has no memory controller or is gone."""
+        directory = self.dirs.get("unified" if self.version == 2 else "memory")
+        if directory is None:
+            return None
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        try:
+            charged = int(_read(os.path.join(directory, name)))
+        except (OSError, ValueError):
+            return None
+        stat = _keyed(os.path.join(directory, "memory.stat"))
+        inactive = stat.get("inactive_file" if self.version == 2 else "total_inactive_file", 0)
+        return max(0, charged - inactive)
+
 
 def _subtree(top: str) -> list[str]:
     """``top`` and the directories below it, parents before children."""
@@ -513,6 +556,8 @@ def _detect_v1(
     problems = []
     for controller in (*V1_REQUIRED, *OPTIONAL):
         mount = next((m for m in mounts if m[2] == "cgroup" and controller in m[3]), None)
+        if controller == "cpuacct" and mount is not None and "cpu" in mount[3]:
+            continue  # mounted with cpu: the cpu directory counts the time
         if mount is None or controller not in own:
             problems.append(f"{controller} is not mounted")
             continue
@@ -535,8 +580,7 @@ def _detect_v1(
         Isolation(CGROUP_V1, parents).remove_parents()
         return "cgroup v1: " + "; ".join(problems)
     warnings = [
-        f"cgroup v1: {p}; {'process' if p.startswith('pids') else 'CPU'} limits are not enforced"
-        for p in problems
+        f"cgroup v1: {p}; {_WITHOUT.get(p.split()[0].rstrip(':'), 'not used')}" for p in problems
     ]
     return Isolation(CGROUP_V1, parents, parents, warnings)
 

@@ -60,9 +60,11 @@ from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control
+from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
 from gpuyard.executors.local.notifications import Listener
+from gpuyard.executors.local.usage import machine_usage, node_gpus, worker_usages
 from gpuyard.executors.probes.gpu import GpuProber, NvmlLibrary
 from gpuyard.executors.probes.host import (
     DISK_THRESHOLDS,
@@ -73,6 +75,7 @@ from gpuyard.executors.probes.host import (
     nic,
 )
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     ControlState,
@@ -133,9 +136,11 @@ class LocalExecutor:
         inject_faults: Mapping[str, str] | None = None,
         nvml: NvmlLibrary | None = None,
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
+        gpu_meter: GpuMeter | None = None,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
-        use; detected on this machine when not given (tests pass their own).
+        use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
+        how GPUs are measured (NVML where the machine has GPUs; tests pass their own).
         ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
         for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
         ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
@@ -166,6 +171,8 @@ class LocalExecutor:
             memory_per_node,
             {"isolation": self.isolation.mode},
         )
+        self.gpu_meter = gpu_meter or (NvmlMeter() if self.machine.gpus else NoGpus())
+        self._by_name = {n.name: n for n in self._nodes}
         self._boot = procfs.boot_id()
         self._watcher = procfs.Watcher()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -237,7 +244,7 @@ class LocalExecutor:
             try:
                 sdir.mkdir(mode=0o700)  # exactly one launch of a worker gets past this
             except FileExistsError:
-                return self._adopt(key)  # launched before (a retry after a crash)
+                return self._adopt(request)  # launched before (a retry after a crash)
             try:
                 return self._start(request, wd, sdir, account)
             except BaseException:
@@ -400,11 +407,13 @@ class LocalExecutor:
             "boot_id": identity.boot_id,
             "cgroup": None if cgroup is None else cgroup.to_json(),
             "spawned_at": time.time(),
+            **_placed(request),
         }
 
-    def _adopt(self, key: WorkerKey) -> Handle:
+    def _adopt(self, request: WorkerLaunch) -> Handle:
         """The handle of a worker launched before: its supervisor is the earliest-started
         process running its supervisor command (none if it has ended)."""
+        key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
         identity = procfs.oldest_running([sys.executable, *self._command(key)][1:], self._boot)
         # Where this executor puts the worker's cgroup (not what spec.json says: a file).
@@ -420,6 +429,7 @@ class LocalExecutor:
             "boot_id": self._boot,
             "cgroup": None if cgroup is None else cgroup.to_json(),
             "spawned_at": time.time(),
+            **_placed(request),
         }
 
     # -- status ---------------------------------------------------------------------------
@@ -599,6 +609,30 @@ class LocalExecutor:
         marker = _marker(handle)
         return lambda pid: procfs.environ_has(pid, marker)
 
+    # -- usage ----------------------------------------------------------------------------
+
+    def usage(self, handles: Sequence[Handle]) -> list[WorkerUsage | None]:
+        """What each worker uses now (:mod:`gpuyard.executors.local.usage`): from its cgroup,
+        or from its processes where it has none; None for a worker that cannot be read."""
+        marker = {
+            i: _marker(h)
+            for i, h in enumerate(handles)
+            if cgroups.Cgroup.from_json(h.get("cgroup")) is None and isinstance(h.get("dir"), str)
+        }
+        return worker_usages(handles, marker=marker, nodes=self._by_name, meter=self.gpu_meter)
+
+    def node_usage(self) -> dict[str, NodeUsage]:
+        """The machine as a whole when it is one node; a virtual node's GPUs only (its CPU
+        and memory are its workers': the controller adds them up)."""
+        if len(self._nodes) == 1 and "virtual" not in self._nodes[0].labels:
+            node = self._nodes[0]
+            return {node.name: machine_usage(node, self.gpu_meter)}
+        found = {}
+        for node in self._nodes:
+            util, memory = node_gpus(node, self.gpu_meter)
+            found[node.name] = NodeUsage(gpu_util=util, gpu_memory=memory)
+        return found
+
     # -- the control directory ------------------------------------------------------------
 
     def notify(self, handle: Handle, notice: Notice) -> None:
@@ -762,6 +796,7 @@ class LocalExecutor:
             self._listener = None
         self._watcher.close()
         self._gpus.close()
+        self.gpu_meter.close()
         self.isolation.remove_parents()  # only if no worker's cgroup is left in them
 
 
@@ -778,6 +813,12 @@ def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
     if account is None:
         return {k: os.environ[k] for k in IDENTITY if k in os.environ}
     return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
+
+
+def _placed(request: WorkerLaunch) -> Handle:
+    """Where the worker runs, for its usage: its node and the GPUs it was given."""
+    visible = request.env.get("CUDA_VISIBLE_DEVICES", "")
+    return {"node": request.node, "gpus": [d for d in visible.split(",") if d]}
 
 
 def _marker(handle: Handle) -> str:

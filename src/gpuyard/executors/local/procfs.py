@@ -17,6 +17,7 @@ import resource
 import select
 import signal
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "Identity",
     "Watcher",
     "boot_id",
+    "by_environ",
     "cmdline",
     "environ_has",
     "oldest_running",
@@ -112,6 +114,30 @@ def with_environ(entry: str) -> list[int]:
         for name in os.listdir("/proc")
         if name.isdigit() and int(name) != os.getpid() and environ_has(int(name), entry)
     ]
+
+
+def by_environ(entries: Collection[str]) -> dict[str, list[int]]:
+    """For each of ``entries`` (``NAME=value``), the live processes that started with it in
+    their environment: one scan of /proc for all of them, each environment read once."""
+    wanted = {entry.encode(): entry for entry in entries}
+    found: dict[str, list[int]] = {entry: [] for entry in entries}
+    if not wanted:
+        return found
+    own = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == own:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                data = fh.read(1 << 20)
+        except OSError:
+            continue
+        for item in data.split(b"\0"):
+            entry = wanted.get(item)
+            if entry is not None:
+                found[entry].append(int(name))
+                break
+    return found
 
 
 @dataclass(frozen=True, slots=True)

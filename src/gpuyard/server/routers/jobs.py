@@ -28,6 +28,7 @@ from gpuyard.models import (
     SignalRequest,
     SubmittedJobs,
 )
+from gpuyard.models.usage import JobUsage, Window
 from gpuyard.server.deps import INT64_MAX, MAX_ID, JobId, ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -169,6 +170,20 @@ def release(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
 def faults(job_id: JobId, services: ServicesDep, user: UserDep) -> list[FaultEntry]:
     """The job's fault-tolerance log: each fault, its evidence, the action, the outcome."""
     return services.jobs.faults(job_id, actor=user)
+
+
+@router.get("/{job_id}/usage")
+def usage(
+    job_id: JobId,
+    services: ServicesDep,
+    user: UserDep,
+    window: Annotated[
+        Window, Query(description="realtime (10 s samples), 1h, 1d or 7d (averages).")
+    ] = Window.REALTIME,
+) -> JobUsage:
+    """CPU, memory and GPU use of each of the job's workers over a window
+    (docs/monitoring.md)."""
+    return services.usage.job(job_id, actor=user, window=window)
 
 
 @router.get(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from gpuyard.models import CordonRequest, NodeView
+from gpuyard.models.usage import NodeUsageSeries, Window
 from gpuyard.server.deps import Services, ServicesDep, UserDep
 
 router = APIRouter(tags=["pool"])
@@ -19,6 +22,18 @@ def list_nodes(services: ServicesDep) -> list[NodeView]:
 def get_node(name: str, services: ServicesDep) -> NodeView:
     """One node, with every finding of its latest health inspection."""
     return services.nodes.get_node(name)
+
+
+@router.get("/nodes/{name}/usage")
+def node_usage(
+    name: str,
+    services: ServicesDep,
+    window: Annotated[
+        Window, Query(description="realtime (10 s samples), 1h, 1d or 7d (averages).")
+    ] = Window.REALTIME,
+) -> NodeUsageSeries:
+    """CPU, memory and GPU use of the node over a window (docs/monitoring.md)."""
+    return services.usage.node(name, window=window)
 
 
 @router.post("/nodes/{name}/cordon")

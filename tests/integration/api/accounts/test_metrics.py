@@ -7,7 +7,16 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuyard.client import Client
+from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
+from gpuyard.executors.fake import FakeExecutor
+
+JOB_USAGE = {
+    "gpuyard_job_cpu_cores",
+    "gpuyard_job_memory_bytes",
+    "gpuyard_job_gpu_utilization_percent",
+    "gpuyard_job_gpu_memory_bytes",
+}
 
 
 def samples(api_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -44,6 +53,7 @@ def test_jobs_queue_gpus_and_nodes(
     assert after[("gpuyard_nodes", (("state", "cordoned"),))] == 1
     assert after[("gpuyard_job_restarts_total", ())] == 0
     assert not any("alice" in str(key) for key in after)  # aggregates only
+    assert not any(name in JOB_USAGE for name, _ in after)  # nothing sampled yet
 
 
 def test_the_controllers_pass_times_when_it_runs_in_the_same_process(store: object) -> None:
@@ -77,10 +87,11 @@ def test_the_grafana_dashboard_queries_only_series_the_pool_serves(
     from prometheus_client import generate_latest
 
     from gpuyard.services.metrics import registry
+    from gpuyard.services.usage import Latest
 
     state = {"passes": 1, "pass_seconds": 0.1, "schedules": 1, "schedule_seconds": 0.1}
     state |= {"last_schedule_seconds": 0.1, "progressing": True}
-    text = generate_latest(registry(store, lambda: state)).decode()  # type: ignore[arg-type]
+    text = generate_latest(registry(store, lambda: state, Latest)).decode()  # type: ignore[arg-type]
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     served = {name + ("_total" if kind == "counter" else "") for name, kind in families.items()}
     path = Path(__file__).resolve().parents[4] / "docs" / "grafana-dashboard.json"
@@ -92,3 +103,33 @@ def test_the_grafana_dashboard_queries_only_series_the_pool_serves(
         for name in re.findall(r"\bgpuyard_[a-z_]+", target["expr"])
     }
     assert used and used <= served, used - served
+
+
+def test_usage_per_running_job_by_id_and_per_node(
+    api_url: str,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    clock: ManualClock,
+) -> None:
+    """The latest sample of each running job (labelled by its id alone) and of each node; a
+    figure never measured (GPUs without a driver) has no series rather than a 0; once the
+    sampler stops, the figures go with it."""
+    job = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
+    controller.tick()
+    controller.tick()
+    for seconds in (0.0, 25.0):  # 2.5 cores over 10 s
+        fake_executor.use(job, cpu_seconds=seconds, memory=3 << 30)
+        controller.sampler.sample_once()
+        clock.advance(10)
+    found = samples(api_url)
+    label = (("job", str(job)),)
+    assert found[("gpuyard_job_cpu_cores", label)] == 2.5
+    assert found[("gpuyard_job_memory_bytes", label)] == 3 << 30
+    assert ("gpuyard_job_gpu_utilization_percent", label) not in found
+    placed = client.job(job).placement[0].node
+    assert found[("gpuyard_node_cpu_cores", (("node", placed),))] == 2.5
+    assert found[("gpuyard_node_memory_bytes", (("node", "n3"),))] == 0  # no workers on it
+    assert not any("alice" in str(key) or "train" in str(key) for key in found)
+    clock.advance(30)  # three intervals without a sample: nothing is known of now
+    assert not any(name in JOB_USAGE for name, _ in samples(api_url))

@@ -3,14 +3,14 @@
 and the nodes it must not run on (a request column, as node_names).
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0011"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
