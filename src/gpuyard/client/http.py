@@ -14,6 +14,9 @@ from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
 from gpuyard.models import (
     AuditEntry,
     BulkResult,
+    ExecOutcome,
+    ExecStatus,
+    ExecTarget,
     FaultEntry,
     GroupView,
     IssuedToken,
@@ -246,6 +249,45 @@ class Client:
         """The job's fault-tolerance log (``gpuyard ft-log``)."""
         data = self._request("GET", f"/jobs/{job_id}/faults").json()
         return [FaultEntry.model_validate(e) for e in data]
+
+    # -- gpuyard exec (debugging a job) ---------------------------------------------------
+
+    def exec_status(self, job_id: int) -> ExecStatus:
+        """The job's state and each worker of its current attempt (``gpuyard exec JOB
+        status``)."""
+        return ExecStatus.model_validate(self._request("GET", f"/jobs/{job_id}/exec").json())
+
+    def exec_stop(self, job_id: int, *, hold: float | str | None = None) -> ExecOutcome:
+        """Hold a running job: its workers stop, its nodes stay its own for ``hold`` (seconds
+        or "30m"); of a held job, stop what ``exec_run`` started."""
+        body = _given(hold=hold)
+        response = self._request("POST", f"/jobs/{job_id}/exec/stop", json=body)
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_start(self, job_id: int) -> ExecOutcome:
+        """Run a held job's command again, as its next attempt on the same nodes."""
+        response = self._request("POST", f"/jobs/{job_id}/exec/start")
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_run(
+        self,
+        job_id: int,
+        command: Sequence[str] = (),
+        *,
+        target: ExecTarget | str = ExecTarget.COMMAND,
+    ) -> ExecOutcome:
+        """Run ``command`` (an argv) once on each node of a held job, or with ``target``
+        ``task`` the job itself, ``checker`` the node check. Asynchronous: the answer names
+        the workers, whose logs hold the output."""
+        body = {"command": list(command), "target": str(target)}
+        response = self._request("POST", f"/jobs/{job_id}/exec/run", json=body)
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_kill(self, job_id: int, ranks: Sequence[int]) -> ExecOutcome:
+        """SIGKILL these workers of a held job."""
+        body = {"ranks": list(ranks)}
+        response = self._request("POST", f"/jobs/{job_id}/exec/kill", json=body)
+        return ExecOutcome.model_validate(response.json())
 
     def logs(
         self,

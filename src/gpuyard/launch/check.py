@@ -44,9 +44,11 @@ def check_launches(
     run_as: str | None,
     timeout: float = CHECK_TIMEOUT,
     burn: float = CHECK_BURN,
+    rank_base: int = CHECK_RANK_BASE,
 ) -> list[WorkerLaunch]:
-    """One launch per node of ``placement``; rank 0's node hosts the rendezvous on the port
-    of the job's first slot (free until the job's own workers start, after the check)."""
+    """One launch per node of ``placement``, at ranks from ``rank_base``; rank 0's node hosts
+    the rendezvous on the port of the job's first slot (free until the job's own workers
+    start, after the check, and while the job is held: ``gpuyard exec JOB run -t checker``)."""
     nodes = check_nodes(placement)
     first = placement[0]
     launches = []
@@ -84,7 +86,7 @@ def check_launches(
         ]
         launches.append(
             WorkerLaunch(
-                key=WorkerKey(job_id, attempt, CHECK_RANK_BASE + index),
+                key=WorkerKey(job_id, attempt, rank_base + index),
                 node=node,
                 argv=argv,
                 env=env,

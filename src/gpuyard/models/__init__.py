@@ -28,6 +28,15 @@ from gpuyard.models.accounts import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.execs import (
+    ExecKill,
+    ExecOutcome,
+    ExecRun,
+    ExecStatus,
+    ExecStop,
+    ExecTarget,
+    ExecWorker,
+)
 from gpuyard.models.faults import FaultEntry, FaultTolerance, Recovery
 from gpuyard.models.job import (
     BulkResult,
@@ -62,6 +71,13 @@ __all__ = [
     "AuditEntry",
     "BulkResult",
     "CordonRequest",
+    "ExecKill",
+    "ExecOutcome",
+    "ExecRun",
+    "ExecStatus",
+    "ExecStop",
+    "ExecTarget",
+    "ExecWorker",
     "FaultEntry",
     "FaultTolerance",
     "GroupSpec",

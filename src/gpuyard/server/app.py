@@ -14,9 +14,19 @@ from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.guard import RequestGuard
 from gpuyard.server.openapi import install_openapi
-from gpuyard.server.routers import accounts, auth, health, jobs, nodes, pools, scheduling
+from gpuyard.server.routers import (
+    accounts,
+    auth,
+    health,
+    job_exec,
+    jobs,
+    nodes,
+    pools,
+    scheduling,
+)
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.job_exec import ExecService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
@@ -89,6 +99,7 @@ def create_app(
         ),
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,
+        execs=ExecService(store, clock=clock, policy=policy, notify=notify),
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)
@@ -98,6 +109,6 @@ def create_app(
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    for router in (jobs, nodes, accounts, pools, scheduling, auth):
+    for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     return app

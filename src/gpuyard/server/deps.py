@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.job_exec import ExecService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
@@ -32,6 +33,7 @@ class Services:
     scheduling: SchedulingService
     tokens: TokenService
     policy: Policy
+    execs: ExecService
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,
