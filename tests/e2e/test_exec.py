@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -20,8 +21,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
+from gpuyard.errors import InvalidSpec, NotFound
+from gpuyard.settings import Settings
 from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jmt")]
@@ -211,3 +215,102 @@ def _refusals(pool: ServerProcess, job_id: int) -> None:
         response = httpx.request(method, base + path, headers=headers, json=body)
         assert response.status_code == 403, (path, response.text)
         assert "read-only" in response.json()["detail"]
+
+
+def test_a_shell_in_a_held_jobs_worker(pool: ServerProcess) -> None:
+    """A real terminal in the worker's context (its node, environment, working directory),
+    resized as the person's window is, its exit code the session's; the shell and what it
+    started are killed when the connection drops; bad control messages end the session."""
+    from gpuyard.client import Client, PermissionDenied
+    from gpuyard.client.shell import ShellConnection, ShellEnded
+
+    job_id = pool.cli_json(
+        "submit", "--name", "shelled", "--nodes", "2", "--gpus", "1", "--access", "read-only",
+        "--graceful-shutdown", "2", "--env", "MINE=mine", "--", "sleep", "600",
+    )["id"]  # fmt: skip
+    wait_for(pool, job_id, {"running"})
+    pool.cli("exec", str(job_id), "stop")
+    wait_for(pool, job_id, {"held"})
+    client = Client(url=pool.url, settings=Settings(home=pool.home))
+
+    def drain(conn: ShellConnection, until: str = "", timeout: float = 30) -> tuple[str, int]:
+        """Output until ``until`` (a regex) matches it, or until the shell ends (its code)."""
+        out, deadline = b"", time.monotonic() + timeout
+        while not until or not re.search(until, out.decode(errors="replace")):
+            try:
+                out += conn.recv(timeout=max(0.1, deadline - time.monotonic()))
+            except ShellEnded as ended:
+                return out.decode(errors="replace"), -1 if ended.code is None else ended.code
+            except TimeoutError:
+                raise AssertionError(f"no {until!r} in {out!r}") from None
+        return out.decode(errors="replace"), -2
+
+    with client.open_shell(job_id, worker=1, rows=30, cols=100) as conn:
+        assert conn.node == "node1" and conn.rank == EXEC
+        conn.send(b'echo "ctx=$GPUYARD_NODE_NAME,$GPUYARD_JOB_ID,$MINE,$(pwd)"; stty size\n')
+        out, _ = drain(conn, r"\n30 100")
+        assert f"ctx=node1,{job_id},mine,{os.getcwd()}" in out, out
+        conn.resize(40, 132)
+        conn.send(b"stty size; tty; exit 7\n")
+        out, code = drain(conn)
+        assert "40 132" in out and "/dev/pts/" in out, out
+        assert code == 7
+    status = execute(pool, job_id, "status")
+    shell = next(w for w in status["workers"] if w["rank"] == EXEC)
+    assert (shell["role"], shell["state"], shell["exit_code"]) == ("shell", "exited", 7)
+
+    # A dropped connection kills the shell and what it started in the background.
+    conn = client.open_shell(job_id, worker=0)
+    conn.send(b"sleep 1000 & echo pid=$!\n")
+    out, _ = drain(conn, r"pid=\d+")
+    sleeper = int(re.findall(r"pid=(\d+)", out)[0])
+    assert psutil.pid_exists(sleeper)
+    conn.close()
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(sleeper) and psutil.Process(sleeper).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the shell's background process outlived it"
+        time.sleep(0.2)
+    wait_run(pool, job_id, [EXEC + 1])
+
+    # Hostile control messages end the session (and the shell); sizes are bounded.
+    with client.open_shell(job_id) as conn:
+        conn._socket.send('{"resize": {"rows": 70000, "cols": 1}}')
+        with pytest.raises(InvalidSpec, match="1 to 1000 rows and columns"):
+            drain(conn)
+    wait_run(pool, job_id, [EXEC + 2])
+    with pytest.raises(InvalidSpec, match="1 to 1000 rows"):
+        client.open_shell(job_id, rows=0)
+
+    # Who may not exec into it may not have a shell either; nor on a job that is not held.
+    pool.cli("users", "add", "sam")
+    token = json.loads(pool.cli("tokens", "create", "sam", "--json").stdout)["token"]
+    with pytest.raises(PermissionDenied, match="read-only"):
+        Client(url=pool.url, token=token).open_shell(job_id)
+    with pytest.raises(NotFound, match="has no worker 5"):
+        client.open_shell(job_id, worker=5)
+
+    # The CLI: raw terminal, the shell's exit code as its own.
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        argv = [PYTHON, "-m", "gpuyard", "exec", str(job_id), "shell"]
+        os.execvpe(PYTHON, argv, pool.env)  # noqa: S606 - an argv, no shell
+    seen = b""
+    os.write(fd, b"echo cli-$((6*7)); exit 5\n")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status_code = os.waitpid(pid, 0)
+    os.close(fd)
+    assert b"cli-42" in seen, seen
+    assert os.waitstatus_to_exitcode(status_code) == 5, seen
+
+    pool.cli("stop", str(job_id))
+    assert wait_for(pool, job_id, {"stopped"})["status"] == "stopped"

@@ -1,8 +1,8 @@
-"""``gpuyard exec JOB status|stop|start|run|kill``: debug a job (reference 000's ``jmt``)."""
+"""``gpuyard exec JOB status|stop|start|run|kill|shell``: debug a job (reference 000's ``jmt``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,9 +14,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 app = typer.Typer(
     help="Debug a job: hold it (stop its processes, keep its nodes), run a command on each of "
-    "its nodes, check its nodes, kill what you ran, start it again. "
-    "Example: gpuyard exec 7 stop; gpuyard exec 7 run -- hostname; gpuyard logs 7 --worker "
-    "200000; gpuyard exec 7 start.",
+    "its nodes, check its nodes, open a shell in a worker's context, kill what you ran, start "
+    "it again. Example: gpuyard exec 7 stop; gpuyard exec 7 run -- hostname; gpuyard logs 7 "
+    "--worker 200000; gpuyard exec 7 shell; gpuyard exec 7 start.",
     no_args_is_help=True,
 )
 
@@ -145,3 +145,108 @@ def kill(
 ) -> None:
     """SIGKILL these workers of a held job (those `run` started)."""
     _report(_client().exec_kill(ctx.obj, ranks), as_json)
+
+
+@app.command()
+def shell(
+    ctx: typer.Context,
+    worker: Annotated[
+        int, typer.Option("--worker", "-w", help="Whose context: a rank of the job's own workers.")
+    ] = 0,
+) -> None:
+    """An interactive shell in the context of a held job's worker: its node, OS account,
+    environment, working directory and limits. Leaving it (exit, Ctrl-D, a lost connection)
+    ends it and what it started; its exit code is this command's."""
+    import os
+    import shutil
+    import sys
+    import threading
+
+    from gpuyard.cli.output import err_console
+    from gpuyard.client.shell import ShellEnded
+
+    stdin = sys.stdin.fileno()
+    interactive = os.isatty(stdin)
+    size = shutil.get_terminal_size()
+    conn = _client().open_shell(ctx.obj, worker=worker, rows=size.lines, cols=size.columns)
+    if interactive:
+        err_console().print(
+            f"shell of job {ctx.obj} on {conn.node} (worker {conn.rank}); exit or Ctrl-D ends it",
+            markup=False,
+            highlight=False,
+        )
+    saved: list[Any] | None = None
+    ended = ShellEnded(None, "")
+    try:
+        if interactive:
+            saved = _raw_terminal(conn, stdin)
+        threading.Thread(target=_feed, args=(conn, stdin), daemon=True).start()
+        out = sys.stdout.buffer
+        while True:
+            try:
+                data = conn.recv()
+            except ShellEnded as exc:
+                ended = exc
+                break
+            out.write(data)
+            out.flush()
+    finally:
+        if saved is not None:
+            import termios
+
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        conn.close()
+    if ended.detail or ended.code is None:
+        err_console().print(f"shell ended: {ended.detail or 'lost'}", markup=False)
+    raise typer.Exit(1 if ended.code is None else ended.code)
+
+
+def _raw_terminal(conn: Any, fd: int) -> list[Any]:
+    """Put this terminal in raw mode (every key goes to the shell, Ctrl-C included) and follow
+    its size; return its settings, to be given back."""
+    import shutil
+    import signal
+    import sys
+    import termios
+    import threading
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    tty.setraw(fd, termios.TCSADRAIN)  # keeps what was typed ahead, as ssh does
+    # The handler only wakes a thread that sends: it may interrupt the main thread inside the
+    # connection's receive, which is no place to send from.
+    resized = threading.Event()
+
+    def resizer() -> None:
+        while resized.wait():
+            resized.clear()
+            now = shutil.get_terminal_size()
+            try:
+                conn.resize(now.lines, now.columns)
+            except Exception:  # the session is over
+                return
+
+    threading.Thread(target=resizer, daemon=True).start()
+    signal.signal(signal.SIGWINCH, lambda *_: resized.set())
+    # Killed, the client still gives the terminal back before it goes.
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ending, lambda signum, _: sys.exit(128 + signum))
+    return saved
+
+
+def _feed(conn: Any, fd: int) -> None:
+    """Standard input -> the shell. At the end of an input that is not a terminal, the shell
+    gets the end of its own (Ctrl-D), as a pipe into `sh` would."""
+    import os
+
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        try:
+            conn.send(data or b"\x04")
+        except Exception:  # the session is over: the main thread reports how
+            return
+        if not data:
+            return

@@ -6,7 +6,8 @@ import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -40,6 +41,9 @@ from gpuyard.models import (
 )
 from gpuyard.private_files import write_private
 from gpuyard.settings import Settings
+
+if TYPE_CHECKING:
+    from gpuyard.client.shell import ShellConnection
 
 __all__ = ["Client", "discover_token", "discover_url", "store_token"]
 
@@ -112,6 +116,7 @@ class Client:
         self.url = (url or discover_url(settings)).rstrip("/")
         self.token = token or discover_token(settings, self.url)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._verify = verify
         self._http = httpx.Client(
             base_url=f"{self.url}/api/v1",
             headers=headers,
@@ -288,6 +293,19 @@ class Client:
         body = {"ranks": list(ranks)}
         response = self._request("POST", f"/jobs/{job_id}/exec/kill", json=body)
         return ExecOutcome.model_validate(response.json())
+
+    def open_shell(
+        self, job_id: int, *, worker: int = 0, rows: int = 24, cols: int = 80
+    ) -> ShellConnection:
+        """An interactive shell in the context of worker ``worker`` of a held job (its node,
+        account, environment, working directory, limits), on a terminal of ``rows`` x
+        ``cols``. Leaving (``close``) kills it; :meth:`ShellConnection.recv` raises
+        :class:`~gpuyard.client.shell.ShellEnded` with its exit code once it has exited."""
+        from gpuyard.client.shell import ShellConnection
+
+        query = urlencode({"worker": worker, "rows": rows, "cols": cols})
+        url = f"{self.url}/api/v1/jobs/{job_id}/exec/shell?{query}"
+        return ShellConnection.open(url, token=self.token, verify=self._verify)
 
     def logs(
         self,

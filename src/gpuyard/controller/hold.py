@@ -11,7 +11,9 @@ it is ``held``: nothing of its own runs, its nodes stay its own. Each pass of a 
   seconds, 0 for ``kill``) are signalled, and a check past its deadline is killed;
 - exec workers ``gpuyard exec run`` queued are launched (:mod:`gpuyard.launch.exec_workers`:
   the command in the context of the job's worker on each node), and a held checker's workers
-  (:mod:`gpuyard.launch.check`, the pre-flight's own);
+  (:mod:`gpuyard.launch.check`, the pre-flight's own); a shell (``gpuyard exec JOB shell``) is
+  planned here (:meth:`Hold.plan_shell`) but launched by the server that relays its terminal,
+  and its reservation cancelled if that server never does;
 - a run whose workers have all ended closes its usercall in the fault-tolerance log with what
   came of it: each worker's exit, or the check's verdict (a node it blames is cordoned, as a
   pre-flight would).
@@ -37,8 +39,15 @@ from gpuyard.controller.recovery import CHECK_DEADLINE, check_verdict, fault_tol
 from gpuyard.diagnosis.signatures import Suspect
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused
-from gpuyard.launch.check import CHECK_ROLE, check_launches, check_nodes
-from gpuyard.launch.exec_workers import EXEC_RANK_BASE, EXEC_ROLE, exec_launches
+from gpuyard.launch.check import CHECK_ROLE, check_launches
+from gpuyard.launch.exec_workers import (
+    EXEC_RANK_BASE,
+    EXEC_RANK_LIMIT,
+    EXEC_ROLE,
+    SHELL_ARGV,
+    SHELL_ROLE,
+    exec_launches,
+)
 from gpuyard.launch.plan import JobContext
 from gpuyard.models import JobSpec, JobState, Slot
 from gpuyard.models.states import end_of_hold
@@ -55,6 +64,8 @@ __all__ = ["Hold"]
 log = logging.getLogger("gpuyard.controller")
 
 ACTOR = "controller"
+SHELL_RESERVATION = 60.0
+"""Seconds a shell's row may wait for the server that reserved it to launch it."""
 
 
 class Hold:
@@ -144,7 +155,10 @@ class Hold:
         pending = [
             w
             for w in workers
-            if w.handle is None and w.state is WorkerState.PENDING and w.stop_grace is None
+            if w.handle is None
+            and w.state is WorkerState.PENDING
+            and w.stop_grace is None
+            and w.role != SHELL_ROLE  # the server that reserved it launches it
         ]
         if pending:
             self._launch(job, pending)
@@ -196,7 +210,9 @@ class Hold:
         cancelled = [
             w
             for w in workers
-            if w.state is WorkerState.PENDING and w.handle is None and w.stop_grace is not None
+            if w.state is WorkerState.PENDING
+            and w.handle is None
+            and (w.stop_grace is not None or _abandoned(w, now))
         ]
         if not (signalled or notes or cancelled):
             return
@@ -215,7 +231,9 @@ class Hold:
                     .where(WorkerRow.id == w.id, WorkerRow.handle.is_(None))
                     .values(
                         state=WorkerState.CANCELLED,
-                        detail="stopped before it started",
+                        detail="stopped before it started"
+                        if w.stop_grace is not None
+                        else "the server that opened this shell never started it",
                         finished_at=now,
                     )
                 )
@@ -295,23 +313,49 @@ class Hold:
             }
             planned.update((w.id, by_rank[w.rank]) for w in checks if w.rank in by_rank)
         execs = [w for w in pending if w.role == EXEC_ROLE and isinstance(w.argv, list)]
-        if execs:
-            spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
-            ctx = self._context(job, placement, run_as)
-            runs: dict[tuple[str, ...], list[WorkerRow]] = {}
-            for w in execs:
-                runs.setdefault(tuple(str(a) for a in w.argv or ()), []).append(w)
-            for argv, members in runs.items():
-                launches = exec_launches(
-                    spec,
-                    ctx,
-                    argv=argv,
-                    ranks={w.rank: w.node for w in members},
-                    base_env=base_env,
-                )
-                by_rank = {launch.key.rank: launch for launch in launches}
-                planned.update((w.id, by_rank[w.rank]) for w in members)
+        runs: dict[tuple[str, ...], list[WorkerRow]] = {}
+        for w in execs:
+            runs.setdefault(tuple(str(a) for a in w.argv or ()), []).append(w)
+        for argv, members in runs.items():
+            launches = self.plan_exec(
+                job, {w.rank: w.node for w in members}, argv, run_as=run_as, base_env=base_env
+            )
+            by_rank = {launch.key.rank: launch for launch in launches}
+            planned.update((w.id, by_rank[w.rank]) for w in members)
         return planned
+
+    def plan_shell(self, job: JobRow, rank: int, node: str) -> WorkerLaunch:
+        """The launch of a shell (``gpuyard exec JOB shell``) at ``rank`` on ``node``: an exec
+        worker running :data:`SHELL_ARGV`, which the server launches on a terminal."""
+        [launch] = self.plan_exec(job, {rank: node}, SHELL_ARGV, role=SHELL_ROLE)
+        return launch
+
+    def plan_exec(
+        self,
+        job: JobRow,
+        ranks: Mapping[int, str],
+        argv: Sequence[str],
+        *,
+        role: str = EXEC_ROLE,
+        run_as: str | None = None,
+        base_env: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> list[WorkerLaunch]:
+        """The launches of exec workers ``ranks`` (rank -> node) of the job's current attempt
+        running ``argv`` (the server plans a shell with it: ``role`` shell). Raises
+        AccountRefused, or ValueError / ValidationError for a job that cannot be planned."""
+        placement = [Slot.model_validate(s) for s in job.placement or []]
+        if run_as is None:
+            run_as = self._account(job)
+        if base_env is None:
+            base_env = {n: self.executor.base_env(n) for n in set(ranks.values())}
+        return exec_launches(
+            launch_spec(JobSpec.model_validate(job.spec), len(placement)),
+            self._context(job, placement, run_as),
+            argv=argv,
+            ranks=ranks,
+            base_env=base_env,
+            role=role,
+        )
 
     def _launched(
         self,
@@ -361,26 +405,31 @@ class Hold:
     # -- what came of a run ---------------------------------------------------------------
 
     def _settle_runs(self, job: JobRow, workers: list[WorkerRow], now: float) -> None:
-        """Close the usercall of each run whose workers have all ended, with what came of it."""
+        """Close the usercall of each run whose workers have all ended, with what came of it.
+        A run's workers are the ranks from its entry's up to the next run's (runs take their
+        ranks one after another)."""
         runs = [w for w in workers if w.rank >= EXEC_RANK_BASE]
         if not runs:
             return
         with self.store.read() as session:
             entries = list(
                 session.scalars(
-                    select(FaultRow).where(
+                    select(FaultRow)
+                    .where(
                         FaultRow.job_id == job.id,
                         FaultRow.attempt == job.attempt,
                         FaultRow.kind == USERCALL,
-                        FaultRow.outcome.is_(None),
                         FaultRow.rank.is_not(None),
                     )
+                    .order_by(FaultRow.rank)
                 )
             )
-        size = len(check_nodes([Slot.model_validate(s) for s in job.placement or []])) or 1
-        for entry in entries:
-            first = entry.rank or 0
-            members = [w for w in runs if first <= w.rank < first + size]
+        firsts = [e.rank or 0 for e in entries]
+        for i, entry in enumerate(entries):
+            if entry.outcome is not None:
+                continue
+            end = firsts[i + 1] if i + 1 < len(firsts) else EXEC_RANK_LIMIT
+            members = [w for w in runs if firsts[i] <= w.rank < end]
             if not members or not all(w.state.is_ended() for w in members):
                 continue
             if all(w.role == CHECK_ROLE for w in members):
@@ -444,6 +493,15 @@ class Hold:
             )
         if cordon:
             self._mark_dirty()
+
+
+def _abandoned(worker: WorkerRow, now: float) -> bool:
+    """A shell a server reserved (``started_at``: when) and never launched: it went away."""
+    return (
+        worker.role == SHELL_ROLE
+        and worker.started_at is not None
+        and now > worker.started_at + SHELL_RESERVATION
+    )
 
 
 def _exits(workers: Sequence[WorkerRow]) -> str:

@@ -28,12 +28,18 @@ __all__ = [
     "EXEC_RANK_BASE",
     "EXEC_RANK_LIMIT",
     "EXEC_ROLE",
+    "SHELL_ARGV",
+    "SHELL_ROLE",
     "exec_launches",
     "exec_ranks",
     "host_ranks",
 ]
 
 EXEC_ROLE = "exec"
+SHELL_ROLE = "shell"
+"""An interactive shell (``gpuyard exec JOB shell``): an exec worker on a terminal."""
+SHELL_ARGV = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash -i || exec sh -i")
+"""What a shell runs: bash where the node has it, else sh; interactive either way."""
 EXEC_RANK_BASE = 200_000
 """The first rank of an attempt's exec (and held-job check) workers."""
 EXEC_RANK_LIMIT = 300_000
@@ -69,6 +75,7 @@ def exec_launches(
     argv: Sequence[str],
     ranks: Mapping[int, str],
     base_env: Mapping[str, Mapping[str, str]],
+    role: str = EXEC_ROLE,
 ) -> list[WorkerLaunch]:
     """The launch of each exec worker of ``ranks`` (exec rank -> node), running ``argv``.
 
@@ -91,7 +98,7 @@ def exec_launches(
                 key=WorkerKey(ctx.job_id, ctx.attempt, rank),
                 argv=list(argv),
                 env=env,
-                role=EXEC_ROLE,
+                role=role,
                 primary=False,
             )
         )

@@ -32,6 +32,7 @@ from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.shell import PlanShell, ShellService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 
@@ -50,8 +51,11 @@ def create_app(
     clock: Clock | None = None,
     notify: Notify = nobody,
     controller_health: Callable[[], dict[str, Any]] | None = None,
+    plan_shell: PlanShell | None = None,
 ) -> FastAPI:
-    """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names."""
+    """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
+    ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
+    without it, or without ``executor``, this server opens no shells."""
     if store is None:
         store = Store(settings.resolved_database_url)
         store.migrate()
@@ -85,6 +89,7 @@ def create_app(
         accounts=account_service,
         policy=policy,
     )
+    execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     app.state.services = Services(
         jobs=job_service,
         nodes=NodeService(store),
@@ -99,7 +104,10 @@ def create_app(
         ),
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,
-        execs=ExecService(store, clock=clock, policy=policy, notify=notify),
+        execs=execs,
+        shells=ShellService(
+            store, clock=clock, execs=execs, executor=executor, plan=plan_shell, notify=notify
+        ),
     )
     app.state.controller_health = controller_health
     install_error_handlers(app)
@@ -111,4 +119,5 @@ def create_app(
     signed_in = [Depends(_signed_in)]
     for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
+    app.include_router(job_exec.shell_router, prefix="/api/v1")
     return app

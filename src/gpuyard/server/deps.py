@@ -16,6 +16,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.shell import ShellService
 
 __all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
 
@@ -34,6 +35,7 @@ class Services:
     tokens: TokenService
     policy: Policy
     execs: ExecService
+    shells: ShellService
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

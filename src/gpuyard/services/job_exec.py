@@ -24,8 +24,15 @@ from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.errors import Conflict, NotFound
-from gpuyard.launch.check import CHECK_ROLE
-from gpuyard.launch.exec_workers import EXEC_RANK_BASE, EXEC_ROLE, exec_ranks
+from gpuyard.launch.check import CHECK_RANK_BASE, CHECK_ROLE
+from gpuyard.launch.exec_workers import (
+    EXEC_RANK_BASE,
+    EXEC_RANK_LIMIT,
+    EXEC_ROLE,
+    SHELL_ARGV,
+    SHELL_ROLE,
+    exec_ranks,
+)
 from gpuyard.models import FaultTolerance, JobState, Slot
 from gpuyard.models.access import Action
 from gpuyard.models.execs import ExecOutcome, ExecRun, ExecStatus, ExecTarget, ExecWorker
@@ -278,6 +285,67 @@ class ExecService:
             result = _outcome(row, "kill", outcome, [w.rank for w in live])
         self.notify(job_id)
         return result
+
+    # -- shell --------------------------------------------------------------------------
+
+    def reserve_shell(self, job_id: int, *, actor: str, worker: int) -> tuple[JobRow, int, str]:
+        """The row of a shell in the context of the held job's ``worker`` (its node), at the
+        next exec rank, for :class:`gpuyard.services.shell.ShellService` to launch: the job
+        (as read), the shell's rank and its node. A shell is a run: one at a time."""
+        now = self.clock.now()
+        command = f"exec shell --worker {worker}"
+        with self.store.write() as session:
+            row = self._may(session, actor, job_id)
+            self._require_held(row, "open a shell in it")
+            workers = _workers(session, row)
+            running = [w.rank for w in workers if _is_run(w) and not w.state.is_ended()]
+            if running:
+                raise Conflict(
+                    f"job {job_id}: a run still runs (worker(s) {_ranks(running)}); one at a "
+                    f"time: wait for it, or stop it (`gpuyard exec {job_id} stop`)",
+                    extra={"state": row.state.value},
+                )
+            own = {w.rank: w for w in workers if w.rank < CHECK_RANK_BASE}
+            if worker not in own:
+                raise NotFound(
+                    f"job {job_id} has no worker {worker} in its attempt {row.attempt}; a shell "
+                    f"takes the context of one of its own workers: {_ranks(sorted(own))}"
+                )
+            node = own[worker].node
+            rank = max((w.rank + 1 for w in workers if w.rank >= EXEC_RANK_BASE), default=0)
+            rank = max(rank, EXEC_RANK_BASE)
+            if rank >= EXEC_RANK_LIMIT:
+                raise Conflict(
+                    f"job {job_id}'s attempt {row.attempt} has run as many exec workers as one "
+                    f"attempt may; start it again (`gpuyard exec {job_id} start`) or end it"
+                )
+            session.add(
+                WorkerRow(
+                    job_id=row.id,
+                    attempt=row.attempt,
+                    rank=rank,
+                    node=node,
+                    role=SHELL_ROLE,
+                    task=0,
+                    primary=False,
+                    state=WorkerState.PENDING,
+                    argv=list(SHELL_ARGV),
+                    started_at=now,  # when it was reserved, until it starts
+                )
+            )
+            action = f"a shell on {node} as worker {rank}, in worker {worker}'s context"
+            usercall(
+                session,
+                row,
+                now,
+                actor=actor,
+                command=command,
+                action=action,
+                rank=rank,
+                done=False,
+            )
+            self.policy.audit.record(session, f"user:{actor}", "job.exec", f"job:{job_id}", command)
+        return row, rank, node
 
     # -- helpers --------------------------------------------------------------------------
 
