@@ -201,6 +201,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             clock=clock,
             notify=controller.notify,
             controller_health=controller.health,
+            plan_shell=controller.lifecycle.hold.plan_shell,
         )
         ensure_owner_token(settings, app.state.services.tokens)
         controller.start()
@@ -213,6 +214,9 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             lifespan="off",
             # Log followers hold connections open; do not let them block a shutdown.
             timeout_graceful_shutdown=3,
+            # A shell's messages are keystrokes and resizes (services/shell.py takes at most
+            # 64 KiB of input at once): a WebSocket message is not let grow past 1 MiB.
+            ws_max_size=1 << 20,
             ssl_certfile=str(settings.tls_cert) if tls else None,
             ssl_keyfile=str(settings.tls_key) if tls else None,
         )

@@ -156,3 +156,68 @@ def test_a_plain_user_signed_in_elsewhere_reaches_nothing_of_anyone_else(
     pool.cli("stop", str(owner_job["id"]))
     with contextlib.suppress(KeyError):
         subprocess.run(["userdel", f"gpy-{mallory}"], check=False, capture_output=True)
+
+
+def test_a_shell_runs_as_its_jobs_account_and_reaches_nothing_of_anyone_else(
+    pool: OwnerPool, tmp_path: Path
+) -> None:
+    """`gpuyard exec JOB shell` of a held job (issue 14, point 3): the terminal and every
+    process of it are the job's account's, inside the job's context; the pool's files and
+    another user's job stay out of reach, as they do for the job itself."""
+    from gpuyard.client import Client
+    from gpuyard.client.shell import ShellEnded
+
+    owner_job = pool.cli_json("submit", *workdir_flags(pool), "--", "sleep 60")
+    pool.wait_status(owner_job["id"], {"running"})
+    mallory = f"m{secrets.token_hex(4)}"
+    pool.cli("users", "add", mallory)
+    token = json.loads(pool.cli("tokens", "create", mallory, "--json").stdout)["token"]
+    client = Client(url=pool.url, token=token)
+    try:
+        job = client.submit(
+            {"command": "sleep 600", "workdir": str(pool.home.parent), "graceful_shutdown": 1}
+        )
+        deadline = time.monotonic() + 60
+        while client.job(job.id).state.value != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        client.exec_stop(job.id)
+        while client.job(job.id).state.value != "held":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        home = pool.home
+        probes = " ; ".join(
+            [
+                "id -un",
+                "stat -c %U $(tty)",
+                f"cat {home / 'gpuyard.db'} >/dev/null 2>&1 && echo db-read || echo db-denied",
+                f"cat {home / 'owner.token'} >/dev/null 2>&1 && echo token-read "
+                "|| echo token-denied",
+                f"ls {home / 'jobs' / str(owner_job['id'])} >/dev/null 2>&1 && echo dir-read "
+                "|| echo dir-denied",
+                "echo done-$((40+2))",
+            ]
+        )
+        out = b""
+        with client.open_shell(job.id) as conn:
+            conn.send(f"{probes}; exit 0\n".encode())
+            with contextlib.suppress(ShellEnded):
+                while True:
+                    out += conn.recv(timeout=30)
+        lines = [line.strip() for line in out.decode(errors="replace").splitlines()]
+        account = f"gpy-{mallory}"
+        answers = lines[lines.index(account) :]
+        assert answers[:6] == [
+            account,
+            account,
+            "db-denied",
+            "token-denied",
+            "dir-denied",
+            "done-42",
+        ]
+    finally:
+        pool.cli("stop", str(owner_job["id"]), check=False)
+        with contextlib.suppress(Exception):
+            client.stop(job.id)
+            client.wait(job.id, timeout=30)
+        subprocess.run(["userdel", f"gpy-{mallory}"], check=False, capture_output=True)

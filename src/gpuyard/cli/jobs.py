@@ -152,6 +152,13 @@ def submit(
         str | None,
         typer.Option(help="Fault tolerance: no progress and no log for this long is a hang."),
     ] = None,
+    keep_failed: Annotated[
+        str | None,
+        typer.Option(
+            help="Fault tolerance: when it fails for good, hold it this long (e.g. 30m) for "
+            "`gpuyard exec` before it ends."
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Print when it would start instead of submitting it."),
@@ -208,6 +215,7 @@ def submit(
                 ("recovery", recovery),
                 ("preflight", preflight),
                 ("hang_timeout", hang_timeout),
+                ("keep_failed", keep_failed),
             )
             if v is not None
         }
@@ -360,6 +368,8 @@ def _print_job(job: JobView) -> None:
     ]
     if job.suspensions:
         rows.append(("suspensions", str(job.suspensions)))
+    if job.held_until is not None:
+        rows.append(("held until", job.held_until.astimezone().isoformat(timespec="seconds")))
     if spec is not None and spec.env:
         rows.append(("env", Text(" ".join(f"{k}={v}" for k, v in spec.env.items()))))
     table = Table(box=None, show_header=False)
@@ -515,7 +525,7 @@ def _held(job_id: int, as_json: bool, *, held: bool) -> None:
     if as_json:
         print_json(job)
         return
-    console().print(f"job {job.id}: {'held' if job.held else 'released'}, {job.status.label}")
+    console().print(f"job {job.id}: {'held' if job.on_hold else 'released'}, {job.status.label}")
 
 
 def runtime(
@@ -597,8 +607,10 @@ def events(job_id: int, as_json: JsonOpt = False) -> None:
 
 
 def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
-    """Show a job's fault-tolerance log: each fault, its evidence, the action, the outcome."""
+    """Show a job's fault-tolerance log: each fault, its evidence, the action, the outcome;
+    and each `gpuyard exec` action (usercall): who, the command, what came of it."""
     from rich.table import Table
+    from rich.text import Text
 
     from gpuyard.cli.output import console, print_json
 
@@ -614,15 +626,18 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
         where = " on ".join(
             part for part in (f"rank {f.rank}" if f.rank is not None else "", f.node or "") if part
         )
+        # A usercall's cause is the command a person ran; who ran it stands where a fault's
+        # suspect does. Logs and commands are text, never markup.
+        who = f.actor if f.kind == "usercall" and f.actor else f.suspect
         table.add_row(
             f.time.astimezone().strftime("%H:%M:%S"),
             str(f.attempt),
             f.kind,
-            f"{f.cause} [{f.suspect}]",
+            Text(f"{f.cause} [{who}]"),
             where or "-",
-            f.evidence,
-            f.action,
-            f.outcome or "(under way)",
+            Text(f.evidence),
+            Text(f.action),
+            Text(f.outcome or "(under way)"),
         )
     console().print(table)
 

@@ -9,6 +9,7 @@ import typer
 from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
+from gpuyard.cli import job_exec as exec_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import server as server_cli
 from gpuyard.cli import simulate as simulate_cli
@@ -23,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 jobs_cli.register(app)
+exec_cli.register(app)
 server_cli.register(app)
 admin_cli.register(app)
 access_cli.register(app)

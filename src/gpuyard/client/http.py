@@ -6,7 +6,8 @@ import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -14,6 +15,9 @@ from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
 from gpuyard.models import (
     AuditEntry,
     BulkResult,
+    ExecOutcome,
+    ExecStatus,
+    ExecTarget,
     FaultEntry,
     GroupView,
     IssuedToken,
@@ -38,6 +42,9 @@ from gpuyard.models import (
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
 from gpuyard.settings import Settings
+
+if TYPE_CHECKING:
+    from gpuyard.client.shell import ShellConnection
 
 __all__ = ["Client", "discover_token", "discover_url", "store_token"]
 
@@ -110,6 +117,7 @@ class Client:
         self.url = (url or discover_url(settings)).rstrip("/")
         self.token = token or discover_token(settings, self.url)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._verify = verify
         self._http = httpx.Client(
             base_url=f"{self.url}/api/v1",
             headers=headers,
@@ -261,6 +269,58 @@ class Client:
         params = {"window": str(window)}
         data = self._request("GET", f"/jobs/{job_id}/usage", params=params).json()
         return JobUsage.model_validate(data)
+
+    # -- gpuyard exec (debugging a job) ---------------------------------------------------
+
+    def exec_status(self, job_id: int) -> ExecStatus:
+        """The job's state and each worker of its current attempt (``gpuyard exec JOB
+        status``)."""
+        return ExecStatus.model_validate(self._request("GET", f"/jobs/{job_id}/exec").json())
+
+    def exec_stop(self, job_id: int, *, hold: float | str | None = None) -> ExecOutcome:
+        """Hold a running job: its workers stop, its nodes stay its own for ``hold`` (seconds
+        or "30m"); of a held job, stop what ``exec_run`` started."""
+        body = _given(hold=hold)
+        response = self._request("POST", f"/jobs/{job_id}/exec/stop", json=body)
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_start(self, job_id: int) -> ExecOutcome:
+        """Run a held job's command again, as its next attempt on the same nodes."""
+        response = self._request("POST", f"/jobs/{job_id}/exec/start")
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_run(
+        self,
+        job_id: int,
+        command: Sequence[str] = (),
+        *,
+        target: ExecTarget | str = ExecTarget.COMMAND,
+    ) -> ExecOutcome:
+        """Run ``command`` (an argv) once on each node of a held job, or with ``target``
+        ``task`` the job itself, ``checker`` the node check. Asynchronous: the answer names
+        the workers, whose logs hold the output."""
+        body = {"command": list(command), "target": str(target)}
+        response = self._request("POST", f"/jobs/{job_id}/exec/run", json=body)
+        return ExecOutcome.model_validate(response.json())
+
+    def exec_kill(self, job_id: int, ranks: Sequence[int]) -> ExecOutcome:
+        """SIGKILL these workers of a held job."""
+        body = {"ranks": list(ranks)}
+        response = self._request("POST", f"/jobs/{job_id}/exec/kill", json=body)
+        return ExecOutcome.model_validate(response.json())
+
+    def open_shell(
+        self, job_id: int, *, worker: int = 0, rows: int = 24, cols: int = 80
+    ) -> ShellConnection:
+        """An interactive shell in the context of worker ``worker`` of a held job (its node,
+        account, environment, working directory, limits), on a terminal of ``rows`` x
+        ``cols``. Leaving (``close``) kills it; :meth:`ShellConnection.recv` raises
+        :class:`~gpuyard.client.shell.ShellEnded` with its exit code once it has exited."""
+        from gpuyard.client.shell import ShellConnection
+
+        query = urlencode({"worker": worker, "rows": rows, "cols": cols})
+        url = f"{self.url}/api/v1/jobs/{job_id}/exec/shell?{query}"
+        return ShellConnection.open(url, token=self.token, verify=self._verify)
 
     def logs(
         self,

@@ -13,6 +13,8 @@ one job at a time (the loop guards each call, so one job's failure stays that jo
 - *stopping / expiring / failing / completing*: SIGTERM once with the graceful period, SIGKILL
   stragglers the supervisor did not end, and end the job once every worker has exited;
 - *suspending*: the notice protocol (:mod:`gpuyard.controller.suspension`);
+- *halting*: drained as a stop is, then *held*; *held* and *restarting*: a job held for
+  debugging (:mod:`gpuyard.controller.hold`);
 - a job whose work keeps failing is given up on: its workers are killed and it fails with the
   error as its reason (:meth:`Lifecycle.give_up`).
 """
@@ -29,6 +31,7 @@ from sqlalchemy import Table, bindparam, select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec, worker_rows
+from gpuyard.controller.hold import Hold
 from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
@@ -40,7 +43,7 @@ from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, Slot
 from gpuyard.models.job import MpiImplementation
-from gpuyard.models.states import DRAIN_TARGET, TRANSITIONS
+from gpuyard.models.states import DRAIN_TARGET, HOLD_TARGET, TRANSITIONS
 from gpuyard.models.worker import Handle, RunAs, WorkerState, WorkerStatus
 from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
@@ -100,6 +103,19 @@ class Lifecycle:
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
         self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+        self.hold = Hold(
+            store,
+            executor,
+            clock,
+            fresh=self._fresh,
+            drain=self._drain,
+            mark_dirty=mark_dirty,
+            account=self._account,
+            context=self._context,
+            gpu_devices=gpu_devices,
+            restart=lambda job: self.recovery.restart(job, counted=False),
+            kill_backstop=KILL_BACKSTOP,
+        )
         self.recovery = FaultRecovery(
             store,
             executor,
@@ -113,6 +129,7 @@ class Lifecycle:
                 row.id, JobSpec.model_validate(row.spec), slots, attempt, check=check
             ),
             alert=alert,
+            hold_failed=self.hold.hold_failed,
         )
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
@@ -130,6 +147,10 @@ class Lifecycle:
             self.suspender.advance(job, workers)
         elif state is JobState.RECOVERING:
             self.recovery.advance(job, workers)
+        elif state is JobState.HELD:
+            self.hold.advance(job, workers)
+        elif state is JobState.RESTARTING:
+            self.hold.restart(job, workers)
         else:
             self._drain(job, state, workers)
 
@@ -144,23 +165,7 @@ class Lifecycle:
             run_as = self._account(job)
         except AccountRefused as exc:
             refused = str(exc)  # the job fails with it, as if its first worker had
-        ctx = JobContext(
-            job_id=job.id,
-            name=job.name,
-            owner=job.owner,
-            attempt=job.attempt,
-            placement=placement,
-            job_dir=self.executor.job_dir(job.id),
-            control_url=self.control_url,
-            gpu_devices=self._gpu_devices(),
-            token=job.token or "",
-            tools=self.executor.tools(),
-            mpi=self.launch_config.mpi,
-            network=self.launch_config.network,
-            mpi_interface=self.executor.interface,
-            run_as=run_as,
-            resume=job.resume,
-        )
+        ctx = self._context(job, placement, run_as)
         handles: dict[int, Handle] = {}
         failure: tuple[WorkerRow, str] | None = None
         try:
@@ -182,6 +187,26 @@ class Lifecycle:
             self._record_handles(handles)
             raise
         self._launched(job, workers, handles, failure)
+
+    def _context(self, job: JobRow, placement: list[Slot], run_as: str | None) -> JobContext:
+        """What the launch of a worker of the job's current attempt needs beyond its spec."""
+        return JobContext(
+            job_id=job.id,
+            name=job.name,
+            owner=job.owner,
+            attempt=job.attempt,
+            placement=placement,
+            job_dir=self.executor.job_dir(job.id),
+            control_url=self.control_url,
+            gpu_devices=self._gpu_devices(),
+            token=job.token or "",
+            tools=self.executor.tools(),
+            mpi=self.launch_config.mpi,
+            network=self.launch_config.network,
+            mpi_interface=self.executor.interface,
+            run_as=run_as,
+            resume=job.resume,
+        )
 
     def _account(self, job: JobRow) -> str | None:
         """The OS account the job's workers run as (None: the pool's own user)."""
@@ -288,6 +313,12 @@ class Lifecycle:
             first = next((w for w in workers if failure and w.id == failure.id), None)
             if self.recovery.recover(
                 job, workers, why=verdict.why, first=first, diagnosis=diagnosis
+            ) or self.hold.hold_failed(
+                job,
+                workers,
+                verdict.why,
+                node=failure.node if failure else None,
+                exit_code=failure.exit_code if failure else None,
             ):
                 with self.store.write() as session:
                     _diagnosis_event(session, job, diagnosis, now)
@@ -445,7 +476,8 @@ class Lifecycle:
                     .values(state=WorkerState.CANCELLED, detail="never started", finished_at=now)
                 )
             ended = {w.id for w in cancelled} | {w.id for w in workers if w.state.is_ended()}
-            target = DRAIN_TARGET.get(state)  # a suspension ends in the suspender
+            # A suspension ends in the suspender; a hold's drain ends held, not ended.
+            target = DRAIN_TARGET.get(state) or HOLD_TARGET.get(state)
             row = self._fresh(session, job) if target is not None else None
             if row is not None and target is not None and len(ended) == len(workers):
                 escalated = [w for w in workers if w.detail and ESCALATED in w.detail]

@@ -48,7 +48,7 @@ from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, NodeRow, PoolRow, WorkerRow
 
-__all__ = ["CheckProgress", "FaultRecovery", "log_tail"]
+__all__ = ["CheckProgress", "FaultRecovery", "check_verdict", "log_tail"]
 
 log = logging.getLogger("gpuyard.controller")
 
@@ -98,6 +98,7 @@ class FaultRecovery:
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
         alert: Callable[[dict[str, Any]], None] | None = None,
+        hold_failed: Callable[[JobRow, list[WorkerRow], str], bool] = lambda *_: False,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -109,6 +110,9 @@ class FaultRecovery:
         self._gpu_devices = gpu_devices
         self._new_workers = new_workers
         """The worker rows of an attempt on these slots (with check workers when asked)."""
+        self._hold_failed = hold_failed
+        """Hold a job that fails for good instead of failing it, if it asks to be kept
+        (``keep_failed``); whether it did."""
         self._activity: dict[int, tuple[tuple[int, ...], float, float]] = {}
         """Watched jobs: (log sizes, progress time, when either last changed)."""
         self._looked: dict[int, float] = {}
@@ -197,21 +201,7 @@ class FaultRecovery:
             return session.scalar(select(PoolRow.allreduce_floor).where(PoolRow.name == pool))
 
     def _check_failed(self, job: JobRow, checks: list[WorkerRow], now: float) -> None:
-        lines: list[str] = []
-        for w in checks:
-            if w.handle is not None:
-                try:
-                    lines += log_tail(self.executor, w.handle, CHECK_LOG_TAIL)
-                except Exception:
-                    log.warning("job %s: could not read a check's log", job.id, exc_info=True)
-        nodes = [w.node for w in checks]
-        blamed = {f.node: f"{f.test}: {f.evidence}" for f in check_failures(lines, nodes)}
-        for w in checks:  # a check killed at its deadline: its node hangs
-            if w.detail and "SIGKILL" in w.detail and w.node not in blamed:
-                blamed[w.node] = f"the check did not finish within {CHECK_DEADLINE:g} s"
-        undecided = "; ".join(inconclusive(lines)) or "; ".join(
-            f"{w.node}: {w.detail}" for w in checks if w.exit_code != 0 and w.detail
-        )
+        blamed, undecided = check_verdict(self.executor, job.id, checks)
         ft = fault_tolerance(job) or FaultTolerance()
         with self.store.write() as session:
             row = self._fresh(session, job)
@@ -301,6 +291,9 @@ class FaultRecovery:
             if row is None:
                 return True  # changed meanwhile: the next pass looks again
             action = f"restarting ({d.why})" if d.restart else f"job fails: {d.why}"
+            kept = (fault_tolerance(row) or FaultTolerance()).keep_failed
+            if not d.restart and kept:
+                action += f"; it is held for debugging first, for {format_duration(kept)}"
             _add_fault(
                 session,
                 row,
@@ -336,7 +329,15 @@ class FaultRecovery:
         if not all(w.state.is_ended() for w in workers):
             self._drain(job, JobState.RECOVERING, workers)
             return
+        self.restart(job, counted=True)
+
+    def restart(self, job: JobRow, *, counted: bool) -> None:
+        """Every worker of ``job`` has ended: start it again as its next attempt on the same
+        nodes (re-checked first where a fault or its pre-flight asks), or back in the queue if
+        one of them is gone or cordoned. ``counted``: it spends a restart of its budget (a
+        fault's restart; a person's start of a held job does not)."""
         now = self.clock.now()
+        spent: dict[str, Any] = {"restarts": job.restarts + 1} if counted else {}
         ft = fault_tolerance(job) or FaultTolerance()
         placement = [Slot.model_validate(s) for s in job.placement or []]
         names = sorted({s.node for s in placement})
@@ -364,11 +365,11 @@ class FaultRecovery:
                     + ("" if resume else ", from scratch"),
                     time=now,
                     attempt=attempt,
-                    restarts=row.restarts + 1,
                     resume=resume,
                     check_next=False,
                     token=secrets.token_hex(16),
                     reason=None,
+                    **spent,
                 )
                 session.add_all(self._new_workers(row, placement, attempt, check))
             else:
@@ -378,8 +379,8 @@ class FaultRecovery:
                     row,
                     now,
                     why=f"every worker has exited; {gone} cannot take it back",
-                    restarts=row.restarts + 1,
                     resume=resume,
+                    **spent,
                 )
         self._mark_dirty()
 
@@ -469,6 +470,8 @@ class FaultRecovery:
         decision = Decision(base.restart, base.restart, base.why, "hang", Suspect.UNKNOWN, evidence)
         if self._act(job, workers, decision, kind="hang", failure="the job hangs"):
             return True
+        if self._hold_failed(job, workers, f"the job hangs: {evidence}"):
+            return True
         with self.store.write() as session:
             row = self._fresh(session, job)
             if row is not None:
@@ -547,6 +550,30 @@ class FaultRecovery:
         self._activity.pop(job_id, None)
         self._looked.pop(job_id, None)
         self._samples.pop(job_id, None)
+
+
+def check_verdict(
+    executor: Executor, job_id: int, checks: Sequence[WorkerRow]
+) -> tuple[dict[str, str], str]:
+    """What a node check that did not pass found: the nodes it blames (node -> evidence, from
+    the end of each check's log; a check killed at its deadline blames its node), and, when it
+    blames none, what was seen instead."""
+    lines: list[str] = []
+    for w in checks:
+        if w.handle is not None:
+            try:
+                lines += log_tail(executor, w.handle, CHECK_LOG_TAIL)
+            except Exception:
+                log.warning("job %s: could not read a check's log", job_id, exc_info=True)
+    nodes = [w.node for w in checks]
+    blamed = {f.node: f"{f.test}: {f.evidence}" for f in check_failures(lines, nodes)}
+    for w in checks:  # a check killed at its deadline: its node hangs
+        if w.detail and "SIGKILL" in w.detail and w.node not in blamed:
+            blamed[w.node] = f"the check did not finish within {CHECK_DEADLINE:g} s"
+    undecided = "; ".join(inconclusive(lines)) or "; ".join(
+        f"{w.node}: {w.detail}" for w in checks if w.exit_code != 0 and w.detail
+    )
+    return blamed, undecided
 
 
 def _add_fault(

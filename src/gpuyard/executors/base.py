@@ -29,11 +29,25 @@ from gpuyard.models.worker import (
     WorkerStatus,
 )
 
-__all__ = ["Executor", "LaunchError"]
+__all__ = ["Executor", "LaunchError", "Terminal"]
 
 
 class LaunchError(Exception):
     """A worker could not be launched; the message says why."""
+
+
+class Terminal(Protocol):
+    """The terminal of a worker launched with one (:meth:`Executor.launch_terminal`), from the
+    side that relays it: a non-blocking descriptor to read the worker's output from and write
+    its input to (an end-of-file or EIO once its processes have all let go of it)."""
+
+    def fileno(self) -> int: ...
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Tell the worker's foreground processes the terminal's new size (SIGWINCH)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Executor(Protocol):
@@ -58,6 +72,15 @@ class Executor(Protocol):
         ...
 
     def launch(self, request: WorkerLaunch) -> Handle: ...
+
+    def launch_terminal(
+        self, request: WorkerLaunch, *, rows: int, cols: int
+    ) -> tuple[Handle, Terminal]:
+        """Launch a worker whose command runs on a new terminal of ``rows`` x ``cols`` (its
+        controlling terminal, its stdin, stdout and stderr), for an interactive shell. Unlike
+        :meth:`launch` it never adopts: a worker launched before raises LaunchError (its
+        terminal cannot be had again)."""
+        ...
 
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]: ...
 

@@ -8,12 +8,14 @@ with it in :attr:`FakeExecutor.launches`, for tests to check, and otherwise igno
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuyard.executors.base import LaunchError
+from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -45,6 +47,8 @@ class FakeWorker:
     control: ControlState = field(default_factory=ControlState)
     usage: WorkerUsage | None = None
     """What ``usage`` reports for it (:meth:`FakeExecutor.use`); None: not measurable."""
+    terminal: int | None = None
+    """The slave side of its terminal, when it was launched with one."""
 
 
 class FakeExecutor:
@@ -108,6 +112,23 @@ class FakeExecutor:
             self.launches.append(request)
             self.workers[request.key] = FakeWorker(request)
         return handle
+
+    def launch_terminal(
+        self, request: WorkerLaunch, *, rows: int, cols: int
+    ) -> tuple[Handle, PtyTerminal]:
+        """A real pseudo-terminal with nothing on it: a test plays the worker on its slave
+        side (:attr:`FakeWorker.terminal`)."""
+        if request.key in self.workers:
+            raise LaunchError(f"{request.key} was launched before")
+        terminal, slave = open_terminal(rows, cols)
+        try:
+            handle = self.launch(request)
+        except BaseException:
+            terminal.close()
+            os.close(slave)
+            raise
+        self.workers[request.key].terminal = slave
+        return handle, terminal
 
     def _worker(self, handle: Handle) -> FakeWorker:
         return self.workers[WorkerKey(handle["job"], handle["attempt"], handle["rank"])]

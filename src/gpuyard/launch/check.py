@@ -45,9 +45,11 @@ def check_launches(
     timeout: float = CHECK_TIMEOUT,
     burn: float = CHECK_BURN,
     floor: float | None = None,
+    rank_base: int = CHECK_RANK_BASE,
 ) -> list[WorkerLaunch]:
-    """One launch per node of ``placement``; rank 0's node hosts the rendezvous on the port
-    of the job's first slot (free until the job's own workers start, after the check).
+    """One launch per node of ``placement``, at ranks from ``rank_base``; rank 0's node hosts
+    the rendezvous on the port of the job's first slot (free until the job's own workers
+    start, after the check, and while the job is held: ``gpuyard exec JOB run -t checker``).
     ``floor``: the pool's all-reduce bus bandwidth floor, GB/s."""
     nodes = check_nodes(placement)
     first = placement[0]
@@ -88,7 +90,7 @@ def check_launches(
             argv += ["--floor", f"{floor:g}"]
         launches.append(
             WorkerLaunch(
-                key=WorkerKey(job_id, attempt, CHECK_RANK_BASE + index),
+                key=WorkerKey(job_id, attempt, rank_base + index),
                 node=node,
                 argv=argv,
                 env=env,

@@ -421,13 +421,16 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
     rank: int,
     *,
     base_env: Mapping[str, str],
+    directory_rank: int | None = None,
 ) -> WorkerLaunch:
-    """The launch of worker ``rank`` of a job."""
+    """The launch of worker ``rank`` of a job. ``directory_rank``: the worker directory (its
+    workspace) is that rank's, not ``rank``'s (an exec worker runs in the context of a worker
+    of the job, in a directory of its own: :mod:`gpuyard.launch.exec_workers`)."""
     all_seats = _seats(spec, ctx)
     seat = all_seats[rank]
     w = _Worker(spec, ctx, seat, tuple(s for s in all_seats if s.task == seat.task))
     command = parse_command(spec.commands()[seat.task])
-    wdir = worker_dir(ctx.job_dir, ctx.attempt, rank)
+    wdir = worker_dir(ctx.job_dir, ctx.attempt, rank if directory_rank is None else directory_rank)
     workspace = posixpath.join(wdir, "workspace")
     outputs = output_dir(spec, job_dir=ctx.job_dir, job_name=ctx.name, task=seat.task)
 

@@ -28,6 +28,15 @@ from gpuyard.models.accounts import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.execs import (
+    ExecKill,
+    ExecOutcome,
+    ExecRun,
+    ExecStatus,
+    ExecStop,
+    ExecTarget,
+    ExecWorker,
+)
 from gpuyard.models.faults import FaultEntry, FaultTolerance, Performance, Recovery, SlowAction
 from gpuyard.models.job import (
     After,
@@ -66,6 +75,13 @@ __all__ = [
     "BulkResult",
     "CordonRequest",
     "Dependency",
+    "ExecKill",
+    "ExecOutcome",
+    "ExecRun",
+    "ExecStatus",
+    "ExecStop",
+    "ExecTarget",
+    "ExecWorker",
     "FaultEntry",
     "FaultTolerance",
     "GroupSpec",

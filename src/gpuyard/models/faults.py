@@ -20,6 +20,13 @@ __all__ = ["FaultEntry", "FaultTolerance", "Performance", "Recovery", "SlowActio
 MAX_RESTARTS = 100
 MAX_HANG_TIMEOUT = 7 * 86400.0
 MIN_HANG_TIMEOUT = 10.0
+MAX_HOLD = 86400.0
+"""The longest a job may be held for debugging (``keep_failed``, ``gpuyard exec stop``)."""
+MIN_HOLD = 1.0
+
+
+_WITHOUT_RESTARTS = frozenset({"enabled", "keep_failed"})
+"""Fields that mean something with fault tolerance off (a failure is held, not restarted)."""
 
 
 class Recovery(StrEnum):
@@ -101,6 +108,15 @@ class FaultTolerance(BaseModel):
         description="A job whose workers report no progress (runtime heartbeat) and write no "
         "log for this long is hung: it is stopped and restarted (leave out: no hang detection).",
     )
+    keep_failed: Seconds | None = Field(
+        None,
+        ge=MIN_HOLD,
+        le=MAX_HOLD,
+        description="When the job fails for good (no restart left, or not one to restart), "
+        "hold it this long instead of ending it: its failed workers' processes are stopped, its "
+        "nodes stay its own, and `gpuyard exec` can run commands on them or start it again; "
+        "then it fails (at most 24h; leave out: a failure ends the job at once).",
+    )
 
     performance: Performance | None = Field(
         None,
@@ -115,7 +131,7 @@ class FaultTolerance(BaseModel):
         changed = [
             name
             for name in type(self).model_fields
-            if name != "enabled" and getattr(self, name) != getattr(defaults, name)
+            if name not in _WITHOUT_RESTARTS and getattr(self, name) != getattr(defaults, name)
         ]
         if not self.enabled and changed:
             raise ValueError(
@@ -146,12 +162,20 @@ class FaultEntry(BaseModel):
     id: int
     attempt: int = Field(description="The attempt the fault ended.")
     time: datetime
-    kind: str = Field(description="failure, hang or check (a pre-flight or re-check).")
+    kind: str = Field(
+        description="failure, hang, check (a pre-flight or re-check), or usercall (an action "
+        "through `gpuyard exec`: its actor, the command, what came of it)."
+    )
     cause: str = Field(description="What was found, e.g. 'CUDA fatal error'.")
-    suspect: str = Field(description="node, job or unknown: what the cause points at.")
+    suspect: str = Field(
+        description="node, job or unknown: what the cause points at (none for a usercall)."
+    )
     rank: int | None = None
     node: str | None = None
     evidence: str = Field(description="The log line or measurement it rests on.")
     action: str = Field(description="What the platform did about it.")
     outcome: str | None = Field(None, description="How that ended; null while it is under way.")
     outcome_time: datetime | None = None
+    actor: str | None = Field(
+        None, description="Who asked, for a usercall (user:NAME); null: the platform."
+    )

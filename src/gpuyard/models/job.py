@@ -568,6 +568,10 @@ class WorkerView(BaseModel):
     attempt: int
     node: str
     state: str
+    role: str = Field(
+        "worker",
+        description="worker, launcher, target, ps; check (a node check), exec (gpuyard exec run).",
+    )
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -609,8 +613,17 @@ class JobView(BaseModel):
         description="What the caller may do with it (for interfaces to hide the rest).",
     )
     suspensions: int = Field(0, description="How many times it was suspended and requeued.")
-    held: bool = Field(False, description="Held: it does not start until released.")
+    on_hold: bool = Field(
+        False,
+        description="Queued and held: it does not start until released (not the state "
+        "`held`, which is a placed job kept for debugging).",
+    )
     restarts: int = Field(0, description="How many times it was restarted after a fault.")
+    held_until: datetime | None = Field(
+        None,
+        description="While it is held for debugging (state halting or held): when the hold "
+        "ends, and the job with it.",
+    )
     placement: list[Slot] = Field(default_factory=list)
     workers: list[WorkerView] = Field(default_factory=list)
 

@@ -4,8 +4,11 @@ The six *visible* statuses are those of the reference documents (排队中 queue
 错误 error, 停止 stopped, 过期 expired, 成功 succeeded). Internally a job also passes through
 steps a user sees in its events: starting (placed, workers being launched) and the draining
 steps stopping / expiring / failing (workers are being told to exit; the job ends in the
-matching terminal state once every worker has exited). Each internal state maps to exactly one
-visible status, so filters and displays never have to guess.
+matching terminal state once every worker has exited). A job can also be *held* for debugging
+(``gpuyard exec``, ``fault_tolerance.keep_failed``): halting (its workers are told to exit),
+held (no process of its own runs, its placement is kept, for at most a time limit), restarting
+(a person started it again: it runs as the next attempt on the same nodes). Each internal state
+maps to exactly one visible status, so filters and displays never have to guess.
 
 Every move goes through :func:`check_transition`; an illegal move raises
 :class:`~gpuyard.errors.IllegalTransition`, never an assert.
@@ -18,13 +21,17 @@ from enum import StrEnum
 from gpuyard.errors import IllegalTransition
 
 __all__ = [
+    "DRAIN_TARGET",
+    "HELD_STATES",
     "HOLDING",
+    "HOLD_TARGET",
     "LIVE",
     "PENDING",
     "TRANSITIONS",
     "JobState",
     "JobStatus",
     "check_transition",
+    "end_of_hold",
 ]
 
 
@@ -94,6 +101,16 @@ class JobState(StrEnum):
     exit; then it restarts on the same nodes, re-checked first, or goes back to the queue."""
     SUSPENDED = "suspended"
     """Back in the queue at its original position; it resumes as the next attempt."""
+    HALTING = "halting"
+    """To be held (``gpuyard exec stop``, or it failed with ``keep_failed``): its workers are
+    told to exit (SIGTERM, SIGKILL after the graceful period); then it is held."""
+    HELD = "held"
+    """No process of its own runs, its nodes stay its own, for debugging (``gpuyard exec``:
+    run a command on its nodes, check them, start it again) until its hold's time limit, when
+    it ends (failed if it was held after a failure, else stopped)."""
+    RESTARTING = "restarting"
+    """A person started a held job again: once nothing of it runs, it restarts as the next
+    attempt on the same nodes, or goes back to the queue if one of them is gone or cordoned."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -125,6 +142,9 @@ _STATUS_OF: dict[JobState, JobStatus] = {
     JobState.COMPLETING: JobStatus.RUNNING,
     JobState.SUSPENDING: JobStatus.RUNNING,
     JobState.RECOVERING: JobStatus.RUNNING,
+    JobState.HALTING: JobStatus.RUNNING,
+    JobState.HELD: JobStatus.RUNNING,
+    JobState.RESTARTING: JobStatus.RUNNING,
     JobState.SUSPENDED: JobStatus.QUEUED,
     JobState.SUCCEEDED: JobStatus.SUCCEEDED,
     JobState.FAILED: JobStatus.FAILED,
@@ -142,6 +162,9 @@ _HOLDING = frozenset(
         JobState.COMPLETING,
         JobState.SUSPENDING,
         JobState.RECOVERING,
+        JobState.HALTING,
+        JobState.HELD,
+        JobState.RESTARTING,
     }
 )
 
@@ -162,14 +185,28 @@ DRAIN_TARGET: dict[JobState, JobState] = {
     JobState.COMPLETING: JobState.SUCCEEDED,
 }
 
+HOLD_TARGET: dict[JobState, JobState] = {JobState.HALTING: JobState.HELD}
+"""Draining states that end in a hold rather than an end once every worker has exited."""
+
+HELD_STATES = frozenset({JobState.HALTING, JobState.HELD})
+"""A hold is on: it ends at its time limit (``held_until``)."""
+
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # FAILED from the queue: the platform could not start it at all (its stored spec no longer
     # loads, say), after retrying.
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
     JobState.SUSPENDED: frozenset({JobState.STARTING, JobState.STOPPED, JobState.FAILED}),
     # SUSPENDED from starting: its node check failed; it is placed again without the node.
+    # HALTING from starting or recovering: a person holds it (gpuyard exec stop) on its way.
     JobState.STARTING: frozenset(
-        {JobState.RUNNING, JobState.STOPPING, JobState.FAILING, JobState.FAILED, JobState.SUSPENDED}
+        {
+            JobState.RUNNING,
+            JobState.STOPPING,
+            JobState.FAILING,
+            JobState.FAILED,
+            JobState.SUSPENDED,
+            JobState.HALTING,
+        }
     ),
     JobState.RUNNING: frozenset(
         {
@@ -181,11 +218,28 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.COMPLETING,
             JobState.SUSPENDING,
             JobState.RECOVERING,
+            # Held: by a person (gpuyard exec stop), or after a failure (keep_failed; straight
+            # to HELD when every worker has already exited).
+            JobState.HALTING,
+            JobState.HELD,
         }
     ),
     # Restarted in place (STARTING, as the next attempt) or placed again (SUSPENDED).
     JobState.RECOVERING: frozenset(
-        {JobState.STARTING, JobState.SUSPENDED, JobState.FAILED, JobState.STOPPING}
+        {
+            JobState.STARTING,
+            JobState.SUSPENDED,
+            JobState.FAILED,
+            JobState.STOPPING,
+            JobState.HALTING,
+        }
+    ),
+    # A hold ends in FAILING when the job was held after a failure, in STOPPING otherwise
+    # (its time limit, or a person's stop); a person's start makes it RESTARTING.
+    JobState.HALTING: frozenset({JobState.HELD, JobState.STOPPING, JobState.FAILING}),
+    JobState.HELD: frozenset({JobState.RESTARTING, JobState.STOPPING, JobState.FAILING}),
+    JobState.RESTARTING: frozenset(
+        {JobState.STARTING, JobState.SUSPENDED, JobState.STOPPING, JobState.FAILING}
     ),
     JobState.SUSPENDING: frozenset(
         {
@@ -220,3 +274,9 @@ def check_transition(job_id: int, current: JobState, target: JobState) -> None:
             f"job {job_id} cannot become {target.value}: {why}",
             extra={"state": current.value, "target": target.value},
         )
+
+
+def end_of_hold(outcome: JobState | None) -> JobState:
+    """Where a hold ends (its time limit, or a person's stop): draining to failed for a job
+    held after it failed (``keep_failed``), else to stopped."""
+    return JobState.FAILING if outcome is JobState.FAILED else JobState.STOPPING

@@ -194,6 +194,10 @@ class SupervisorSpec(_Record):
     """The worker's workspace; with an account, every bind target lies below it."""
     job_dir: str = ""
     """The job's directory; with an account, every file of ``files`` lies below it."""
+    terminal: bool = False
+    """The supervisor's stdin is the slave side of a terminal (``gpuyard exec JOB shell``):
+    the command runs in a session of its own with it as its controlling terminal, on its
+    stdin, stdout and stderr, instead of /dev/null and the log."""
 
 
 class SupervisorState(_Record):

@@ -18,6 +18,7 @@ from gpuyard.server.routers import (
     accounts,
     auth,
     health,
+    job_exec,
     jobs,
     metrics,
     nodes,
@@ -27,12 +28,14 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.job_exec import ExecService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.metrics import registry as metrics_registry
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.shell import PlanShell, ShellService
 from gpuyard.services.usage import UsageService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
@@ -52,8 +55,11 @@ def create_app(
     clock: Clock | None = None,
     notify: Notify = nobody,
     controller_health: Callable[[], dict[str, Any]] | None = None,
+    plan_shell: PlanShell | None = None,
 ) -> FastAPI:
-    """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names."""
+    """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
+    ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
+    without it, or without ``executor``, this server opens no shells."""
     if store is None:
         store = Store(settings.resolved_database_url)
         store.migrate()
@@ -90,6 +96,7 @@ def create_app(
     usage_service = UsageService(
         store, clock=clock, policy=policy, interval=settings.usage_interval
     )
+    execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     app.state.services = Services(
         jobs=job_service,
         nodes=NodeService(store),
@@ -105,6 +112,10 @@ def create_app(
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,
         usage=usage_service,
+        execs=execs,
+        shells=ShellService(
+            store, clock=clock, execs=execs, executor=executor, plan=plan_shell, notify=notify
+        ),
     )
     app.state.controller_health = controller_health
     app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)
@@ -116,6 +127,7 @@ def create_app(
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    for router in (jobs, nodes, accounts, pools, scheduling, auth, usage):
+    for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
+    app.include_router(job_exec.shell_router, prefix="/api/v1")
     return app

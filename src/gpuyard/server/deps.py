@@ -11,10 +11,12 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.job_exec import ExecService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
+from gpuyard.services.shell import ShellService
 from gpuyard.services.usage import UsageService
 
 __all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
@@ -34,6 +36,8 @@ class Services:
     tokens: TokenService
     policy: Policy
     usage: UsageService
+    execs: ExecService
+    shells: ShellService
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

@@ -35,12 +35,13 @@ from gpuyard.models import (
 from gpuyard.models.access import Action
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.request import request_of
-from gpuyard.models.states import PENDING, check_transition
+from gpuyard.models.states import HELD_STATES, PENDING, check_transition
 from gpuyard.models.validation import readable_validation_errors
 from gpuyard.quantities import format_duration
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.admission import Admission
 from gpuyard.services.auth import Policy
+from gpuyard.services.job_exec import stop_held
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view, queued_view
@@ -337,6 +338,7 @@ class JobService:
                         if r.outcome_at is not None
                         else None
                     ),
+                    actor=r.actor,
                 )
                 for r in rows
             ]
@@ -356,6 +358,9 @@ class JobService:
             if state is JobState.STOPPING:
                 return job_view(row)  # already stopping: stopping twice is not an error
             target = JobState.STOPPED if state in PENDING else JobState.STOPPING
+            reason = f"stopped by {actor}"
+            if state in HELD_STATES:
+                target, reason = stop_held(row, actor)
             transition(
                 session,
                 row,
@@ -363,7 +368,7 @@ class JobService:
                 actor=f"user:{actor}",
                 why=f"stop requested by {actor}",
                 time=now,
-                reason=f"stopped by {actor}",
+                reason=reason,
             )
             view = job_view(row)
         self.notify(job_id)
@@ -557,18 +562,21 @@ class JobService:
                 elif row.state in PENDING:
                     pending.append(row)
                 else:
+                    target, reason = JobState.STOPPING, f"stopped by {actor}"
+                    if row.state in HELD_STATES:
+                        target, reason = stop_held(row, actor)
                     if row.state is not JobState.STOPPING:
                         transition(
                             session,
                             row,
-                            JobState.STOPPING,
+                            target,
                             actor=f"user:{actor}",
                             why=f"stop requested by {actor}",
                             time=now,
-                            reason=f"stopped by {actor}",
+                            reason=reason,
                         )
                         draining.append(job_id)
-                    result.states[job_id] = JobState.STOPPING
+                    result.states[job_id] = row.state
             self._stop_pending(session, pending, actor=actor, now=now)
             result.states.update((row.id, JobState.STOPPED) for row in pending)
             self.audit.record_many(

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import InvalidSpec, NotFound
 from gpuyard.executors.base import Executor
+from gpuyard.launch.check import CHECK_RANK_BASE
 from gpuyard.models import LogChunk
 from gpuyard.models.access import Action
 from gpuyard.models.worker import WorkerState
@@ -51,17 +52,22 @@ class LogService:
             )
             # Every sub-task's workers and parameter servers, in rank order (launch/topology).
             count = (job.nodes + job.parameter_servers) * max(1, job.tasks)
-            if not 0 <= worker < count:
-                raise NotFound(
-                    f"job {job_id} has workers 0..{count - 1}; there is no worker {worker}"
-                )
+            wanted = job.attempt if attempt is None else attempt
             row = session.scalars(
                 select(WorkerRow).where(
                     WorkerRow.job_id == job_id,
                     WorkerRow.rank == worker,
-                    WorkerRow.attempt == (job.attempt if attempt is None else attempt),
+                    WorkerRow.attempt == wanted,
                 )
             ).first()
+            # Node checks and `gpuyard exec run` add workers past the job's own ranks; those
+            # exist when their row does.
+            if not 0 <= worker < count and (worker < CHECK_RANK_BASE or row is None):
+                raise NotFound(
+                    f"job {job_id} has workers 0..{count - 1} (and those of its node checks "
+                    f"and exec runs: `gpuyard exec {job_id} status`); there is no worker "
+                    f"{worker} in attempt {wanted}"
+                )
             return job, row
 
     def read(

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action
+from gpuyard.models.states import HELD_STATES
 from gpuyard.models.validation import readable_validation_errors
 from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
@@ -45,8 +46,9 @@ def job_view(
         access=Access(row.access or Access.NONE.value),
         allowed=list(allowed),
         suspensions=row.suspensions or 0,
-        held=bool(row.held),
+        on_hold=bool(row.held),
         restarts=row.restarts or 0,
+        held_until=to_datetime(row.held_until) if state in HELD_STATES else None,
         placement=[Slot.model_validate(s) for s in row.placement or []],
         workers=[
             WorkerView(
@@ -54,6 +56,7 @@ def job_view(
                 attempt=w.attempt,
                 node=w.node,
                 state=w.state,
+                role=w.role or "worker",
                 exit_code=w.exit_code,
                 started_at=to_datetime(w.started_at),
                 finished_at=to_datetime(w.finished_at),
@@ -86,7 +89,8 @@ def queued_view(job_id: int, row: dict[str, Any], *, spec: JobSpec) -> JobView:
         access=spec.access,
         allowed=list(OFFERED_JOB_ACTIONS),
         suspensions=0,
-        held=spec.hold,
+        on_hold=spec.hold,
+        held_until=None,
         placement=[],
         workers=[],
     )

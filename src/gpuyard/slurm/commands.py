@@ -61,6 +61,11 @@ _STATE = {
     JobState.COMPLETING: "COMPLETING",
     JobState.SUSPENDING: "COMPLETING",
     JobState.RECOVERING: "COMPLETING",
+    # Held for debugging: its allocation kept, its processes stopped, as a Slurm job that
+    # `scontrol suspend` stopped (squeue's S); it runs again on `gpuyard exec JOB start`.
+    JobState.HALTING: "SUSPENDED",
+    JobState.HELD: "SUSPENDED",
+    JobState.RESTARTING: "RUNNING",
     JobState.SUCCEEDED: "COMPLETED",
     JobState.FAILED: "FAILED",
     JobState.STOPPED: "CANCELLED",

@@ -309,7 +309,9 @@ def _squeue_select(
     if states and "ALL" not in states:
         records = [r for r in records if r.state in states]
     elif not states and not listed:
-        records = [r for r in records if r.state in ("PENDING", "RUNNING", "COMPLETING")]
+        records = [
+            r for r in records if r.state in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+        ]
     elif not states:
         records = [r for r in records if r.end is None or now - r.end < 300]
     partitions, names = set(parsed.all("partition")), set(parsed.all("name"))

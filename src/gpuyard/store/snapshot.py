@@ -252,6 +252,16 @@ _RUNNING = select(
     JobRow.suspensions,
     JobRow.listens,
 ).where(JobRow.state.in_(HOLDING))
+_KEEPS_ROOM = frozenset(
+    {
+        JobState.RUNNING,
+        JobState.STARTING,
+        JobState.RECOVERING,
+        JobState.HALTING,
+        JobState.HELD,
+        JobState.RESTARTING,
+    }
+)
 _PENDING_VERSIONS = (
     select(JobRow.id, JobRow.version).where(JobRow.state.in_(_PENDING)).order_by(JobRow.id)
 )
@@ -325,8 +335,8 @@ def _running(row: Any) -> RunningJob:
         max_runtime=row.max_runtime,
         last_checkpoint=row.last_checkpoint_at,
         # Draining, completing or suspending: its room comes back soon (a recovering job
-        # keeps it: it restarts in place).
-        suspending=state not in (JobState.RUNNING, JobState.STARTING, JobState.RECOVERING),
+        # keeps it: it restarts in place; so does a held one, until its hold ends).
+        suspending=state not in _KEEPS_ROOM,
         # A job being launched is not a victim: let it start first.
         preemptible=state is JobState.RUNNING,
         min_nodes=row.min_nodes if elastic else None,

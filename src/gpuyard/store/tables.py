@@ -164,6 +164,13 @@ class JobRow(Base):
         JSON(none_as_null=True), nullable=True, default=None
     )
     """The spec's ``after``, as ``[[job id, when], …]``; None: it waits for no job."""
+    held_until: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """While it is held (halting, held): when the hold ends, and the job with it."""
+    hold_outcome: Mapped[JobState | None] = mapped_column(
+        EnumText(JobState), nullable=True, default=None
+    )
+    """While it is held: how it ends if nobody starts it again (failed after a failure it was
+    kept for, else stopped)."""
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""
@@ -230,6 +237,11 @@ class WorkerRow(Base):
     notice_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When the preemption notice reached it (docs/preemption.md)."""
     acknowledged_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    argv: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    """An exec worker's command (``gpuyard exec run``); None: the job's own, or a check."""
+    stop_grace: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """A person asked it to stop (``gpuyard exec stop`` / ``kill`` of a held job's exec and
+    check workers): SIGTERM, then SIGKILL after this many seconds (0: SIGKILL at once)."""
 
     __table_args__ = (
         Index("ux_workers_job_attempt_rank", "job_id", "attempt", "rank", unique=True),
@@ -474,6 +486,8 @@ class FaultRow(Base):
     action: Mapped[str] = mapped_column(Text)
     outcome: Mapped[str | None] = mapped_column(Text, nullable=True)
     outcome_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    actor: Mapped[str | None] = mapped_column(String(96), nullable=True, default=None)
+    """Who asked, for a usercall (``gpuyard exec``); None: the platform."""
 
     __table_args__ = (Index("ix_job_faults_job", "job_id"),)
 

@@ -83,7 +83,7 @@ def test_hold_and_release(pool: Pool) -> None:
     held = pool.submit(hold=True, resources={"gpus": 8})
     pool.tick()
     assert pool.view(held)[:2] == (JobState.QUEUED, "held")
-    assert pool.jobs.get(held, actor=OPS).held
+    assert pool.jobs.get(held, actor=OPS).on_hold
     pool.jobs.hold(held, actor="alice", held=False)
     pool.tick()
     assert pool.view(held)[0] is JobState.RUNNING

@@ -196,3 +196,60 @@ def test_0013_adds_usage_series_that_go_with_their_job(database_url: str) -> Non
             assert connection.execute(text("SELECT id FROM jobs")).scalar() == 2
     finally:
         store.close()
+
+
+def test_0012_adds_holds_and_exec_workers_and_going_down_ends_held_jobs(database_url: str) -> None:
+    """Nothing is held and no worker is an exec worker after the upgrade; every earlier fault
+    is the platform's. Going down ends each held job as its hold would have (failing after a
+    failure it was kept for, stopping otherwise) and keeps the rest of each row."""
+    store = Store(database_url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0011")
+            job = "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
+            job += "created_at) VALUES (:id, 'j', 'alice', :state, 0, 'normal', '{}', 0, 1.0)"
+            connection.execute(text(job), [{"id": i, "state": "running"} for i in (1, 2, 3)])
+            connection.execute(
+                text(
+                    'INSERT INTO workers (job_id, attempt, rank, node, role, task, "primary", '
+                    "state) VALUES (1, 0, 0, 'n0', 'worker', 0, true, 'running')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO job_faults (job_id, attempt, at, kind, cause, suspect, evidence, "
+                    "action) VALUES (1, 0, 2.0, 'failure', 'x', 'node', 'e', 'a')"
+                )
+            )
+            command.upgrade(alembic_config(connection), "0012")
+            jobs = connection.execute(text("SELECT held_until, hold_outcome FROM jobs")).all()
+            assert [tuple(r) for r in jobs] == [(None, None)] * 3
+            workers = connection.execute(text("SELECT argv, stop_grace FROM workers")).one()
+            assert tuple(workers) == (None, None)
+            assert connection.execute(text("SELECT actor FROM job_faults")).scalar() is None
+            connection.execute(
+                text(
+                    "UPDATE jobs SET state = :state, held_until = 9.0, hold_outcome = :outcome "
+                    "WHERE id = :id"
+                ),
+                [
+                    {"id": 1, "state": "held", "outcome": "failed"},
+                    {"id": 2, "state": "halting", "outcome": "stopped"},
+                    {"id": 3, "state": "restarting", "outcome": None},
+                ],
+            )
+            command.downgrade(alembic_config(connection), "0011")
+        inspector = inspect(store.engine)
+        assert {"held_until", "hold_outcome"}.isdisjoint(
+            c["name"] for c in inspector.get_columns("jobs")
+        )
+        assert {"argv", "stop_grace"}.isdisjoint(
+            c["name"] for c in inspector.get_columns("workers")
+        )
+        assert "actor" not in {c["name"] for c in inspector.get_columns("job_faults")}
+        with store.engine.begin() as connection:
+            states = connection.execute(text("SELECT id, state FROM jobs ORDER BY id")).all()
+            assert [tuple(r) for r in states] == [(1, "failing"), (2, "stopping"), (3, "stopping")]
+            assert connection.execute(text("SELECT count(*) FROM job_faults")).scalar() == 1
+    finally:
+        store.close()

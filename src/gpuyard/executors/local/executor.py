@@ -64,6 +64,7 @@ from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
 from gpuyard.executors.local.notifications import Listener
+from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
 from gpuyard.executors.local.usage import machine_usage, node_gpus, worker_usages
 from gpuyard.executors.probes.gpu import GpuProber, NvmlLibrary
 from gpuyard.executors.probes.host import (
@@ -230,6 +231,24 @@ class LocalExecutor:
     # -- launch ---------------------------------------------------------------------------
 
     def launch(self, request: WorkerLaunch) -> Handle:
+        return self._launch(request, None)
+
+    def launch_terminal(
+        self, request: WorkerLaunch, *, rows: int, cols: int
+    ) -> tuple[Handle, PtyTerminal]:
+        terminal, slave = open_terminal(rows, cols)
+        try:
+            handle = self._launch(request, slave)
+        except BaseException:
+            terminal.close()
+            raise
+        finally:
+            os.close(slave)  # the supervisor has its own copy now
+        return handle, terminal
+
+    def _launch(self, request: WorkerLaunch, terminal: int | None) -> Handle:
+        """Launch ``request``; ``terminal``: the slave side of its terminal, for its
+        supervisor's stdin."""
         key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
         sdir = self.supervisor_dir(key)
@@ -244,9 +263,13 @@ class LocalExecutor:
             try:
                 sdir.mkdir(mode=0o700)  # exactly one launch of a worker gets past this
             except FileExistsError:
+                if terminal is not None:
+                    raise LaunchError(
+                        f"{key} was launched before; its terminal cannot be had again"
+                    ) from None
                 return self._adopt(request)  # launched before (a retry after a crash)
             try:
-                return self._start(request, wd, sdir, account)
+                return self._start(request, wd, sdir, account, terminal)
             except BaseException:
                 shutil.rmtree(sdir, ignore_errors=True)  # so that a retry starts it
                 raise
@@ -339,7 +362,12 @@ class LocalExecutor:
         return ""
 
     def _start(
-        self, request: WorkerLaunch, wd: Path, sdir: Path, account: Account | None
+        self,
+        request: WorkerLaunch,
+        wd: Path,
+        sdir: Path,
+        account: Account | None,
+        terminal: int | None = None,
     ) -> Handle:
         key = request.key
         cgroup = self.isolation.cgroup(
@@ -376,6 +404,7 @@ class LocalExecutor:
             ),
             workspace=str(wd / "workspace"),
             job_dir=self.job_dir(key.job_id),
+            terminal=terminal is not None,
         )
         fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
@@ -385,7 +414,7 @@ class LocalExecutor:
         with open(sdir / "supervisor.err", "ab") as err:
             proc = subprocess.Popen(
                 [sys.executable, *self._command(key)],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if terminal is None else terminal,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,

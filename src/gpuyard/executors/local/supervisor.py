@@ -10,7 +10,10 @@ worker's handle: while this process lives, the worker is running, whatever any f
 - creates the worker's cgroup with its limits (:mod:`cgroups`); the child joins it before it
   execs, so no process of the job ever runs outside it;
 - starts the command in a process group of its own, with stdout and stderr going straight to
-  the log file (no pipe to drain, so the log is complete even if nobody is watching);
+  the log file (no pipe to drain, so the log is complete even if nobody is watching); or, for
+  an interactive shell (``terminal`` in its spec), in a session of its own whose controlling
+  terminal is the one the supervisor got as its stdin (which it then lets go of, so that the
+  terminal's other side sees its end when the command's processes have closed it);
 - when the spec names an ``account`` (docs/security.md), stays root itself (cgroups, signals,
   mounts) while the child prepares the workspace as that account and then drops to it for
   good (groups, gid, uid; umask 077) before it execs: nothing of the job runs as root;
@@ -393,26 +396,42 @@ class Child:
         cwd: str,
         cgroup: cgroups.Cgroup | None,
         account: dict[str, Any] | None = None,
+        terminal: bool = False,
     ) -> None:
         self.argv = argv
         self.env = env
         self.cwd = cwd
         self.cgroup = cgroup
         self.account = account
+        self.terminal = terminal
+        """fd 0 is a terminal, to be the command's controlling terminal and its stdio."""
+        self.ioctl: Any = None
+        if terminal:  # only for shells: it costs imports
+            import fcntl
+            import termios
+
+            self.ioctl = (fcntl.ioctl, termios.TIOCSCTTY)
 
     def spawn(self, log_fd: int, binder: Binder) -> int:
-        """fork + exec in a new process group; raise SpawnError if a step before exec fails."""
+        """fork + exec in a new process group (with a terminal: a new session); raise
+        SpawnError if a step before exec fails."""
         read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
         devnull = os.open(os.devnull, os.O_RDONLY)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child either execs or exits
             self._exec(write_fd, devnull, log_fd, binder)
         os.close(write_fd)
+        if self.terminal:
+            # The terminal is the command's now: without our copy, its other side sees the
+            # end once the command's processes are gone. (No setpgid here: the child makes a
+            # session of its own, which a process group leader cannot.)
+            os.dup2(devnull, 0)
+        else:
+            try:  # noqa: SIM105 - as above
+                os.setpgid(pid, pid)  # also in the parent: no signal can race the child's call
+            except OSError:
+                pass
         os.close(devnull)
-        try:  # noqa: SIM105 - as above
-            os.setpgid(pid, pid)  # also in the parent, so no signal can race the child's call
-        except OSError:
-            pass
         report = os.read(read_fd, REPORT_CAP).decode(errors="replace")
         os.close(read_fd)
         if report:
@@ -433,7 +452,15 @@ class Child:
             if self.cgroup is not None:
                 step = "cgroup"
                 self.cgroup.join()
-            os.setpgid(0, 0)
+            if self.terminal:
+                step = "terminal"
+                os.setsid()
+                ioctl, set_controlling = self.ioctl
+                ioctl(0, set_controlling, 0)
+                if self.account is not None:  # its own terminal, as login(1) makes it
+                    os.fchown(0, self.account["uid"], -1)
+            else:
+                os.setpgid(0, 0)
             if self.account is not None:
                 os.umask(0o077)  # what the job makes is its account's alone
             step = "mount"
@@ -443,16 +470,20 @@ class Child:
                 drop_to(self.account)  # root (cgroup, mounts) ends here, before the job runs
             step = "chdir"
             os.chdir(self.cwd)
-            os.dup2(devnull, 0)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
+            if self.terminal:
+                os.dup2(0, 1)
+                os.dup2(0, 2)
+            else:
+                os.dup2(devnull, 0)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
             step = "exec"
             execvpe(self.argv, self.env)
         except SpawnError as exc:
             report = f"{exc.step}:{exc.errno or 0}:{exc.where}"
             os.write(report_fd, report.encode()[:REPORT_CAP])
         except OSError as exc:
-            where = exc.strerror if step in ("mount", "cgroup", "account") else ""
+            where = exc.strerror if step in ("mount", "cgroup", "account", "terminal") else ""
             os.write(report_fd, f"{step}:{exc.errno or 0}:{where}".encode()[:REPORT_CAP])
         except BaseException as exc:  # a bug of ours: say so rather than exit in silence
             report = f"setup:{errno.EIO}:{type(exc).__name__}: {exc}"
@@ -473,6 +504,7 @@ CANNOT_START = {
     "account": "cannot switch to the OS account {name!r}: {detail}",
     "mount": "cannot mount the workspace at {where!r}: {why}",
     "cgroup": "cannot set up the worker's cgroup: {detail}",
+    "terminal": "cannot make the terminal the command's own: {detail}",
     "chdir:missing": "working directory {cwd!r} does not exist",
     "chdir": "cannot enter working directory {cwd!r}{who}: {why}",
     "setup": "cannot prepare the command: {detail}",
@@ -526,7 +558,14 @@ class Supervisor:
             self.account,
             self.spec.get("workspace", ""),
         )
-        child = Child(self.argv, self.spec["env"], self.cwd, self.cgroup, self.account)
+        child = Child(
+            self.argv,
+            self.spec["env"],
+            self.cwd,
+            self.cgroup,
+            self.account,
+            terminal=bool(self.spec.get("terminal")),
+        )
         try:
             self._write_files()
             if self.cgroup is not None:

@@ -3,7 +3,7 @@ resolutions (the samples, 1-minute, 15-minute and 1-hour averages). A worker's p
 the worker, so with its job.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 """
 
 from typing import Any
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
