@@ -401,10 +401,19 @@ class Lifecycle:
                 f"after the graceful period ({format_duration(grace)})",
             )
 
-    def _drain(self, job: JobRow, state: JobState, workers: list[WorkerRow]) -> None:
-        """Tell live workers to exit; SIGKILL stragglers; end the job when all have exited."""
+    def _drain(
+        self,
+        job: JobRow,
+        state: JobState,
+        workers: list[WorkerRow],
+        *,
+        grace: float | None = None,
+    ) -> None:
+        """Tell live workers to exit within ``grace`` seconds (default: the job's graceful
+        period); SIGKILL stragglers; end the job when all have exited."""
         now = self.clock.now()
-        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        spec_grace = float(job.spec.get("graceful_shutdown", 30.0))
+        grace = spec_grace if grace is None else min(grace, spec_grace)
         signalled: list[WorkerRow] = []
         killed: list[WorkerRow] = []
         for w in workers:

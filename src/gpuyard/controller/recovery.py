@@ -11,7 +11,11 @@ The loop of docs/fault-tolerance.md, one pass at a time:
   attempt on the same nodes, re-checked first, or back in the queue if one of them is gone or
   cordoned. Resume or restart from scratch is the job's choice (``GPUYARD_RESUME``).
 - **hangs** (``running``): no progress reported and no log written by any worker for the job's
-  ``hang_timeout``: a fault like any other.
+  ``hang_timeout``: a fault like any other, except that its workers are killed at once (a hung
+  worker cannot use a graceful period; waiting it out only delays the restart). Until an
+  attempt first reports progress it is starting (imports, rendezvous, loading a checkpoint:
+  silent, and far longer than a step), and only silence of :data:`HANG_START` or more, if that
+  is longer, counts as a hang.
 
 Every fault is an entry of the job's fault-tolerance log (``job_faults``), with its evidence,
 the action taken, and, once known, the outcome.
@@ -23,7 +27,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select, update
 
@@ -51,7 +55,21 @@ CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
 """Seconds a check worker may run before it is killed and its node blamed for hanging."""
 CHECK_LOG_TAIL = 16 * 1024
 WATCH_EVERY = 1.0
+HANG_START = 60.0
+"""Seconds of silence that make a hang before an attempt first reports progress, when its
+``hang_timeout`` is shorter. A start writes nothing for as long as the job takes to import,
+meet its peers and load its checkpoint: judged by a ``hang_timeout`` meant for steps, a healthy
+job on a busy node was taken for hung and restarted over and over until its budget was spent."""
 """Seconds between two looks at a watched job's progress (at most)."""
+
+
+class Drain(Protocol):
+    """The controller's drain: tell live workers to exit (within ``grace`` seconds, default
+    the job's graceful period), SIGKILL stragglers, end the job once all exited."""
+
+    def __call__(
+        self, job: JobRow, state: JobState, workers: list[WorkerRow], *, grace: float | None = None
+    ) -> None: ...
 
 
 class CheckProgress(Enum):
@@ -82,7 +100,7 @@ class FaultRecovery:
         clock: Clock,
         *,
         fresh: Callable[[Any, JobRow], JobRow | None],
-        drain: Callable[[JobRow, JobState, list[WorkerRow]], None],
+        drain: Drain,
         mark_dirty: Callable[[], None],
         account: Callable[[JobRow], str | None],
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
@@ -302,7 +320,9 @@ class FaultRecovery:
                 reason=f"recovering from a fault: {failure}",
                 check_next=d.recheck,
             )
-        self._drain(row, JobState.RECOVERING, workers)
+        # A hung worker cannot use a graceful period (a stopped one does not even see the
+        # SIGTERM): waiting it out delayed every restart after a hang by that much.
+        self._drain(row, JobState.RECOVERING, workers, grace=0.0 if kind == "hang" else None)
         self._mark_dirty()
         return True
 
@@ -394,13 +414,19 @@ class FaultRecovery:
     def watch(self, job: JobRow, workers: list[WorkerRow]) -> bool:
         """Whether the job hangs (and was acted on): no worker reported progress or wrote to
         its log for ``hang_timeout`` seconds."""
-        quiet = self._quiet(job, workers)
-        if quiet is None:
+        found = self._quiet(job, workers)
+        if found is None:
             return False
+        quiet, starting = found
         self.forget(job.id)
         evidence = (
             f"no worker reported progress or wrote to its log for {format_duration(quiet)} "
-            f"(hang_timeout {format_duration(job.hang_timeout or 0.0)})"
+            f"(hang_timeout {format_duration(job.hang_timeout or 0.0)}"
+            + (
+                f"; {format_duration(HANG_START)} before the first progress report)"
+                if starting
+                else ")"
+            )
         )
         base = decide_recovery(
             fault_tolerance(job), job.restarts, FailureFacts(diagnosis=None, first=evidence)
@@ -423,9 +449,10 @@ class FaultRecovery:
         self._drain(job, JobState.FAILING, workers)
         return True
 
-    def _quiet(self, job: JobRow, workers: list[WorkerRow]) -> float | None:
-        """Seconds the job has been quiet, once that reaches its ``hang_timeout``; else None.
-        Looks at most every :data:`WATCH_EVERY` seconds."""
+    def _quiet(self, job: JobRow, workers: list[WorkerRow]) -> tuple[float, bool] | None:
+        """Seconds the job has been quiet, once that reaches its ``hang_timeout`` (or
+        :data:`HANG_START` before its first progress report), and whether it had not reported
+        yet; else None. Looks at most every :data:`WATCH_EVERY` seconds."""
         timeout = job.hang_timeout
         now = self.clock.now()
         if timeout is None or job.started_at is None:
@@ -445,7 +472,10 @@ class FaultRecovery:
             self._activity[job.id] = (sizes, progress, since)
             return None
         quiet = now - seen[2]
-        return quiet if quiet >= timeout else None
+        starting = progress <= 0.0  # no report yet (control files are per attempt)
+        if starting:
+            timeout = max(timeout, HANG_START)
+        return (quiet, starting) if quiet >= timeout else None
 
     def forget(self, job_id: int) -> None:
         self._activity.pop(job_id, None)
