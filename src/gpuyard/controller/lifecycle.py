@@ -88,7 +88,10 @@ class Lifecycle:
         launch_config: LaunchConfig,
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         mark_dirty: Callable[[], None],
+        look_again: Callable[[int], None] = lambda _job_id: None,
     ) -> None:
+        """``look_again``: have the loop take the job's next step in its next pass, targeted
+        or full (a job restarted after a fault, to be launched at once)."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -106,6 +109,7 @@ class Lifecycle:
             fresh=self._fresh,
             drain=self._drain,
             mark_dirty=mark_dirty,
+            look_again=look_again,
             account=self._account,
             gpu_devices=gpu_devices,
             new_workers=lambda row, slots, attempt, check: worker_rows(

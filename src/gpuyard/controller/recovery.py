@@ -102,6 +102,7 @@ class FaultRecovery:
         fresh: Callable[[Any, JobRow], JobRow | None],
         drain: Drain,
         mark_dirty: Callable[[], None],
+        look_again: Callable[[int], None],
         account: Callable[[JobRow], str | None],
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
@@ -112,6 +113,7 @@ class FaultRecovery:
         self._fresh = fresh
         self._drain = drain
         self._mark_dirty = mark_dirty
+        self._look_again = look_again
         self._account = account
         self._gpu_devices = gpu_devices
         self._new_workers = new_workers
@@ -323,6 +325,7 @@ class FaultRecovery:
         # A hung worker cannot use a graceful period (a stopped one does not even see the
         # SIGTERM): waiting it out delayed every restart after a hang by that much.
         self._drain(row, JobState.RECOVERING, workers, grace=0.0 if kind == "hang" else None)
+        self._look_again(job.id)  # its workers may all have exited already: restart it
         self._mark_dirty()
         return True
 
@@ -335,6 +338,7 @@ class FaultRecovery:
         ft = fault_tolerance(job) or FaultTolerance()
         placement = [Slot.model_validate(s) for s in job.placement or []]
         names = sorted({s.node for s in placement})
+        restarted = False
         with self.store.write() as session:
             row = self._fresh(session, job)
             if row is None:
@@ -366,6 +370,7 @@ class FaultRecovery:
                     reason=None,
                 )
                 session.add_all(self._new_workers(row, placement, attempt, check))
+                restarted = True
             else:
                 gone = ", ".join(n for n in names if n not in ready)
                 self._requeue(
@@ -376,6 +381,8 @@ class FaultRecovery:
                     restarts=row.restarts + 1,
                     resume=resume,
                 )
+        if restarted:  # launched by the next pass, not by the next full one (up to 2 s on)
+            self._look_again(job.id)
         self._mark_dirty()
 
     def _requeue(self, session: Any, row: JobRow, now: float, *, why: str, **changes: Any) -> None:

@@ -1,5 +1,6 @@
-"""A fault's re-check in the reconcile loop, against the fake executor with a manual clock: the
-node the check blames is cordoned, and the job is placed again on the others."""
+"""Restarts after faults in the reconcile loop, against the fake executor with a manual clock:
+the node a re-check blames is cordoned and the job placed again on the others; a restarted job
+is launched by the very next pass."""
 
 from __future__ import annotations
 
@@ -66,3 +67,25 @@ def test_a_node_that_fails_the_recheck_is_not_given_the_job_again(
     with store.read() as session:
         node = session.get(NodeRow, bad)
         assert node is not None and node.state is NodeState.CORDONED
+
+
+def test_a_job_restarted_after_a_fault_is_launched_by_the_next_pass(
+    store: Store, clock: ManualClock
+) -> None:
+    executor = FakeExecutor(NODES)
+    controller = Controller(store, executor, clock=clock, control_url="http://cp")
+    controller.register_nodes()
+    jobs = JobService(store, clock=clock, notify=controller.notify)
+    ensure_ops(store)
+    spec = {"command": "python train.py", "fault_tolerance": {"retry_job_errors": True}}
+    job_id = jobs.submit(JobSpec.model_validate(spec), owner="a").id
+    controller.tick()
+    executor.write_log(job_id, b"step 5: loss is nan\n")
+    executor.exit(job_id, code=1)  # an error of its own, restarted without a re-check
+    controller.tick()
+    assert jobs.get(job_id, actor=OPS).state is JobState.RECOVERING
+    # Passes that only look at what changed (a full one comes every 2 s): each takes a step.
+    controller.tick(full=False)
+    controller.tick(full=False)
+    job = jobs.get(job_id, actor=OPS)
+    assert (job.state, job.attempt) == (JobState.RUNNING, 1)
