@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python bench/supervise.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/simulate.py
+	$(BIN)/python bench/goodput.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
