@@ -1,5 +1,5 @@
 """bench/goodput.py --quick end to end: a real pool, a real DDP job (gloo) hit by a NaN of its
-own, a node that fails its re-check, and a killed rank, beside the same job without faults.
+own and by a killed rank whose node then fails its re-check, beside the same job without faults.
 
 Speed is the bench's to print, not this test's to assert: it checks that every fault was seen
 in the ft-log and recovered from, that the failing node was left for the spare, and that the
@@ -36,8 +36,7 @@ def test_the_quick_goodput_bench_recovers_from_every_fault(tmp_path: Path) -> No
     assert summary["same_weights"] is True
     assert summary["placements"] == ["node0, node1", "node0, node2"]  # node1 failed its check
     kinds = [f["kind"] for f in faults]
-    assert kinds[:2] == ["nan", "check"], kinds  # the kill may not fit on a slow machine
-    assert "unplanned" not in kinds  # no fault the bench did not inject (a false hang, say)
+    assert kinds == ["nan", "check"]  # not "unplanned": no restart the bench did not cause
     nan, check = faults[0], faults[1]
     assert [e["kind"] for e in nan["ft_log"]] == ["failure"]
     assert nan["ft_log"][0]["suspect"] == "job"
