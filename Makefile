@@ -57,6 +57,7 @@ bench: setup
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/simulate.py
 	$(BIN)/python bench/usage.py
+	$(BIN)/python bench/goodput.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

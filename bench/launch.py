@@ -136,10 +136,15 @@ class Pool:
 
 @contextlib.contextmanager
 def running_pool(
-    cpus_per_node: float, *, options: Sequence[str] = (), env: Mapping[str, str] | None = None
+    cpus_per_node: float,
+    *,
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    keep: bool = False,
 ) -> Iterator[Pool]:
-    """A pool in a fresh temporary home; stopped, and its home removed, on the way out.
-    ``options`` are more options of ``gpuyard up``; ``env`` more of its environment."""
+    """A pool in a fresh temporary home; stopped, and its home removed (unless ``keep``), on
+    the way out. ``options`` are more options of ``gpuyard up``; ``env`` more of its
+    environment."""
     home = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
     environ = {**os.environ, "GPUYARD_HOME": str(home)}
     # The benchmark's own settings must not leak into the pool (another URL, database, ...).
@@ -169,7 +174,8 @@ def running_pool(
         stop_pool(pool)
         kill_leftover_workers(home)
         pool.log_problems = pool_log_problems(pool)
-        shutil.rmtree(home, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def wait_ready(pool: Pool) -> str:

@@ -10,7 +10,11 @@ boundary and resumed, ending with weights bit-identical to a run that was never 
 - every step, every rank asks `preemption_agreed()` (one tiny all-reduce), so all ranks stop
   after the same step: they acknowledge, rank 0 saves, all wait for the save, all suspend;
 - with ``--checkpoint-every N`` it also saves every N steps, so that a restart after a fault
-  (docs/fault-tolerance.md) resumes from there and replays the same batches.
+  (docs/fault-tolerance.md) resumes from there and replays the same batches;
+- with ``--nan-at STEP`` the first attempt's batch of that step is corrupted (NaN inputs, an
+  error of the job's own data): every rank sees a NaN loss, prints ``loss is nan`` and exits
+  with 1 before the step changes any weight. A later attempt replays that step with its true
+  batch, so a job restarted after it (``retry_job_errors``) still ends bit-identical.
 
 At the end it writes ``rank-<r>.json`` with a digest of its final weights (SHA-256 of their
 bytes) to ``$GPUYARD_OUTPUT_DIR``. Run it with torchrun, under gpuyard in ``pytorch`` mode, or
@@ -104,7 +108,12 @@ def train(args: argparse.Namespace) -> None:
             dist.destroy_process_group()
             gr.suspend()
         x, y = batch(args.seed, step, rank)
+        if step == args.nan_at and gr.attempt == 0:
+            x = x * float("nan")
         loss = torch.nn.functional.mse_loss(ddp(x), y)
+        if not torch.isfinite(loss):  # before backward(): no weight has seen it
+            print(f"step {step}: loss is {loss.item()}", flush=True)
+            raise SystemExit(f"rank {rank}: non-finite loss at step {step}")
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -139,6 +148,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--checkpoint-every", type=int, default=0, help="also save every N steps (0: never)"
+    )
+    parser.add_argument(
+        "--nan-at",
+        type=int,
+        default=-1,
+        metavar="STEP",
+        help="make the loss NaN at this step on attempt 0 (a fault of the job's own)",
     )
     # The launcher (torchrun's) puts LOCAL_RANK, RANK and WORLD_SIZE in the environment.
     args = parser.parse_args()

@@ -92,7 +92,10 @@ class Lifecycle:
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         mark_dirty: Callable[[], None],
         alert: Callable[[dict[str, Any]], None] | None = None,
+        look_again: Callable[[int], None] = lambda _job_id: None,
     ) -> None:
+        """``look_again``: have the loop take the job's next step in its next pass, targeted
+        or full (a job restarted after a fault, to be launched at once)."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -123,6 +126,7 @@ class Lifecycle:
             fresh=self._fresh,
             drain=self._drain,
             mark_dirty=mark_dirty,
+            look_again=look_again,
             account=self._account,
             gpu_devices=gpu_devices,
             new_workers=lambda row, slots, attempt, check: worker_rows(
@@ -434,10 +438,19 @@ class Lifecycle:
                 f"after the graceful period ({format_duration(grace)})",
             )
 
-    def _drain(self, job: JobRow, state: JobState, workers: list[WorkerRow]) -> None:
-        """Tell live workers to exit; SIGKILL stragglers; end the job when all have exited."""
+    def _drain(
+        self,
+        job: JobRow,
+        state: JobState,
+        workers: list[WorkerRow],
+        *,
+        grace: float | None = None,
+    ) -> None:
+        """Tell live workers to exit within ``grace`` seconds (default: the job's graceful
+        period); SIGKILL stragglers; end the job when all have exited."""
         now = self.clock.now()
-        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        spec_grace = float(job.spec.get("graceful_shutdown", 30.0))
+        grace = spec_grace if grace is None else min(grace, spec_grace)
         signalled: list[WorkerRow] = []
         killed: list[WorkerRow] = []
         for w in workers:

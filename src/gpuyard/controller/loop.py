@@ -146,6 +146,7 @@ class Controller:
             gpu_devices=self._gpu_devices,
             mark_dirty=self._mark_dirty,
             alert=alert,
+            look_again=self._look_again,
         )
         self.forecaster = Forecaster(store, clock)
         self.inspector = Inspector(
@@ -211,6 +212,10 @@ class Controller:
 
     def _launched(self, job_id: int) -> None:
         """The launcher is done with ``job_id``: look at it again (a stop may have come)."""
+        self._look_again(job_id)
+
+    def _look_again(self, job_id: int) -> None:
+        """Step ``job_id`` in the next pass, targeted or full."""
         with self._lock:
             self._touched_jobs.add(job_id)
         self._wake.set()

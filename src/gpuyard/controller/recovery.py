@@ -11,7 +11,11 @@ The loop of docs/fault-tolerance.md, one pass at a time:
   attempt on the same nodes, re-checked first, or back in the queue if one of them is gone or
   cordoned. Resume or restart from scratch is the job's choice (``GPUYARD_RESUME``).
 - **hangs** (``running``): no progress reported and no log written by any worker for the job's
-  ``hang_timeout``: a fault like any other.
+  ``hang_timeout``: a fault like any other, except that its workers are killed at once (a hung
+  worker cannot use a graceful period; waiting it out only delays the restart). Until an
+  attempt first reports progress it is starting (imports, rendezvous, loading a checkpoint:
+  silent, and far longer than a step), and only silence of :data:`HANG_START` or more, if that
+  is longer, counts as a hang.
 - **slowness** (``running``): the step rate (or hardware ratio) over the last window below a
   share of the job's own usual pace (:mod:`gpuyard.diagnosis.performance`): an alert, or a
   restart after a check of its nodes, per ``fault_tolerance.performance.action``.
@@ -27,7 +31,7 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select, update
 
@@ -57,11 +61,25 @@ CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
 """Seconds a check worker may run before it is killed and its node blamed for hanging."""
 CHECK_LOG_TAIL = 16 * 1024
 WATCH_EVERY = 1.0
+HANG_START = 60.0
+"""Seconds of silence that make a hang before an attempt first reports progress, when its
+``hang_timeout`` is shorter. A start writes nothing for as long as the job takes to import,
+meet its peers and load its checkpoint: judged by a ``hang_timeout`` meant for steps, a healthy
+job on a busy node was taken for hung and restarted over and over until its budget was spent."""
 """Seconds between two looks at a watched job's progress (at most)."""
 SAVE_ALLOWANCE = 4.0
 """How many hang timeouts a job may be quiet while it saves a checkpoint."""
 MAX_SAMPLES = 20_000
 """Progress samples kept per watched job (about 5 hours at one a second)."""
+
+
+class Drain(Protocol):
+    """The controller's drain: tell live workers to exit (within ``grace`` seconds, default
+    the job's graceful period), SIGKILL stragglers, end the job once all exited."""
+
+    def __call__(
+        self, job: JobRow, state: JobState, workers: list[WorkerRow], *, grace: float | None = None
+    ) -> None: ...
 
 
 class CheckProgress(Enum):
@@ -92,8 +110,9 @@ class FaultRecovery:
         clock: Clock,
         *,
         fresh: Callable[[Any, JobRow], JobRow | None],
-        drain: Callable[[JobRow, JobState, list[WorkerRow]], None],
+        drain: Drain,
         mark_dirty: Callable[[], None],
+        look_again: Callable[[int], None],
         account: Callable[[JobRow], str | None],
         gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
@@ -106,6 +125,7 @@ class FaultRecovery:
         self._fresh = fresh
         self._drain = drain
         self._mark_dirty = mark_dirty
+        self._look_again = look_again
         self._account = account
         self._gpu_devices = gpu_devices
         self._new_workers = new_workers
@@ -320,7 +340,10 @@ class FaultRecovery:
                 reason=f"recovering from a fault: {failure}",
                 check_next=d.recheck,
             )
-        self._drain(row, JobState.RECOVERING, workers)
+        # A hung worker cannot use a graceful period (a stopped one does not even see the
+        # SIGTERM): waiting it out delayed every restart after a hang by that much.
+        self._drain(row, JobState.RECOVERING, workers, grace=0.0 if kind == "hang" else None)
+        self._look_again(job.id)  # its workers may all have exited already: restart it
         self._mark_dirty()
         return True
 
@@ -341,6 +364,7 @@ class FaultRecovery:
         ft = fault_tolerance(job) or FaultTolerance()
         placement = [Slot.model_validate(s) for s in job.placement or []]
         names = sorted({s.node for s in placement})
+        restarted = False
         with self.store.write() as session:
             row = self._fresh(session, job)
             if row is None:
@@ -372,6 +396,7 @@ class FaultRecovery:
                     **spent,
                 )
                 session.add_all(self._new_workers(row, placement, attempt, check))
+                restarted = True
             else:
                 gone = ", ".join(n for n in names if n not in ready)
                 self._requeue(
@@ -382,6 +407,8 @@ class FaultRecovery:
                     resume=resume,
                     **spent,
                 )
+        if restarted:  # launched by the next pass, not by the next full one (up to 2 s on)
+            self._look_again(job.id)
         self._mark_dirty()
 
     def _requeue(self, session: Any, row: JobRow, now: float, *, why: str, **changes: Any) -> None:
@@ -434,9 +461,9 @@ class FaultRecovery:
             sizes = tuple(self.executor.read_log(w.handle or {}, 0, 1)[1] for w in live)
             progress = max((c.progress_at or 0.0 for c in controls), default=0.0)
             saving = max((c.saving_at or 0.0 for c in controls), default=0.0)
-            quiet = self._quiet(job, now, sizes, progress, saving)
-            if quiet is not None:
-                return self._hung(job, workers, quiet)
+            found = self._quiet(job, now, sizes, progress, saving)
+            if found is not None:
+                return self._hung(job, workers, *found)
         if job.perf_window is not None:
             slow = self._slow(job, now, controls)
             if slow is not None:
@@ -445,10 +472,11 @@ class FaultRecovery:
 
     def _quiet(
         self, job: JobRow, now: float, sizes: tuple[int, ...], progress: float, saving: float
-    ) -> float | None:
-        """Seconds the job has been quiet, once that reaches its ``hang_timeout``; while a
-        worker saves a checkpoint, :data:`SAVE_ALLOWANCE` times that (a save that never ends
-        is a hang too)."""
+    ) -> tuple[float, bool] | None:
+        """Seconds the job has been quiet, once that reaches its ``hang_timeout`` (or
+        :data:`HANG_START` before its first progress report; while a worker saves a
+        checkpoint, :data:`SAVE_ALLOWANCE` times the timeout: a save that never ends is a hang
+        too), and whether it had not reported yet; else None."""
         timeout = (job.hang_timeout or 0.0) * (SAVE_ALLOWANCE if saving else 1.0)
         seen = self._activity.get(job.id)
         if seen is None or seen[0] != sizes or seen[1] != progress:
@@ -456,13 +484,21 @@ class FaultRecovery:
             self._activity[job.id] = (sizes, progress, since)
             return None
         quiet = now - seen[2]
-        return quiet if quiet >= timeout else None
+        starting = progress <= 0.0  # no report yet (control files are per attempt)
+        if starting:
+            timeout = max(timeout, HANG_START)
+        return (quiet, starting) if quiet >= timeout else None
 
-    def _hung(self, job: JobRow, workers: list[WorkerRow], quiet: float) -> bool:
+    def _hung(self, job: JobRow, workers: list[WorkerRow], quiet: float, starting: bool) -> bool:
         self.forget(job.id)
         evidence = (
             f"no worker reported progress or wrote to its log for {format_duration(quiet)} "
-            f"(hang_timeout {format_duration(job.hang_timeout or 0.0)})"
+            f"(hang_timeout {format_duration(job.hang_timeout or 0.0)}"
+            + (
+                f"; {format_duration(HANG_START)} before the first progress report)"
+                if starting
+                else ")"
+            )
         )
         base = decide_recovery(
             fault_tolerance(job), job.restarts, FailureFacts(diagnosis=None, first=evidence)

@@ -106,7 +106,8 @@ class FaultTolerance(BaseModel):
         ge=MIN_HANG_TIMEOUT,
         le=MAX_HANG_TIMEOUT,
         description="A job whose workers report no progress (runtime heartbeat) and write no "
-        "log for this long is hung: it is stopped and restarted (leave out: no hang detection).",
+        "log for this long is hung: it is stopped and restarted (leave out: no hang detection). "
+        "Before an attempt's first progress report (its start) at least 60 s.",
     )
     keep_failed: Seconds | None = Field(
         None,

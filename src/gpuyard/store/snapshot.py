@@ -132,7 +132,8 @@ class SnapshotLoader:
     to a queued job that the scheduler reads bumps its version: a priority change, a
     suspension). The nodes are read again only when a write of this process touched the
     nodes or pools tables (:meth:`Store.generation`), or after :data:`MAX_AGE` seconds (a
-    write made elsewhere). Running jobs, quotas, shares and pools are few: read every time.
+    write made elsewhere); which of them are schedulable is read every time, after the jobs
+    (see :meth:`_schedulable`). Running jobs, quotas, shares and pools are few: read every time.
     With 2,000 queued jobs, a pass that read them all was what spaced the passes out (they
     wait twice their own length) and left slots idle in a deep queue.
     """
@@ -156,10 +157,11 @@ class SnapshotLoader:
         report = on_bad_row or _ignore
         nodes = self._load_nodes(session, monotonic)
         running = _each(_running, report, fallback=_holding_all, rows=session.execute(_RUNNING))
+        pending = self._load_pending(session, report)
         return Snapshot(
             now=now,
-            nodes=nodes,
-            pending=self._load_pending(session, report),
+            nodes=self._schedulable(session, nodes),
+            pending=pending,
             running=running,
             pools=pool_policies(session),
             quotas={
@@ -196,6 +198,24 @@ class SnapshotLoader:
         self._pending = {}
         return self._nodes
 
+    def _schedulable(
+        self, session: Session, nodes: tuple[NodeCapacity, ...]
+    ) -> tuple[NodeCapacity, ...]:
+        """``nodes`` with the schedulability the store holds now, read after the jobs.
+
+        A job is requeued in the transaction that cordons the node its check blamed. The
+        generation that tells the node cache it is stale moves only once that commit returned,
+        while a pass in another thread may already read the requeued job: with cached nodes
+        it placed the job straight back on the cordoned node. Read after the jobs (a statement
+        of its own sees at least what they saw, also under READ COMMITTED), a node's state is
+        never older than the queue it is scheduled with.
+        """
+        unschedulable = set(session.scalars(_UNSCHEDULABLE))
+        if any(n.schedulable is (n.name in unschedulable) for n in nodes):
+            nodes = tuple(replace(n, schedulable=n.name not in unschedulable) for n in nodes)
+            self._nodes = nodes  # the cache, corrected
+        return nodes
+
     def _load_pending(
         self, session: Session, report: Callable[[int, Exception], None]
     ) -> tuple[PendingJob, ...]:
@@ -225,6 +245,7 @@ class SnapshotLoader:
 
 
 MAX_AGE = 30.0
+_UNSCHEDULABLE = select(NodeRow.name).where(NodeRow.state != NodeState.READY)
 """Seconds a loader's view of the nodes serves at most (writes by other processes)."""
 
 

@@ -1,4 +1,6 @@
-"""The node check as the platform runs it: real processes, torch, gloo over loopback."""
+"""The node check as the platform runs it: real processes, torch, gloo over loopback, each
+rank's output in a file (the tool leaves without the interpreter's shutdown once its verdict
+is printed; all of it must be in its log, where the controller reads it)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from gpuyard.executors import nodecheck
 
@@ -22,19 +26,22 @@ def free_port() -> int:
 def run(
     ranks: Sequence[int], nodes: Sequence[str], *, inject: dict[int, str] | None = None
 ) -> dict[int, tuple[int, str]]:
-    """Start one check per rank, as the platform does; each rank's exit status and output."""
+    """Start one check per rank, as the platform does; each rank's exit status and log."""
     port = free_port()
-    procs = {}
-    for rank in ranks:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
-        if inject and rank in inject:
-            env[nodecheck.INJECT] = inject[rank]
-        argv = [sys.executable, "-I", TOOL, "--rank", str(rank), "--nodes", ",".join(nodes)]
-        argv += ["--store", f"127.0.0.1:{port}", "--timeout", "4", "--burn", "0.2"]
-        procs[rank] = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    return {rank: (p.wait(60), p.communicate()[0]) for rank, p in procs.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = {}
+        for rank in ranks:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+            if inject and rank in inject:
+                env[nodecheck.INJECT] = inject[rank]
+            argv = [sys.executable, "-I", TOOL, "--rank", str(rank), "--nodes", ",".join(nodes)]
+            argv += ["--store", f"127.0.0.1:{port}", "--timeout", "4", "--burn", "0.2"]
+            with (Path(tmp) / f"rank-{rank}.log").open("w") as log:
+                procs[rank] = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return {
+            rank: (p.wait(60), (Path(tmp) / f"rank-{rank}.log").read_text())
+            for rank, p in procs.items()
+        }
 
 
 def test_healthy_nodes_pass_burn_and_collective_and_say_the_gpu_burn_was_not_run() -> None:

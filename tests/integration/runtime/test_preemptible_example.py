@@ -72,3 +72,34 @@ def test_suspended_and_resumed_run_ends_with_the_same_weights(tmp_path: Path) ->
     assert json.loads((tmp_path / "resumed" / "out" / "rank-0.json").read_text())["attempt"] == 1
 
     assert digests(tmp_path / "resumed") == reference
+
+
+def test_a_nan_on_the_first_attempt_fails_it_and_a_resumed_attempt_ends_with_the_same_weights(
+    tmp_path: Path,
+) -> None:
+    straight = run(torchrun("--steps", "30"), tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    workdir = tmp_path / "faulty"
+    args = ("--steps", "30", "--checkpoint-every", "10", "--nan-at", "25")
+    failed = run(torchrun(*args), workdir)
+    assert failed.returncode != 0
+    assert "step 25: loss is nan" in failed.stdout, failed.stdout[-3000:]
+    assert not (workdir / "out" / "rank-0.json").exists()
+
+    # The next attempt, in the same directory (its checkpoint at step 20), as gpuyard runs it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    env |= {"GPUYARD_OUTPUT_DIR": str(workdir / "out"), "GPUYARD_ATTEMPT": "1"}
+    resumed = subprocess.run(
+        torchrun(*args),
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "attempt 1: resuming at step 20" in resumed.stdout
+    assert "nan" not in resumed.stdout
+    assert digests(workdir) == digests(tmp_path / "straight")

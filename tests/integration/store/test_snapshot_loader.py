@@ -13,6 +13,7 @@ from gpuyard.models.accounts import LabelsUpdate
 from gpuyard.models.worker import NodeInfo
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.jobs import JobService
+from gpuyard.services.nodes import cordon_node, uncordon_node
 from gpuyard.store.engine import Store
 from gpuyard.store.snapshot import SnapshotLoader, load_snapshot
 from gpuyard.store.tables import JobRow
@@ -70,3 +71,26 @@ def test_the_loader_agrees_with_a_fresh_load_after_each_change(
             .values(attained=50.0, version=JobRow.version + 1)
         )
     agrees()
+
+
+def test_a_node_cordoned_with_a_requeue_is_never_scheduled_from_the_node_cache(
+    store: Store, clock: ManualClock
+) -> None:
+    """The recovery path cordons a node and requeues its job in one transaction; another
+    thread's pass can read the requeued job before that commit has moved the store's
+    generation (here: never), and must still see the node cordoned."""
+    controller = Controller(store, FakeExecutor(NODES), clock=clock)
+    controller.register_nodes()
+    loader = SnapshotLoader(lambda: (0,))  # the generation has not moved yet
+    with store.read() as session:
+        assert all(n.schedulable for n in loader.load(session, clock.now()).nodes)
+    with store.write() as session:
+        cordon_node(session, "n1", reason="failed its node check", by="check", now=clock.now())
+    with store.read() as session:
+        nodes = {n.name: n.schedulable for n in loader.load(session, clock.now()).nodes}
+        assert nodes == {"n0": True, "n1": False, "n2": True}
+        assert loader.load(session, clock.now()) == load_snapshot(session, clock.now())
+    with store.write() as session:
+        uncordon_node(session, "n1")
+    with store.read() as session:
+        assert all(n.schedulable for n in loader.load(session, clock.now()).nodes)
