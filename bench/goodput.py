@@ -71,6 +71,7 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import re
 import shlex
 import signal
@@ -221,7 +222,10 @@ class Watched:
                 env = proc.environ()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            mine = env.get("GPUYARD_JOB_ID") == str(self.id) and env.get("RANK") == str(rank)
+            # The job's own directory, not only its id: another pool on this machine (a test
+            # beside this one) numbers its jobs from 1 too.
+            here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == os.path.realpath(self.dir)
+            mine = here and env.get("RANK") == str(rank)
             if (
                 mine
                 and "LOCAL_RANK" in env

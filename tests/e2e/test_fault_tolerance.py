@@ -12,6 +12,7 @@ Real processes throughout: `gpuyard up`, the node check (torch, gloo), a DDP job
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -89,8 +90,10 @@ def wait_for_step(pool: ServerProcess, job_id: int, step: int, timeout: float = 
     raise AssertionError(f"job {job_id} did not reach step {step}: {pool.log_tail()}")
 
 
-def training_process(job_id: int, rank: int) -> psutil.Process:
-    """The training script's process of one rank (under its worker's torchrun)."""
+def training_process(pool: ServerProcess, job_id: int, rank: int) -> psutil.Process:
+    """The training script's process of one rank (under its worker's torchrun), of this pool:
+    another pool on the machine (a test beside this one) numbers its jobs from 1 too."""
+    job_dir = os.path.realpath(pool.home / "jobs" / str(job_id))
     for proc in psutil.process_iter(["cmdline"]):
         try:
             if TRAIN.name not in " ".join(proc.info["cmdline"] or []):
@@ -98,7 +101,8 @@ def training_process(job_id: int, rank: int) -> psutil.Process:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        mine = env.get("GPUYARD_JOB_ID") == str(job_id) and env.get("RANK") == str(rank)
+        here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == job_dir
+        mine = here and env.get("RANK") == str(rank)
         if mine and "LOCAL_RANK" in env:
             return proc
     raise AssertionError(f"no training process of job {job_id} rank {rank}")
@@ -145,7 +149,7 @@ def test_a_killed_rank_is_restarted_from_its_checkpoint_with_the_same_weights(
 
     job_id = submit(pool, "--name", "killed", *ddp("--max-restarts", "2"))
     wait_for_step(pool, job_id, 25)
-    training_process(job_id, 1).send_signal(signal.SIGKILL)
+    training_process(pool, job_id, 1).send_signal(signal.SIGKILL)
     job = wait_ended(pool, job_id)
     assert job["status"] == "succeeded", (job, pool.log_tail())
     assert job["attempt"] == 1
@@ -167,7 +171,7 @@ def test_a_hung_rank_is_detected_within_the_timeout_and_the_job_restarts(
 ) -> None:
     job_id = submit(pool, "--name", "hung", *ddp("--max-restarts", "1", "--hang-timeout", "10s"))
     wait_for_step(pool, job_id, 15)
-    stopped = training_process(job_id, 1)
+    stopped = training_process(pool, job_id, 1)
     stopped.send_signal(signal.SIGSTOP)
     at = time.time()
     deadline = time.monotonic() + 60

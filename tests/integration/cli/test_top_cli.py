@@ -132,7 +132,12 @@ def test_the_live_view_leaves_cleanly_on_q_or_ctrl_c(
             os.write(master, b"q")
         else:
             proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=15)
+        # Keep reading: a child blocked writing a frame to a full terminal cannot leave.
+        stop = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < stop:
+            if select.select([master], [], [], 0.2)[0]:
+                os.read(master, 65536)
+        code = proc.wait(timeout=1)
         after = termios.tcgetattr(slave)
     finally:
         if proc.poll() is None:
