@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
@@ -55,16 +56,40 @@ def _frame(client: Client, jobs: int) -> RenderableType:
 
 
 def _watch(client: Client, interval: float, jobs: int) -> None:
+    import signal
+
     from rich.live import Live
 
     from gpuyard.cli.output import console
 
-    with (
-        _keys() as pressed,
-        Live(_frame(client, jobs), console=console(), screen=True, auto_refresh=False) as live,
-    ):
-        while pressed(interval) not in ("q", "Q"):
-            live.update(_frame(client, jobs), refresh=True)
+    # Ctrl-C only asks to leave: raised in the middle of a request or of a frame being written,
+    # KeyboardInterrupt could leave the terminal half drawn; the loop leaves at its next look.
+    leave = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: leave.set())
+    try:
+        with (
+            _keys() as pressed,
+            Live(_frame(client, jobs), console=console(), screen=True, auto_refresh=False) as live,
+        ):
+            while not leave.is_set() and _wait(pressed, interval, leave) not in ("q", "Q"):
+                if not leave.is_set():
+                    live.update(_frame(client, jobs), refresh=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _wait(
+    pressed: Callable[[float], str | None], interval: float, leave: threading.Event
+) -> str | None:
+    """The key pressed within ``interval`` seconds, looking for Ctrl-C every 0.1 s."""
+    import time
+
+    end = time.monotonic() + interval
+    while (left := end - time.monotonic()) > 0 and not leave.is_set():
+        key = pressed(min(left, 0.1))
+        if key is not None:
+            return key
+    return None
 
 
 @contextlib.contextmanager

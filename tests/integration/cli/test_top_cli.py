@@ -133,7 +133,7 @@ def test_the_live_view_leaves_cleanly_on_q_or_ctrl_c(
         else:
             proc.send_signal(signal.SIGINT)
         # Keep reading: a child blocked writing a frame to a full terminal cannot leave.
-        stop = time.monotonic() + 30
+        stop = time.monotonic() + 60
         while proc.poll() is None and time.monotonic() < stop:
             if select.select([master], [], [], 0.2)[0]:
                 os.read(master, 65536)
