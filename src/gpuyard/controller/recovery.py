@@ -394,6 +394,7 @@ class FaultRecovery:
                     token=secrets.token_hex(16),
                     reason=None,
                     **spent,
+                    **_served(row, now),
                 )
                 session.add_all(self._new_workers(row, placement, attempt, check))
                 restarted = True
@@ -415,8 +416,6 @@ class FaultRecovery:
         """Back in the queue at its original position, to be placed again (as a suspension
         does, without counting as one)."""
         ft = fault_tolerance(row) or FaultTolerance()
-        gpus = sum(len(slot.get("gpus") or ()) for slot in row.placement or [])
-        ran = max(0.0, now - row.started_at) if row.started_at is not None else 0.0
         transition(
             session,
             row,
@@ -425,7 +424,7 @@ class FaultRecovery:
             why=f"{why}; back in the queue to be placed again as attempt {row.attempt + 1}",
             time=now,
             attempt=row.attempt + 1,
-            attained=(row.attained or 0.0) + gpus * ran,
+            **_served(row, now),
             placement=None,
             token=None,
             suspend_deadline=None,
@@ -610,6 +609,18 @@ def check_verdict(
         f"{w.node}: {w.detail}" for w in checks if w.exit_code != 0 and w.detail
     )
     return blamed, undecided
+
+
+def _served(row: JobRow, now: float) -> dict[str, Any]:
+    """What the attempt that ends now adds to the job's service (GPU-seconds, ``attained``)
+    and to the time its attempts ran (``ran``; the rest since submission is waiting, which
+    time-slicing ages by). Nothing for an attempt that never ran: its ``started_at`` is an
+    earlier attempt's, counted when that one ended."""
+    if row.state is JobState.STARTING or row.started_at is None:
+        return {}
+    ran = max(0.0, now - row.started_at)
+    gpus = sum(len(slot.get("gpus") or ()) for slot in row.placement or [])
+    return {"attained": (row.attained or 0.0) + gpus * ran, "ran": (row.ran or 0.0) + ran}
 
 
 def _add_fault(

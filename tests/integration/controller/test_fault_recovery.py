@@ -180,3 +180,14 @@ def test_a_checkpoint_being_saved_holds_the_hang_timer_for_a_while_not_forever(
     pool.ticks(1)
     assert pool.job(job_id).state is not JobState.RUNNING
     assert [f.kind for f in pool.faults(job_id)] == ["hang"]
+
+
+def test_a_restart_counts_the_attempt_that_ran_as_service_not_as_waiting(pool: Pool) -> None:
+    job_id = pool.submit(max_restarts=1)
+    pool.ticks()
+    pool.clock.advance(100)
+    fail_rank_1(pool, job_id)
+    pool.ticks()
+    job = pool.job(job_id)
+    assert job.state is JobState.STARTING
+    assert (job.ran, job.attained) == (100.0, 200.0)  # 2 workers x 1 GPU x 100 s
