@@ -66,15 +66,15 @@ def burn(seconds: float, inject: bool) -> str:
         return _burn_python(seconds, inject)
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         results = [
-            _burn_torch(torch, f"cuda:{i}", 4096, seconds, inject)
+            _burn_torch(f"cuda:{i}", 4096, seconds, inject)
             for i in range(torch.cuda.device_count())
         ]
         return "; ".join(f"GPU {i}: {r}" for i, r in enumerate(results))
     say("GPU burn: not available (no CUDA device visible to this worker); burning the CPU")
-    return "CPU: " + _burn_torch(torch, "cpu", 256, seconds, inject)
+    return "CPU: " + _burn_torch("cpu", 256, seconds, inject)
 
 
-def _burn_torch(torch: object, device: str, n: int, seconds: float, inject: bool) -> str:
+def _burn_torch(device: str, n: int, seconds: float, inject: bool) -> str:
     import torch as t
 
     gen = t.Generator().manual_seed(1234)
