@@ -2,7 +2,8 @@
 
 Each pass over a job in ``suspending``:
 
-1. sends the notice (flag file + signal) to every live worker that has not had it;
+1. sends the notice (flag file + signal) to every live worker that has not had it, and to a
+   Slurm batch job Slurm's own notice (:func:`slurm_preemption_signals`);
 2. reads what the workers' runtimes wrote back (acknowledgement, checkpoints) and records it;
 3. once the deadline has passed, tells the workers still running to exit (SIGTERM, SIGKILL
    after the graceful period, as a stop does);
@@ -12,6 +13,7 @@ Each pass over a job in ``suspending``:
 
 from __future__ import annotations
 
+import signal as _signals
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +53,12 @@ class Suspender:
         live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
         unnotified = [w for w in live if w.notice_sent_at is None]
         notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
+        slurm_signals = slurm_preemption_signals(job.spec) if unnotified else []
         for w in unnotified:
             self.executor.notify(w.handle or {}, notice)
+            for signum, steps in slurm_signals:
+                if steps or w.rank == 0:
+                    self.executor.signal(w.handle or {}, signum, steps=steps)
         handled = [w for w in workers if w.handle is not None]
         states = self.executor.control([w.handle or {} for w in handled])
         with self.store.write() as session:
@@ -165,6 +171,26 @@ class Suspender:
             elif not acked:
                 why += ". No worker acknowledged the notice"
             finish_suspension(session, row, actor=ACTOR, why=why, now=now)
+
+
+def slurm_preemption_signals(spec: Any) -> list[tuple[int, bool]]:
+    """What a preempted Slurm batch job is sent when its notice period begins, as
+    ``(signal, to the steps)`` pairs: SIGCONT, then the job's ``--signal`` (to its steps, or
+    to its batch shell with ``B:``) if it has one, else SIGTERM to its steps. That is Slurm's
+    preemption with ``SlurmctldParameters=preempt_send_user_signal`` (``_preempt_signal`` in
+    slurmctld): submitit's and Lightning's checkpoint-and-requeue handlers listen for the
+    ``--signal`` they asked for (``USR2@90``, ``SIGUSR1@90``) and never see SIGTERM as the
+    moment to save. The job then has the pool's notice period before SIGTERM and SIGKILL, as
+    Slurm's GraceTime. Empty for jobs of other modes (their runtime has the notice)."""
+    if not isinstance(spec, dict) or spec.get("mode") != "slurm":
+        return []
+    wanted = (spec.get("slurm") or {}).get("signal")
+    signals = [(int(_signals.SIGCONT), True)]
+    if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
+        signals.append((wanted["signal"], not wanted.get("batch", False)))
+    else:
+        signals.append((int(_signals.SIGTERM), True))
+    return signals
 
 
 def asked_to_suspend(workers: list[WorkerRow], states: list[ControlState]) -> WorkerRow | None:

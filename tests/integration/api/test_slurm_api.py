@@ -125,6 +125,31 @@ def test_a_job_that_asks_to_be_requeued_is_requeued_at_once(
     assert client.job(job.id).state in (JobState.SUSPENDING, JobState.SUSPENDED)
 
 
+@pytest.mark.parametrize(
+    ("wanted", "sent"),
+    [
+        ({"signal": 12, "seconds": 90}, [(signal.SIGCONT, True), (signal.SIGUSR2, True)]),
+        ({"signal": 10, "batch": True}, [(signal.SIGCONT, True), (signal.SIGUSR1, False)]),
+        (None, [(signal.SIGCONT, True), (signal.SIGTERM, True)]),
+    ],
+)
+def test_a_preempted_slurm_job_gets_its_signal_when_the_notice_begins(
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    wanted: dict[str, Any] | None,
+    sent: list[tuple[int, bool]],
+) -> None:
+    job = client.submit({**slurm_spec(signal=wanted), "nodes": 2, "max_runtime": 3600})
+    controller.tick()
+    client.suspend(job.id)
+    controller.tick()
+    controller.tick()
+    assert signals(fake_executor, job.id, 0) == sent
+    # The steps run on every node; the batch shell only on the first.
+    assert signals(fake_executor, job.id, 1) == [s for s in sent if s[1]]
+
+
 @pytest.fixture
 def slurm(
     api_url: str, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
