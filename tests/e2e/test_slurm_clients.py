@@ -1,5 +1,5 @@
 """Real Slurm clients, unchanged, against gpuyard's Slurm-compatible commands (docs/slurm.md):
-submitit's SlurmExecutor, PyTorch Lightning's SLURMEnvironment under srun, and a lab's sbatch
+submitit's SlurmExecutor (checkpoint and requeue on preemption included), PyTorch Lightning's SLURMEnvironment under srun, and a lab's sbatch
 script that starts torchrun on every node with srun and scontrol show hostnames."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     pool = ServerProcess(
         home, "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8"
     ).start()
+    # Preemption by a higher QOS (tier), with a notice long enough that only a job that
+    # ignores its signal would be killed (docs/preemption.md).
+    pool.cli("pools", "add", "default", "--preemption", "suspend", "--notice", "60s")
     yield pool
     pool.stop()
 
@@ -77,6 +80,24 @@ def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     for step in ("submit ok", "array ok", "failure ok", "cancel ok"):
         assert step in done.stdout, done.stdout + done.stderr
+
+
+def test_submitit_checkpoints_and_requeues_when_preempted(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(CLIENTS / "submitit_preempt.py"), str(tmp_path / "submitit")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "requeue ok" in done.stdout, done.stdout + done.stderr
+    logs = "".join(p.read_text() for p in (tmp_path / "submitit").glob("*_log.err"))
+    assert "Caught signal SIGUSR2" in logs and "this job is preempted" in logs, logs
 
 
 def test_lightning_finds_slurm_in_two_nodes_by_two_tasks(
