@@ -42,7 +42,10 @@ def env(pool: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     return {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
 
 
-def sbatch_and_wait(env: dict[str, str], cwd: Path, script: str, timeout: float = 240) -> str:
+def sbatch_and_wait(
+    env: dict[str, str], cwd: Path, script: str, timeout: float = 240
+) -> tuple[str, str]:
+    """Submit ``script``, wait until it ends COMPLETED: (job id, its output)."""
     (cwd / "job.sh").write_text(script)
     submitted = subprocess.run(
         ["sbatch", "job.sh"], cwd=cwd, env=env, capture_output=True, text=True, check=True
@@ -64,7 +67,7 @@ def sbatch_and_wait(env: dict[str, str], cwd: Path, script: str, timeout: float 
         time.sleep(0.5)
     output = (cwd / f"slurm-{job_id}.out").read_text()
     assert state == "COMPLETED", output
-    return output
+    return job_id, output
 
 
 def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path: Path) -> None:
@@ -103,7 +106,7 @@ def test_submitit_checkpoints_and_requeues_when_preempted(
 def test_lightning_finds_slurm_in_two_nodes_by_two_tasks(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    output = sbatch_and_wait(
+    _, output = sbatch_and_wait(
         env,
         tmp_path,
         "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --gpus-per-node=2\n"
@@ -119,7 +122,7 @@ def test_lightning_finds_slurm_in_two_nodes_by_two_tasks(
 
 def test_lab_script_torchrun_on_every_node(env: dict[str, str], tmp_path: Path) -> None:
     train = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
-    output = sbatch_and_wait(
+    job_id, output = sbatch_and_wait(
         env,
         tmp_path,
         "#!/bin/bash\n"
@@ -134,3 +137,17 @@ def test_lab_script_torchrun_on_every_node(env: dict[str, str], tmp_path: Path) 
     )
     assert "head node0 at " in output, output
     assert "4 ranks on 2 nodes: weights identical" in output, output
+    steps = subprocess.run(
+        ["sacct", "-j", job_id, "-P", "-n", "-o", "JobID,JobName,State,NodeList,NTasks"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert steps.splitlines() == [
+        f"{job_id}|lab|COMPLETED|node[0-1]|",
+        f"{job_id}.batch|batch|COMPLETED|node0|1",
+        f"{job_id}.extern|extern|COMPLETED|node[0-1]|2",
+        f"{job_id}.0|hostname|COMPLETED|node0|1",
+        f"{job_id}.1|python|COMPLETED|node[0-1]|2",
+    ], steps

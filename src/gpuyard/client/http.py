@@ -39,6 +39,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
 from gpuyard.settings import Settings
@@ -250,6 +251,11 @@ class Client:
             "GET", f"/jobs/{job_id}/events", params={"after": after, "limit": limit}
         ).json()
         return [JobEvent.model_validate(e) for e in data]
+
+    def slurm_steps(self, job_id: int) -> list[SlurmStepView]:
+        """The srun steps of a Slurm batch job's current attempt (sacct's step rows)."""
+        data = self._request("GET", f"/jobs/{job_id}/slurm-steps").json()
+        return [SlurmStepView.model_validate(s) for s in data]
 
     def hold(self, job_id: int) -> JobView:
         """Keep a waiting job from starting until :meth:`release`."""

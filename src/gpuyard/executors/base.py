@@ -23,6 +23,7 @@ from gpuyard.models.worker import (
     Handle,
     NodeInfo,
     Notice,
+    SlurmStep,
     Tools,
     WorkerKey,
     WorkerLaunch,
@@ -102,6 +103,11 @@ class Executor(Protocol):
         in its control directory's ``steps/``, which are Slurm's ``srun``), or to its main
         process (the batch shell of a Slurm batch job). Best effort: a worker that has ended
         gets nothing."""
+        ...
+
+    def slurm_steps(self, handle: Handle) -> list[SlurmStep]:
+        """The ``srun`` steps a Slurm batch job's worker recorded (``control/slurm-steps``),
+        by step id; empty for any other worker. Read as untrusted input."""
         ...
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:

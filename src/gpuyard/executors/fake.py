@@ -23,6 +23,7 @@ from gpuyard.models.worker import (
     Handle,
     NodeInfo,
     Notice,
+    SlurmStep,
     Tools,
     WorkerKey,
     WorkerLaunch,
@@ -45,6 +46,8 @@ class FakeWorker:
     notices: list[Notice] = field(default_factory=list)
     signals: list[tuple[int, bool]] = field(default_factory=list)
     control: ControlState = field(default_factory=ControlState)
+    slurm_steps: list[SlurmStep] = field(default_factory=list)
+    """What ``slurm_steps`` reports for it: the srun steps a test says it ran."""
     usage: WorkerUsage | None = None
     """What ``usage`` reports for it (:meth:`FakeExecutor.use`); None: not measurable."""
     terminal: int | None = None
@@ -164,6 +167,11 @@ class FakeExecutor:
     def signal(self, handle: Handle, signum: int, *, steps: bool) -> None:
         with self._lock:
             self._worker(handle).signals.append((signum, steps))
+
+    def slurm_steps(self, handle: Handle) -> list[SlurmStep]:
+        with self._lock:
+            worker = self.workers.get(WorkerKey(handle["job"], handle["attempt"], handle["rank"]))
+            return [] if worker is None else list(worker.slurm_steps)
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         with self._lock:

@@ -532,6 +532,23 @@ def _next_step(control_dir: str) -> int:
     raise SlurmError("too many job steps")
 
 
+def _record_step(control_dir: str, step: int, record: dict[str, object]) -> None:
+    """Write step ``step``'s record (``slurm-steps/<step>``, what sacct shows as the
+    ``<job>.<step>`` row), whole: to a temporary name, then renamed over the reservation."""
+    import json
+    import time
+
+    directory = os.path.join(control_dir, "slurm-steps")
+    tmp = os.path.join(directory, f".{step}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as file:
+            json.dump({"time": time.time(), **record}, file)
+        os.replace(tmp, os.path.join(directory, str(step)))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def _exported(env: dict[str, str], export: str | None) -> dict[str, str]:
     """What the tasks get from srun's environment (``--export``)."""
     if export is None or export.upper() == "ALL":
@@ -782,6 +799,15 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         except OSError:
             registration = ""
 
+    record: dict[str, object] = {
+        "name": os.path.basename(command[0])[:1024] if command else "",
+        "nodes": list(nodes),
+        "tasks": ntasks,
+        "start": time.time(),
+    }
+    if control_dir:
+        _record_step(control_dir, step, record)
+
     threads = []
     for task in tasks:
         target = run_local if task.node == alloc.own else run_remote
@@ -821,6 +847,8 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             reason = "Killed" if status == 137 else f"Exited with exit code {status}"
             _error(f"{task.node}: task {task.rank}: {reason}")
         worst = max(worst, status)
+    if control_dir:
+        _record_step(control_dir, step, {**record, "end": time.time(), "exit_code": worst & 255})
     return worst
 
 

@@ -21,7 +21,14 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["MAX_SCRIPT", "SlurmArray", "SlurmBatch", "SlurmSignal", "signal_number"]
+__all__ = [
+    "MAX_SCRIPT",
+    "SlurmArray",
+    "SlurmBatch",
+    "SlurmSignal",
+    "SlurmStepView",
+    "signal_number",
+]
 
 MAX_SCRIPT = 256 * 1024
 """Bytes of a batch script (Slurm's default limit is 4 MiB; a script that needs more belongs in
@@ -161,3 +168,19 @@ class SlurmBatch(BaseModel):
                 f"array: task {self.array.task_id} is outside {self.array.min}-{self.array.max}"
             )
         return self
+
+
+class SlurmStepView(BaseModel):
+    """An ``srun`` step of a Slurm batch job's current attempt (sacct's ``<job>.<id>`` row)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int = Field(ge=0, description="The step id (SLURM_STEP_ID).")
+    name: str = Field(description="The program the step ran.")
+    nodes: list[str] = Field(description="The nodes its tasks ran on.")
+    tasks: int = Field(ge=0)
+    start: float = Field(description="Unix time it started.")
+    end: float | None = Field(None, description="Unix time it ended; None while it runs.")
+    exit_code: int | None = Field(
+        None, description="srun's exit status (128 + N: killed by signal N); None while it runs."
+    )

@@ -26,6 +26,7 @@ __all__ = [
     "NodeInfo",
     "Notice",
     "RunAs",
+    "SlurmStep",
     "Tools",
     "WorkerKey",
     "WorkerLaunch",
@@ -193,6 +194,20 @@ class ControlState:
     invalid: tuple[str, ...] = ()
     """Control files that were present but could not be read, each with why (too large, not
     the expected shape, …); their content was ignored."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmStep:
+    """An ``srun`` step of a Slurm batch job's worker (docs/slurm.md): what sacct shows as
+    the ``<job>.<id>`` row."""
+
+    id: int
+    name: str
+    nodes: tuple[str, ...]
+    tasks: int
+    start: float
+    end: float | None = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

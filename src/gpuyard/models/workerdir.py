@@ -41,6 +41,7 @@ __all__ = [
     "PreemptFile",
     "ProgressFile",
     "SavingFile",
+    "SlurmStepFile",
     "SupervisorSpec",
     "SupervisorState",
     "SuspendedFile",
@@ -112,6 +113,28 @@ class SuspendedFile(ControlFile):
     requeue: bool = False
     """Written by ``scontrol requeue`` inside a Slurm batch job: requeue the whole job now
     (Slurm's requeue ends every step at once), without waiting for the writer to exit."""
+
+
+SLURM_STEPS = "slurm-steps"
+"""``control/slurm-steps/<n>``: one file per ``srun`` step of a Slurm batch job."""
+MAX_SLURM_STEPS = 1000
+"""Step files looked at (sacct shows the first ones, by step id)."""
+STEP_FILE_CAP = 16 * 1024
+
+
+class SlurmStepFile(ControlFile):
+    """``control/slurm-steps/<n>``: step ``n`` of a Slurm batch job, as its ``srun`` wrote it
+    (``executors/slurmstep.py``) when it started and again when it ended; empty while
+    reserved. What sacct shows as the ``<job>.<n>`` row."""
+
+    name: Annotated[str, Field(max_length=1024)]
+    """The program the step ran (sacct's JobName of a step)."""
+    nodes: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=1024)]
+    tasks: Count
+    start: float
+    end: float | None = None
+    exit_code: Annotated[int, Field(ge=0, le=255)] | None = None
+    """srun's exit status (128 + N: its worst task was killed by signal N)."""
 
 
 CONTROL_FILES: dict[str, type[ControlFile]] = {

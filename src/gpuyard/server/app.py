@@ -36,6 +36,7 @@ from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.services.shell import PlanShell, ShellService
+from gpuyard.services.slurm_steps import SlurmStepService
 from gpuyard.services.usage import UsageService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
@@ -116,6 +117,7 @@ def create_app(
         shells=ShellService(
             store, clock=clock, execs=execs, executor=executor, plan=plan_shell, notify=notify
         ),
+        slurm_steps=SlurmStepService(store, executor, policy),
     )
     app.state.controller_health = controller_health
     app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)

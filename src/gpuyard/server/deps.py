@@ -17,6 +17,7 @@ from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.services.shell import ShellService
+from gpuyard.services.slurm_steps import SlurmStepService
 from gpuyard.services.usage import UsageService
 
 __all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
@@ -38,6 +39,7 @@ class Services:
     usage: UsageService
     execs: ExecService
     shells: ShellService
+    slurm_steps: SlurmStepService
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

@@ -19,7 +19,7 @@ from typing import TextIO
 from gpuyard.client import Client
 from gpuyard.errors import GpuyardError as ClientError
 from gpuyard.models import After, JobState, JobView
-from gpuyard.models.slurm import MAX_SCRIPT, signal_number
+from gpuyard.models.slurm import MAX_SCRIPT, SlurmStepView, signal_number
 from gpuyard.slurm.options import OptionError
 from gpuyard.slurm.records import JobRecord, StepRecord
 
@@ -85,7 +85,38 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def job_record(job: JobView, uid: int = 0) -> JobRecord:
+def _srun_step(
+    step: SlurmStepView, job_state: str, cpus_per_task: int, job_end: float | None
+) -> StepRecord:
+    """An ``srun`` step as sacct shows it: COMPLETED, FAILED with its code, CANCELLED with the
+    signal that ended it; RUNNING while it runs, CANCELLED if its job ended first."""
+    code, signal, end = step.exit_code, 0, step.end
+    if code is None:
+        running = job_state in ("RUNNING", "COMPLETING")
+        state = "RUNNING" if running else "CANCELLED"
+        if not running:
+            end = job_end
+            signal = 15 if job_state in ("CANCELLED", "TIMEOUT") else 9
+        code = 0
+    elif code > 128:
+        state, signal, code = "CANCELLED", code - 128, 0
+    else:
+        state = "COMPLETED" if code == 0 else "FAILED"
+    return StepRecord(
+        name=str(step.id),
+        state=state,
+        nodes=tuple(step.nodes),
+        exit_code=code,
+        signal=signal,
+        start=step.start,
+        end=end,
+        tasks=step.tasks,
+        cpus=step.tasks * cpus_per_task,
+        job_name=step.name,
+    )
+
+
+def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] = ()) -> JobRecord:
     spec = job.spec
     slurm = spec.slurm if spec is not None else None
     nodes = tuple(dict.fromkeys(slot.node for slot in job.placement)) or tuple(
@@ -130,6 +161,22 @@ def job_record(job: JobView, uid: int = 0) -> JobRecord:
                 cpus=int(spec.resources.cpus) if spec is not None else 1,
             )
         )
+        # What a Slurm with PrologFlags=Contain (the recorded reference) shows for every job:
+        # the step that holds the allocation on each node, ended COMPLETED however the job did.
+        steps.append(
+            StepRecord(
+                name="extern",
+                state="RUNNING" if state in ("RUNNING", "COMPLETING") else "COMPLETED",
+                nodes=nodes,
+                start=start,
+                end=end,
+                tasks=len(nodes),
+                cpus=int((spec.resources.cpus if spec else 1) * (spec.nodes if spec else 1)),
+                job_name="extern",
+            )
+        )
+        cpus_per_task = (slurm.cpus_per_task or 1) if slurm is not None else 1
+        steps.extend(_srun_step(s, state, cpus_per_task, end) for s in srun_steps)
     return JobRecord(
         job_id=job.id,
         name=slurm.job_name if slurm is not None else job.name,

@@ -11,6 +11,7 @@ from typing import Any, Literal, TextIO
 from gpuyard.client import Client
 from gpuyard.models import JobView, NodeState
 from gpuyard.models.request import DEFAULT_POOL
+from gpuyard.models.slurm import SlurmStepView
 from gpuyard.slurm import render
 from gpuyard.slurm.commands import (
     BadJobId,
@@ -62,8 +63,19 @@ class _Args:
         return [x for v in self.values.get(key, []) for x in v.split(",") if x]
 
 
-def _records(jobs: Sequence[JobView]) -> list[JobRecord]:
-    return [job_record(j) for j in jobs]
+def _records(
+    jobs: Sequence[JobView], steps: dict[int, list[SlurmStepView]] | None = None
+) -> list[JobRecord]:
+    return [job_record(j, srun_steps=(steps or {}).get(j.id, ())) for j in jobs]
+
+
+def _srun_steps(client: Client, jobs: Sequence[JobView]) -> dict[int, list[SlurmStepView]]:
+    """The srun steps of the Slurm batch jobs that have started (sacct's ``.0``, ``.1`` rows)."""
+    return {
+        j.id: client.slurm_steps(j.id)
+        for j in jobs
+        if j.started_at is not None and j.spec is not None and j.spec.slurm is not None
+    }
 
 
 def _all_jobs(client: Client, **filters: Any) -> list[JobView]:
@@ -156,7 +168,8 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
                 or (j.finished_at is None or j.finished_at.timestamp() >= since)
             ]
             jobs.sort(key=lambda j: j.id)
-    records = _records(jobs)
+        steps = None if parsed.has("allocations") else _srun_steps(client, jobs)
+    records = _records(jobs, steps)
     names = set(parsed.all("name"))
     if names:
         records = [r for r in records if r.name in names]

@@ -16,7 +16,7 @@ from gpuyard.controller.loop import CONTROL_EVERY, Controller
 from gpuyard.errors import Conflict, InvalidSpec, NotFound
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobState
-from gpuyard.models.worker import NodeInfo, WorkerKey
+from gpuyard.models.worker import NodeInfo, SlurmStep, WorkerKey
 from gpuyard.slurm import commands
 from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser, TokenFor
@@ -238,3 +238,40 @@ def test_hostile_sbatch_input_is_refused_with_a_message(
     status, _, err = slurm("sbatch", "-w", "n[1-2", "job.sh", capsys=capsys)
     assert status == 255 and "--nodelist: invalid hostlist" in err, err
     assert slurm("squeue", "-h", capsys=capsys) == (0, "", "")
+
+
+def test_sacct_shows_the_batch_extern_and_srun_steps_of_a_job(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH -J steps -N 2\nsrun hostname\n")
+    job_id = int(slurm("sbatch", "--parsable", "job.sh", capsys=capsys)[1])
+    controller.tick()
+    nodes = ("fake0", "fake1")
+    fake_executor.workers[WorkerKey(job_id, 0, 0)].slurm_steps = [
+        SlurmStep(0, "hostname", nodes, 2, start=1.0, end=2.0, exit_code=0),
+        SlurmStep(1, "sh", nodes[:1], 1, start=2.0, end=3.0, exit_code=3),
+        SlurmStep(2, "train", nodes, 2, start=3.0, end=4.0, exit_code=128 + 15),
+        SlurmStep(3, "sleep", nodes, 2, start=4.0),
+    ]
+    assert slurm(
+        "sacct", "-j", str(job_id), "-P", "-o", "JobID,JobName,State,ExitCode,NodeList,NTasks",
+        capsys=capsys,
+    )[1] == (
+        "JobID|JobName|State|ExitCode|NodeList|NTasks\n"
+        f"{job_id}|steps|RUNNING|0:0|fake[0-1]|\n"
+        f"{job_id}.batch|batch|RUNNING|0:0|fake0|1\n"
+        f"{job_id}.extern|extern|RUNNING|0:0|fake[0-1]|2\n"
+        f"{job_id}.0|hostname|COMPLETED|0:0|fake[0-1]|2\n"
+        f"{job_id}.1|sh|FAILED|3:0|fake0|1\n"
+        f"{job_id}.2|train|CANCELLED|0:15|fake[0-1]|2\n"
+        f"{job_id}.3|sleep|RUNNING|0:0|fake[0-1]|2\n"
+    )  # fmt: skip
+    # -X: the allocations only, and the steps are not even read.
+    assert slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID", capsys=capsys)[1] == (
+        f"{job_id}\n"
+    )

@@ -15,21 +15,25 @@ import os
 from pydantic import ValidationError
 
 from gpuyard.executors.local import untrusted
-from gpuyard.models.worker import ControlState
+from gpuyard.models.worker import ControlState, SlurmStep
 from gpuyard.models.workerdir import (
     CONTROL_FILES,
     FILE_CAP,
     HARDWARE_RATIO,
     MAX_LISTENERS,
+    MAX_SLURM_STEPS,
+    SLURM_STEPS,
+    STEP_FILE_CAP,
     AckFile,
     CheckpointFile,
     ControlFile,
     ProgressFile,
     SavingFile,
+    SlurmStepFile,
     SuspendedFile,
 )
 
-__all__ = ["LISTENERS", "listener_pids", "read_control"]
+__all__ = ["LISTENERS", "listener_pids", "read_control", "read_slurm_steps"]
 
 LISTENERS = "listeners"
 _PID_MAX = 1 << 22
@@ -70,6 +74,55 @@ def read_control(home: str, control_dir: str) -> ControlState:
         listening=bool(pids),
         invalid=tuple(invalid),
     )
+
+
+def read_slurm_steps(home: str, control_dir: str) -> list[SlurmStep]:
+    """The steps a Slurm batch job's ``srun`` recorded in ``control/slurm-steps``, by id.
+    Reserved (still empty) and unreadable files are skipped: sacct shows what it can."""
+    try:
+        control = untrusted.open_dir(home, control_dir)
+    except (FileNotFoundError, untrusted.Unreadable, OSError):
+        return []
+    try:
+        fd = os.open(SLURM_STEPS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=control)
+    except OSError:
+        return []
+    finally:
+        os.close(control)
+    ids: list[int] = []
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.name.isascii() and entry.name.isdigit() and len(entry.name) < 7:
+                    ids.append(int(entry.name))
+        steps: list[SlurmStep] = []
+        for step_id in sorted(ids)[:MAX_SLURM_STEPS]:
+            try:
+                raw = untrusted.read_file(fd, str(step_id), STEP_FILE_CAP)
+            except untrusted.Unreadable:
+                continue
+            if not raw:
+                continue
+            try:
+                found = SlurmStepFile.model_validate_json(raw)
+            except ValidationError:
+                continue
+            steps.append(
+                SlurmStep(
+                    id=step_id,
+                    name=found.name,
+                    nodes=tuple(found.nodes),
+                    tasks=found.tasks,
+                    start=found.start,
+                    end=found.end,
+                    exit_code=found.exit_code,
+                )
+            )
+        return steps
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def hardware_ratio(metrics: dict[str, float | int | str | None]) -> float | None:

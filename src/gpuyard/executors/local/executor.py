@@ -59,7 +59,7 @@ from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
-from gpuyard.executors.local.control_state import listener_pids, read_control
+from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
 from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
@@ -83,6 +83,7 @@ from gpuyard.models.worker import (
     Handle,
     NodeInfo,
     Notice,
+    SlurmStep,
     Tools,
     WorkerKey,
     WorkerLaunch,
@@ -734,6 +735,11 @@ class LocalExecutor:
             else ControlState()
             for h in handles
         ]
+
+    def slurm_steps(self, handle: Handle) -> list[SlurmStep]:
+        if "dir" not in handle:
+            return []
+        return read_slurm_steps(str(self.home), str(Path(handle["dir"]) / "control"))
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
         path = Path(handle["log"])

@@ -28,6 +28,7 @@ from gpuyard.models import (
     SignalRequest,
     SubmittedJobs,
 )
+from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, Window
 from gpuyard.server.deps import INT64_MAX, MAX_ID, JobId, ServicesDep, UserDep
 
@@ -152,6 +153,12 @@ def events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> list[JobEvent]:
     return services.jobs.events(job_id, actor=user, after=after, limit=limit)
+
+
+@router.get("/{job_id}/slurm-steps")
+def slurm_steps(job_id: JobId, services: ServicesDep, user: UserDep) -> list[SlurmStepView]:
+    """The srun steps of a Slurm batch job's current attempt (sacct's step rows)."""
+    return services.slurm_steps.steps(job_id, actor=user)
 
 
 @router.post("/{job_id}/hold")

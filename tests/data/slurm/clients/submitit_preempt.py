@@ -23,7 +23,12 @@ class Counter(submitit.helpers.Checkpointable):
             time.sleep(0.1)
             self.count += 1
             Path(self.progress).write_text(str(self.count))
-        return self.count, self.starts, os.environ["SLURM_RESTART_COUNT"], os.environ["SLURM_JOB_ID"]
+        return (
+            self.count,
+            self.starts,
+            os.environ["SLURM_RESTART_COUNT"],
+            os.environ["SLURM_JOB_ID"],
+        )
 
 
 def main(folder: str) -> None:
@@ -39,7 +44,17 @@ def main(folder: str) -> None:
         time.sleep(0.2)
     # A job of a higher QOS that needs every node preempts it.
     subprocess.run(
-        ["sbatch", "--qos=high", "-N", "2", "--gpus-per-node=2", "-J", "urgent", "--wrap", "sleep 1"],
+        [
+            "sbatch",
+            "--qos=high",
+            "-N",
+            "2",
+            "--gpus-per-node=2",
+            "-J",
+            "urgent",
+            "--wrap",
+            "sleep 1",
+        ],
         check=True,
     )
     count, starts, restarts, job_id = job.result()
