@@ -107,6 +107,9 @@ class SlurmBatch(BaseModel):
     requeue: bool = True
     signal: SlurmSignal | None = None
     array: SlurmArray | None = None
+    begin: float | None = Field(
+        None, ge=0, description="--begin: it does not start before this Unix time."
+    )
     partition: str = Field("", max_length=256)
     account: str = Field("", max_length=256)
     qos: str = Field("", max_length=256)

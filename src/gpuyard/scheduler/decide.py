@@ -110,6 +110,10 @@ class WaitCode(StrEnum):
     """Held by a person until released."""
     DEPENDENCY = "dependency"
     """It waits for other jobs (its ``after``)."""
+    BEGIN = "begin"
+    """It may not start before its begin time (Slurm's ``--begin``)."""
+    ARRAY_LIMIT = "array-limit"
+    """As many tasks of its job array run as its throttle allows (``--array=0-9%2``)."""
 
 
 @dataclass(frozen=True, slots=True, init=False)

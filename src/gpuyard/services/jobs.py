@@ -788,6 +788,10 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         "array_id": (
             spec.slurm.array.job_id if spec.slurm is not None and spec.slurm.array else None
         ),
+        "array_throttle": (
+            spec.slurm.array.throttle if spec.slurm is not None and spec.slurm.array else None
+        ),
+        "begin_at": spec.slurm.begin if spec.slurm is not None else None,
         # Without a time limit it waits: one set later (gpuyard runtime) makes it due.
         "limit_signal": (
             spec.slurm.signal.seconds if spec.slurm is not None and spec.slurm.signal else None

@@ -143,6 +143,10 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
         elif job.wait_code == "dependency":
             never = (job.reason or "").startswith("can never")
             reason = "DependencyNeverSatisfied" if never else "Dependency"
+        elif job.wait_code == "begin":
+            reason = "BeginTime"
+        elif job.wait_code == "array-limit":
+            reason = "JobArrayTaskLimit"
         elif job.wait_code:
             reason = "Resources" if "resource" in job.wait_code else "Priority"
     start, end = _ts(job.started_at), _ts(job.finished_at)
@@ -205,7 +209,9 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
         if spec is not None and spec.resources.memory
         else 0,
         submit=job.created_at.timestamp(),
-        eligible=job.created_at.timestamp(),
+        eligible=max(
+            job.created_at.timestamp(), (slurm.begin or 0.0) if slurm is not None else 0.0
+        ),
         start=start,
         end=end,
         time_limit=spec.max_runtime if spec is not None else None,

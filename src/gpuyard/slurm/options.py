@@ -184,7 +184,6 @@ KEPT = frozenset(
 """Options kept with the job and without effect here: they cannot change what it computes."""
 
 REFUSED = {
-    "begin": "--begin is not supported yet; submit the job at that time",
     "deadline": "--deadline is not supported yet",
     "test-only": "--test-only is not supported; `gpuyard predict` estimates the start",
     "clusters": "gpuyard is one cluster; remove --clusters",
@@ -334,6 +333,78 @@ def parse_time(text: str) -> float | None:
     else:  # M
         seconds = int(a) * 60
     return None if seconds == 0 else float(seconds)
+
+
+_BEGIN_UNITS = {
+    "": 1,
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}  # fmt: skip
+_BEGIN_NAMED = {"midnight": (0, 0), "elevenses": (11, 0), "noon": (12, 0), "fika": (15, 0),
+                "teatime": (16, 0)}  # fmt: skip
+_BEGIN_NOW = re.compile(r"^now(?:\+(\d+)\s*([a-z]*))?$")
+_BEGIN_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$")
+_BEGIN_ISO = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
+_BEGIN_DATE = re.compile(
+    r"^(\d{2})[/.]?(\d{2})(?:[/.]?(\d{2}))?(?:-(\d{1,2}):(\d{2})(?::(\d{2}))?)?$"
+)
+
+
+def parse_begin(text: str, now: float) -> float:
+    """``--begin``, as Slurm's parse_time reads it, in local time: ``now[+N[units]]`` (units
+    seconds by default, or minutes, hours, days, weeks), ``HH:MM[:SS][AM|PM]`` and ``midnight
+    noon elevenses fika teatime`` (today, or tomorrow once passed), ``today``, ``tomorrow``,
+    ``YYYY-MM-DD[THH:MM[:SS]]``, ``MMDD[YY]``, ``MM/DD[/YY]``, ``MM.DD[.YY]`` (with
+    ``-HH:MM[:SS]``). Anything else raises OptionError as Slurm's sbatch words it."""
+    import datetime as dt
+
+    value = text.strip().lower()
+    today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def at(day: dt.datetime, hour: int, minute: int, second: int = 0) -> float:
+        moment = day.replace(hour=hour, minute=minute, second=second)
+        return moment.timestamp()
+
+    def upcoming(hour: int, minute: int, second: int = 0) -> float:
+        moment = at(today, hour, minute, second)
+        return moment if moment > now else at(today + dt.timedelta(days=1), hour, minute, second)
+
+    try:
+        if match := _BEGIN_NOW.match(value):
+            count, unit = match.groups()
+            unit = unit or ""
+            if unit not in _BEGIN_UNITS:
+                raise ValueError(unit)
+            return float(int(now) + int(count or 0) * _BEGIN_UNITS[unit])
+        if value in _BEGIN_NAMED:
+            return upcoming(*_BEGIN_NAMED[value])
+        if value in ("today", "tomorrow"):
+            return at(today + dt.timedelta(days=int(value == "tomorrow")), 0, 0)
+        if match := _BEGIN_CLOCK.match(value):
+            hour, minute, second, half = match.groups()
+            hours = int(hour)
+            if half:
+                if not 1 <= hours <= 12:
+                    raise ValueError(hour)
+                hours = hours % 12 + (12 if half == "pm" else 0)
+            return upcoming(hours, int(minute), int(second or 0))
+        if match := _BEGIN_ISO.match(value):
+            year, month, day, hour, minute, second = match.groups()
+            moment = dt.datetime(int(year), int(month), int(day))
+            return at(moment, int(hour or 0), int(minute or 0), int(second or 0))
+        if match := _BEGIN_DATE.match(value):
+            month, day, year, hour, minute, second = match.groups()
+            full_year = 2000 + int(year) if year else today.year
+            moment = dt.datetime(full_year, int(month), int(day))
+            if not year and at(moment, 23, 59, 59) < now:
+                moment = moment.replace(year=full_year + 1)  # a date passed means next year's
+            return at(moment, int(hour or 0), int(minute or 0), int(second or 0))
+    except (ValueError, OverflowError):
+        pass
+    raise OptionError("Invalid --begin specification")
 
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?$", re.IGNORECASE)

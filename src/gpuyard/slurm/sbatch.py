@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from gpuyard.slurm.options import (
     OptionError,
     SbatchOptions,
     parse_array,
+    parse_begin,
     parse_memory_mb,
     parse_sbatch,
     parse_time,
@@ -153,6 +155,7 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
     elif "mem-per-gpu" in values:
         memory_mb = parse_memory_mb(values["mem-per-gpu"], "--mem-per-gpu") * gpus
     max_runtime = parse_time(values["time"]) if "time" in values else None
+    begin = parse_begin(values["begin"], time.time()) if "begin" in values else None
 
     partition = values.get("partition", "").split(",")[0]
     pool: str | None = None
@@ -258,6 +261,8 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         spec["after"] = parse_dependency(values["dependency"])
     if "hold" in values:
         spec["hold"] = True
+    if begin is not None:
+        slurm["begin"] = begin
     if options.script_args:
         slurm["script_args"] = list(options.script_args)
     if array is None:

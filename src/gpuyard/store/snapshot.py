@@ -6,11 +6,12 @@ Jobs are read as plain columns (their request is stored beside the spec, see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuyard.models import JobState, NodeState, Priority
@@ -157,7 +158,7 @@ class SnapshotLoader:
         report = on_bad_row or _ignore
         nodes = self._load_nodes(session, monotonic)
         running = _each(_running, report, fallback=_holding_all, rows=session.execute(_RUNNING))
-        pending = self._load_pending(session, report)
+        pending = self._load_pending(session, report, now)
         return Snapshot(
             now=now,
             nodes=self._schedulable(session, nodes),
@@ -217,7 +218,7 @@ class SnapshotLoader:
         return nodes
 
     def _load_pending(
-        self, session: Session, report: Callable[[int, Exception], None]
+        self, session: Session, report: Callable[[int, Exception], None], now: float
     ) -> tuple[PendingJob, ...]:
         versions = session.execute(_PENDING_VERSIONS).all()
         cached = self._pending
@@ -237,7 +238,7 @@ class SnapshotLoader:
                 self._pending[job_id] = found
         # Whether a job is blocked is read afresh each time: a dependency ends without the
         # waiting job's version moving (the cache keeps the jobs unblocked).
-        blocked = blocked_jobs(session)
+        blocked = blocked_jobs(session, now)
         return tuple(
             replace(job, blocked=blocked[job.id]) if job.id in blocked else job
             for job in self._pending.values()
@@ -404,32 +405,87 @@ class _Hypothetical:
         self.created_at = created_at
 
 
-_BLOCKABLE = select(JobRow.id, JobRow.held, JobRow.depends).where(
-    JobRow.state.in_(_PENDING), or_(JobRow.held.is_(True), JobRow.depends.is_not(None))
+_BLOCKABLE = select(
+    JobRow.id, JobRow.held, JobRow.depends, JobRow.begin_at, JobRow.array_id, JobRow.array_throttle
+).where(
+    JobRow.state.in_(_PENDING),
+    or_(
+        JobRow.held.is_(True),
+        JobRow.depends.is_not(None),
+        JobRow.begin_at.is_not(None),
+        JobRow.array_throttle.is_not(None),
+    ),
 )
 
 
-def blocked_jobs(session: Session) -> dict[int, tuple[str, str]]:
+def blocked_jobs(session: Session, now: float) -> dict[int, tuple[str, str]]:
     """The waiting jobs that may not start whatever the room, with (wait code, reason): held
-    ones, and those whose dependencies do not hold yet (or never will)."""
+    ones, those whose dependencies do not hold yet (or never will), those whose begin time
+    (Slurm's ``--begin``) has not come, and the tasks of a throttled job array beyond its
+    throttle."""
     rows = session.execute(_BLOCKABLE).all()
     if not rows:
         return {}
-    wanted = sorted({int(d[0]) for _, _, depends in rows for d in depends or ()})
+    wanted = sorted({int(d[0]) for row in rows for d in row.depends or ()})
     states: dict[int, JobState] = {}
     for chunk in range(0, len(wanted), 500):
         ids = wanted[chunk : chunk + 500]
         query = select(JobRow.id, JobRow.state).where(JobRow.id.in_(ids))
         states.update((job_id, state) for job_id, state in session.execute(query))
     blocked: dict[int, tuple[str, str]] = {}
-    for job_id, held, depends in rows:
-        if held:
+    throttled: list[Any] = []
+    for row in rows:
+        job_id = row.id
+        if row.held:
             blocked[job_id] = ("held", f"held: `gpuyard release {job_id}` lets it start")
             continue
-        waits = [why for d in depends or () if (why := _unmet(int(d[0]), str(d[1]), states))]
+        waits = [why for d in row.depends or () if (why := _unmet(int(d[0]), str(d[1]), states))]
         if waits:
             never = [w for w in waits if w.startswith("can never")]
             blocked[job_id] = ("dependency", "; ".join(never or waits))
+            continue
+        if row.begin_at is not None and row.begin_at > now:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row.begin_at))
+            blocked[job_id] = ("begin", f"may not start before {when} (--begin)")
+            continue
+        if row.array_throttle is not None:
+            throttled.append(row)
+    blocked.update(_beyond_throttle(session, throttled))
+    return blocked
+
+
+def _beyond_throttle(session: Session, rows: Sequence[Any]) -> dict[int, tuple[str, str]]:
+    """The waiting tasks of throttled job arrays that may not start yet: an array whose
+    throttle is N starts its waiting tasks in order while fewer than N of its tasks hold
+    resources (Slurm's JobArrayTaskLimit)."""
+    if not rows:
+        return {}
+    arrays: dict[int, list[Any]] = {}
+    for row in rows:
+        arrays.setdefault(row.array_id or row.id, []).append(row)
+    holding: dict[int, int] = {}
+    keys = sorted(arrays)
+    array = func.coalesce(JobRow.array_id, JobRow.id)
+    for chunk in range(0, len(keys), 500):
+        query = (
+            select(array, func.count())
+            .where(
+                JobRow.state.in_(HOLDING),
+                JobRow.array_throttle.is_not(None),
+                array.in_(keys[chunk : chunk + 500]),
+            )
+            .group_by(array)
+        )
+        holding.update((int(key), int(count)) for key, count in session.execute(query))
+    blocked: dict[int, tuple[str, str]] = {}
+    for key, tasks in arrays.items():
+        throttle = min(int(t.array_throttle) for t in tasks)
+        free = max(0, throttle - holding.get(key, 0))
+        for task in sorted(tasks, key=lambda t: t.id)[free:]:
+            blocked[task.id] = (
+                "array-limit",
+                f"{throttle} task(s) of job array {key} may run at once (--array ...%{throttle})",
+            )
     return blocked
 
 

@@ -142,6 +142,11 @@ class JobRow(Base):
     none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     """The Slurm job array it belongs to (its first task's id; docs/slurm.md)."""
+    array_throttle: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """``%N`` of its array (``--array=0-9%2``): at most this many of the array's tasks hold
+    resources at once (on every task of the array, the first included)."""
+    begin_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """Slurm's ``--begin``: it does not start before this time."""
     limit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     """Seconds before its time limit that it gets the signal of its spec's ``slurm.signal``
     (a column, so the controller finds the jobs due without reading every running spec)."""

@@ -275,3 +275,50 @@ def test_sacct_shows_the_batch_extern_and_srun_steps_of_a_job(
     assert slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID", capsys=capsys)[1] == (
         f"{job_id}\n"
     )
+
+
+def running_tasks(client: Client, ids: list[int]) -> list[int]:
+    return [i for i in ids if client.job(i).state is JobState.RUNNING]
+
+
+def test_an_array_throttle_lets_that_many_tasks_run_at_once(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --array=0-4%2\nsrun true\n")
+    first = int(slurm("sbatch", "--parsable", "job.sh", capsys=capsys)[1])
+    ids = list(range(first, first + 5))
+    controller.tick()
+    controller.tick()
+    assert running_tasks(client, ids) == ids[:2]
+    squeue = slurm("squeue", "-h", "-o", "%i %t %r", "-j", str(first), capsys=capsys)[1]
+    assert squeue.splitlines()[0] == f"{first}_[2-4%2] PD JobArrayTaskLimit", squeue
+    fake_executor.exit(ids[0], code=0)
+    for _ in range(3):
+        controller.tick()
+    assert running_tasks(client, ids) == ids[1:3]
+    assert client.job(ids[0]).state is JobState.SUCCEEDED
+
+
+def test_a_job_waits_for_its_begin_time(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    clock: ManualClock,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job_id = client.submit(slurm_spec(begin=clock.now() + 3600)).id
+    controller.tick()
+    assert client.job(job_id).state is JobState.QUEUED
+    squeue = slurm("squeue", "-h", "-o", "%i %t %r", "-j", str(job_id), capsys=capsys)[1]
+    assert squeue == f"{job_id} PD BeginTime\n"
+    clock.advance(3590)
+    controller.tick()
+    assert client.job(job_id).state is JobState.QUEUED
+    clock.advance(11)
+    controller.tick()
+    assert client.job(job_id).state is JobState.RUNNING

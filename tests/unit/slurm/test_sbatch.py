@@ -6,6 +6,8 @@ server is sent, so a spec that does not validate is a bug here, not the server's
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pytest
 from gpuyard.models import JobSpec
 from gpuyard.models.job import MAX_ENV, MAX_ENV_BYTES
 from gpuyard.models.slurm import MAX_SCRIPT
-from gpuyard.slurm.options import OptionError, parse_sbatch
+from gpuyard.slurm.options import OptionError, parse_begin, parse_sbatch
 from gpuyard.slurm.sbatch import build_specs, forwarded_environment, parse, read_script
 
 SCRIPT = "#!/bin/bash\necho hello\n"
@@ -407,7 +409,7 @@ def test_bad_signal_is_refused(text: str) -> None:
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        (["--begin=now+1hour"], "--begin: --begin is not supported yet"),
+        (["--deadline=now+1hour"], "--deadline: --deadline is not supported yet"),
         (["--uid=0"], "--uid: jobs run as their owner"),
         (["--input=in.txt"], "--input: a batch job reads no standard input here"),
     ],
@@ -417,8 +419,62 @@ def test_refused_options_are_named(args: list[str], start: str) -> None:
 
 
 def test_a_refused_option_in_the_script_is_refused_too() -> None:
-    script = "#!/bin/sh\n#SBATCH --begin=now+1hour\n"
-    assert refused([], script).startswith("--begin: ")
+    script = "#!/bin/sh\n#SBATCH --deadline=now+1hour\n"
+    assert refused([], script).startswith("--deadline: ")
+
+
+# --- --begin ------------------------------------------------------------------------------
+
+# Wednesday 2026-11-25 10:30:00 local time.
+NOW = dt.datetime(2026, 11, 25, 10, 30).timestamp()
+
+
+def local(*parts: int) -> float:
+    return dt.datetime(*parts).timestamp()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "begin"),
+    [
+        ("now", NOW),
+        ("now+60", NOW + 60),
+        ("now+1hour", NOW + 3600),
+        ("now+2hours", NOW + 7200),
+        ("now+10minutes", NOW + 600),
+        ("now+1day", NOW + 86400),
+        ("now+1week", NOW + 7 * 86400),
+        ("16:00", local(2026, 11, 25, 16)),
+        ("09:15", local(2026, 11, 26, 9, 15)),  # passed today: tomorrow
+        ("4:00PM", local(2026, 11, 25, 16)),
+        ("12:00am", local(2026, 11, 26, 0)),
+        ("midnight", local(2026, 11, 26)),
+        ("noon", local(2026, 11, 25, 12)),
+        ("teatime", local(2026, 11, 25, 16)),
+        ("today", local(2026, 11, 25)),
+        ("tomorrow", local(2026, 11, 26)),
+        ("2026-12-01", local(2026, 12, 1)),
+        ("2026-12-01T08:05", local(2026, 12, 1, 8, 5)),
+        ("2026-12-01T08:05:09", local(2026, 12, 1, 8, 5, 9)),
+        ("12/24", local(2026, 12, 24)),
+        ("12/24/27", local(2027, 12, 24)),
+        ("1224", local(2026, 12, 24)),
+        ("12.24.27-10:00", local(2027, 12, 24, 10)),
+        ("01/02", local(2027, 1, 2)),  # passed this year: next year's
+    ],
+)
+def test_begin_reads_slurms_time_forms(text: str, begin: float) -> None:
+    assert parse_begin(text, NOW) == begin
+
+
+@pytest.mark.parametrize("text", ["soon", "now+1fortnight", "25:00", "2026-13-01", "13/45", ""])
+def test_a_bad_begin_is_refused_as_slurm_words_it(text: str) -> None:
+    with pytest.raises(OptionError, match=r"^Invalid --begin specification$"):
+        parse_begin(text, NOW)
+
+
+def test_begin_goes_into_the_spec() -> None:
+    begin = one(["--begin=now+1hour"])["slurm"]["begin"]
+    assert begin is not None and 3590 < begin - time.time() <= 3600
 
 
 @pytest.mark.parametrize(
