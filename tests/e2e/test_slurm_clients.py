@@ -152,3 +152,70 @@ def test_lab_script_torchrun_on_every_node(env: dict[str, str], tmp_path: Path) 
         f"{job_id}.0|hostname|COMPLETED|node0|1",
         f"{job_id}.1|python|COMPLETED|node[0-1]|2",
     ], steps
+
+
+RECORDED_ENV = CLIENTS.parent / "cases" / "env_2x2.json"
+# Values that depend on the host, the ids, the user or the cluster's config: compared as shapes.
+_ANY = {
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "SLURM_SRUN_COMM_PORT",
+    "SLURM_STEP_LAUNCHER_PORT", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_CLUSTER_NAME",
+    "SLURM_WORKING_CLUSTER", "SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_GID",
+    "SLURM_JOB_ACCOUNT", "SLURM_JOB_PARTITION", "SLURM_SRUN_COMM_HOST",
+    "SLURM_LAUNCH_NODE_IPADDR", "SLURM_CONF", "SLURM_UMASK",
+}  # fmt: skip
+
+
+# What gpuyard leaves unset on purpose (docs/slurm.md): they point a real Slurm tool at a
+# slurmctld or an srun listener that does not exist here.
+_NOT_SET = {
+    "SLURM_CONF": "there is no slurm.conf",
+    "SLURM_WORKING_CLUSTER": "names slurmctld's host and port",
+    "SLURM_SRUN_COMM_PORT": "srun's own listener",
+    "SLURM_STEP_LAUNCHER_PORT": "srun's own listener",
+}
+
+
+def _normalised(env: dict[str, str]) -> dict[str, str]:
+    """Node names as gpuyard's virtual nodes are called, host- and id-bound values as '*'."""
+    import re
+
+    out = {}
+    for key, raw in env.items():
+        value = "*" if key in _ANY else re.sub(r"n\[0001-0002\]", "node[0-1]", raw)
+        out[key] = re.sub(r"\bn000(\d)\b", lambda m: f"node{int(m.group(1)) - 1}", value)
+    return out
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    """The recorded script's ``env | grep -E '^(SLURM|SRUN|CUDA|GPU)'``, less gpuyard's own."""
+    lines = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {k: v for k, v in lines if not k.startswith("GPUYARD_")}
+
+
+def test_the_slurm_environment_is_slurms_variable_by_variable(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    import json
+
+    recorded = json.loads(RECORDED_ENV.read_text())
+    script = recorded["script"].replace("#SBATCH --nodes=2", "#SBATCH --nodes=2 -J envtest")
+    job_id, output = sbatch_and_wait(env, tmp_path, script.replace("%j.out", "slurm-%j.out"))
+    batch = _normalised(_env_lines(output))
+    tasks = [
+        _normalised(_env_lines((tmp_path / f"{job_id}_{rank}.out").read_text()))
+        for rank in range(4)
+    ]
+    want_batch = _normalised({k: v for k, v in recorded["batch"].items() if k not in _NOT_SET})
+    want_tasks = [
+        _normalised({k: v for k, v in t.items() if k not in _NOT_SET}) for t in recorded["tasks"]
+    ]
+    problems = []
+    for where, got, want in [("batch", batch, want_batch)] + [
+        (f"task {i}", tasks[i], want_tasks[i]) for i in range(4)
+    ]:
+        for key in sorted(set(got) | set(want)):
+            if got.get(key) != want.get(key):
+                problems.append(
+                    f"{where}: {key}: gpuyard {got.get(key)!r}, Slurm {want.get(key)!r}"
+                )
+    assert not problems, "\n".join(problems)

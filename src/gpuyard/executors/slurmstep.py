@@ -51,6 +51,7 @@ _NODE_VARIABLES = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",
+        "SLURM_JOB_GPUS",
         "SLURMD_NODENAME",
         "SLURM_TOPOLOGY_ADDR",
         "SLURM_CPUS_ON_NODE",
@@ -532,6 +533,12 @@ def _next_step(control_dir: str) -> int:
     raise SlurmError("too many job steps")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _record_step(control_dir: str, step: int, record: dict[str, object]) -> None:
     """Write step ``step``'s record (``slurm-steps/<step>``, what sacct shows as the
     ``<job>.<step>`` row), whole: to a temporary name, then renamed over the reservation."""
@@ -625,8 +632,12 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             "SLURM_DISTRIBUTION": "block",
             "SLURM_SRUN_COMM_HOST": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
             "SLURM_LAUNCH_NODE_IPADDR": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
+            "SLURM_UMASK": f"{_umask():04o}",
+            "SRUN_DEBUG": "3",
         }
     )
+    if "SLURM_JOB_CPUS_PER_NODE" in env:
+        forwarded["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = env["SLURM_JOB_CPUS_PER_NODE"]
     if "ntasks_per_node" in options:
         forwarded["SLURM_NTASKS_PER_NODE"] = options["ntasks_per_node"]
     if "cpus_per_task" in options:
@@ -668,7 +679,12 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             redirect += f" {mode}{shlex.quote(target)}"
         if "input" in options and options["input"] != "all":
             redirect += " </dev/null"
-        return f"exec {words}{redirect}"
+        # The task's own pid (exec keeps the shell's), and its node's GPUs as the step's.
+        prefix = (
+            'SLURM_TASK_PID=$$; export SLURM_TASK_PID; if [ -n "${SLURM_JOB_GPUS:-}" ]; then '
+            "SLURM_STEP_GPUS=$SLURM_JOB_GPUS; export SLURM_STEP_GPUS; fi; "
+        )
+        return f"{prefix}exec {words}{redirect}"
 
     def task_env(task: _Task) -> dict[str, str]:
         return {

@@ -209,6 +209,8 @@ def batch_env(
         "SLURM_NODEID": str(node_rank),
         "SLURMD_NODENAME": nodes[node_rank],
         "SLURM_TOPOLOGY_ADDR": nodes[node_rank],
+        "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+        "SLURM_NODE_ALIASES": "(null)",
         "SLURM_NTASKS": str(ntasks),
         "SLURM_NPROCS": str(ntasks),
         "SLURM_NTASKS_PER_NODE": str(ntasks_per_node),
@@ -222,13 +224,15 @@ def batch_env(
         "SLURM_GPUS_ON_NODE": str(len(gpus)),
         "SLURM_SUBMIT_DIR": submit_dir,
         "SLURM_SUBMIT_HOST": submit_host,
-        "SLURM_OPEN_MODE": "a" if open_mode == "append" else "t",
         "SLURM_PRIO_PROCESS": "0",
         "SLURM_GTIDS": "0",
         "ENVIRONMENT": "BATCH",
         "CUDA_VISIBLE_DEVICES": ",".join(gpus),
     }
+    if open_mode == "append":  # truncate is Slurm's default, and then it sets nothing
+        env["SLURM_OPEN_MODE"] = "a"
     if gpus:
+        env["SLURM_JOB_GPUS"] = ",".join(gpus)
         env["GPU_DEVICE_ORDINAL"] = ",".join(gpus)
         env["SLURM_GPUS_PER_NODE"] = str(len(gpus))
     if memory_mb:
