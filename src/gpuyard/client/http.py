@@ -186,10 +186,12 @@ class Client:
         owner: str | None = None,
         ids: Sequence[int] = (),
         array: int | None = None,
+        active_after: float | None = None,
+        created_before: float | None = None,
         offset: int = 0,
         limit: int = 100,
     ) -> Page[JobView]:
-        params: list[tuple[str, str | int]] = [("offset", offset), ("limit", limit)]
+        params: list[tuple[str, str | int | float]] = [("offset", offset), ("limit", limit)]
         params += [("status", str(s)) for s in status]
         params += [("id", i) for i in ids]
         if array is not None:
@@ -198,6 +200,10 @@ class Client:
             params.append(("name", name))
         if owner:
             params.append(("owner", owner))
+        if active_after is not None:
+            params.append(("active_after", active_after))
+        if created_before is not None:
+            params.append(("created_before", created_before))
         data = self._request("GET", "/jobs", params=params).json()
         return Page[JobView].model_validate(data)
 

@@ -264,9 +264,13 @@ class JobService:
         owner: str | None = None,
         ids: Sequence[int] = (),
         array: int | None = None,
+        active_after: float | None = None,
+        created_before: float | None = None,
         offset: int = 0,
         limit: int = 100,
     ) -> Page[JobView]:
+        """The jobs the filters match, newest first. ``active_after``: not ended before that
+        time; ``created_before``: submitted by then (sacct's ``-S``/``-E`` window)."""
         if offset < 0 or not 1 <= limit <= MAX_PAGE:
             raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_PAGE}")
         query = select(JobRow)
@@ -282,6 +286,12 @@ class JobService:
             query = query.where(JobRow.name.contains(name, autoescape=True))
         if owner:
             query = query.where(JobRow.owner == owner)
+        if active_after is not None:
+            query = query.where(
+                or_(JobRow.finished_at.is_(None), JobRow.finished_at >= active_after)
+            )
+        if created_before is not None:
+            query = query.where(JobRow.created_at <= created_before)
         with self.store.read() as session:
             caller = self.policy.caller(session, actor)
             sharing = self.policy.sharing(session)

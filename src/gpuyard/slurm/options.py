@@ -345,9 +345,9 @@ _BEGIN_UNITS = {
 }  # fmt: skip
 _BEGIN_NAMED = {"midnight": (0, 0), "elevenses": (11, 0), "noon": (12, 0), "fika": (15, 0),
                 "teatime": (16, 0)}  # fmt: skip
-_BEGIN_NOW = re.compile(r"^now(?:\+(\d+)\s*([a-z]*))?$")
+_BEGIN_NOW = re.compile(r"^now(?:([+-])(\d+)\s*([a-z]*))?$")
 _BEGIN_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$")
-_BEGIN_ISO = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
+_BEGIN_ISO = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[t-](\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
 _BEGIN_DATE = re.compile(
     r"^(\d{2})[/.]?(\d{2})(?:[/.]?(\d{2}))?(?:-(\d{1,2}):(\d{2})(?::(\d{2}))?)?$"
 )
@@ -359,6 +359,16 @@ def parse_begin(text: str, now: float) -> float:
     noon elevenses fika teatime`` (today, or tomorrow once passed), ``today``, ``tomorrow``,
     ``YYYY-MM-DD[THH:MM[:SS]]``, ``MMDD[YY]``, ``MM/DD[/YY]``, ``MM.DD[.YY]`` (with
     ``-HH:MM[:SS]``). Anything else raises OptionError as Slurm's sbatch words it."""
+    found = slurm_time(text, now)
+    if found is None:
+        raise OptionError("Invalid --begin specification")
+    return found
+
+
+def slurm_time(text: str, now: float, *, past: bool = False) -> float | None:  # noqa: PLR0911 - a return per form Slurm reads
+    """A time in one of the forms of :func:`parse_begin` (also ``now-N[units]``), or None.
+    ``past``: a time of day or a date without a year means the last one, not the next one
+    (sacct's ``--starttime``)."""
     import datetime as dt
 
     value = text.strip().lower()
@@ -370,15 +380,20 @@ def parse_begin(text: str, now: float) -> float:
 
     def upcoming(hour: int, minute: int, second: int = 0) -> float:
         moment = at(today, hour, minute, second)
+        if past:
+            return (
+                moment if moment <= now else at(today - dt.timedelta(days=1), hour, minute, second)
+            )
         return moment if moment > now else at(today + dt.timedelta(days=1), hour, minute, second)
 
     try:
         if match := _BEGIN_NOW.match(value):
-            count, unit = match.groups()
+            sign, count, unit = match.groups()
             unit = unit or ""
             if unit not in _BEGIN_UNITS:
                 raise ValueError(unit)
-            return float(int(now) + int(count or 0) * _BEGIN_UNITS[unit])
+            delta = int(count or 0) * _BEGIN_UNITS[unit]
+            return float(int(now) + (-delta if sign == "-" else delta))
         if value in _BEGIN_NAMED:
             return upcoming(*_BEGIN_NAMED[value])
         if value in ("today", "tomorrow"):
@@ -399,12 +414,14 @@ def parse_begin(text: str, now: float) -> float:
             month, day, year, hour, minute, second = match.groups()
             full_year = 2000 + int(year) if year else today.year
             moment = dt.datetime(full_year, int(month), int(day))
-            if not year and at(moment, 23, 59, 59) < now:
+            if not year and not past and at(moment, 23, 59, 59) < now:
                 moment = moment.replace(year=full_year + 1)  # a date passed means next year's
+            elif not year and past and at(moment, 0, 0) > now:
+                moment = moment.replace(year=full_year - 1)
             return at(moment, int(hour or 0), int(minute or 0), int(second or 0))
     except (ValueError, OverflowError):
         pass
-    raise OptionError("Invalid --begin specification")
+    return None
 
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?$", re.IGNORECASE)

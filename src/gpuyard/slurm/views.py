@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TextIO
 
 from gpuyard.client import Client
@@ -21,6 +21,7 @@ from gpuyard.slurm.commands import (
     _parse_ids,
     job_record,
 )
+from gpuyard.slurm.options import slurm_time
 from gpuyard.slurm.records import JobRecord, NodeRecord, PartitionRecord
 
 __all__ = ["COMMANDS"]
@@ -160,22 +161,29 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
                 raise CommandError(render.SACCT_BAD_JOB.format(text=exc.text), raw=True) from None
         else:
             owner = None if parsed.has("allusers") else (parsed.last("user") or client.user)
-            since = time.mktime((*time.localtime()[:3], 0, 0, 0, 0, 0, -1))
-            jobs = [
-                j
-                for j in _all_jobs(client, owner=owner)
-                if j.created_at.timestamp() >= since
-                or (j.finished_at is None or j.finished_at.timestamp() >= since)
-            ]
+            since, until = _sacct_window(parsed)
+            statuses = _statuses(s.upper() for s in parsed.all("state"))
+            # The pool selects by owner, state and time: a long history is not paged through.
+            jobs = (
+                []
+                if statuses is None
+                else _all_jobs(
+                    client,
+                    owner=owner,
+                    status=statuses,
+                    active_after=since,
+                    created_before=until,
+                )
+            )
             jobs.sort(key=lambda j: j.id)
         steps = None if parsed.has("allocations") else _srun_steps(client, jobs)
     records = _records(jobs, steps)
     names = set(parsed.all("name"))
     if names:
         records = [r for r in records if r.name in names]
-    states = {s.upper() for s in parsed.all("state")}
-    if states:
-        records = [r for r in records if r.state in states or r.state[:2] in states]
+    states = {_SHORT_STATES.get(s.upper(), s.upper()) for s in parsed.all("state")}
+    if states and "ALL" not in states:
+        records = [r for r in records if r.state in states]
     records = _collapse_pending_arrays(records)
     out.write(
         render.render_sacct(
@@ -189,6 +197,42 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
         )
     )
     return 0
+
+
+# Slurm's states (long and short) as the gpuyard statuses that show as them.
+_STATUS_OF = {
+    "PENDING": "queued", "PD": "queued", "REQUEUED": "queued", "RQ": "queued",
+    "RUNNING": "running", "R": "running", "COMPLETING": "running", "CG": "running",
+    "SUSPENDED": "running", "S": "running",
+    "COMPLETED": "succeeded", "CD": "succeeded", "FAILED": "failed", "F": "failed",
+    "CANCELLED": "stopped", "CA": "stopped", "TIMEOUT": "expired", "TO": "expired",
+}  # fmt: skip
+
+
+def _statuses(states: Iterable[str]) -> list[str] | None:
+    """The statuses to ask the pool for, for Slurm's ``--state`` list (empty: all of them;
+    None: none can match, as for the states gpuyard never shows, NODE_FAIL, ...)."""
+    wanted = [s for s in states if s]
+    if not wanted or "ALL" in wanted:
+        return []
+    return sorted({_STATUS_OF[s] for s in wanted if s in _STATUS_OF}) or None
+
+
+def _sacct_window(parsed: _Args) -> tuple[float, float]:
+    """sacct's ``-S``/``-E``: from midnight today (or ``-S``) until now (or ``-E``)."""
+    now = time.time()
+    midnight = time.mktime((*time.localtime()[:3], 0, 0, 0, 0, 0, -1))
+
+    def given(key: str, default: float) -> float:
+        text = parsed.last(key)
+        if text is None:
+            return default
+        found = slurm_time(text, now, past=True)
+        if found is None:
+            raise CommandError(f"Invalid time specification: {text}")
+        return found
+
+    return given("start", midnight), given("end", now)
 
 
 def _collapse_pending_arrays(records: list[JobRecord]) -> list[JobRecord]:
@@ -300,8 +344,19 @@ def squeue(args: Sequence[str], out: TextIO) -> int:
                 return 1
         else:
             owner = parsed.last("user") or (client.user if parsed.has("me") else None)
-            status = [] if "ALL" in states else ["queued", "running"]
-            jobs = _all_jobs(client, owner=owner, status=status)
+            # Only what Slurm keeps in memory: active jobs, and those ended within MinJobAge
+            # (300 s) when states are asked for; the pool selects them, not this client.
+            statuses = _statuses(states) if states else ["queued", "running"]
+            jobs = (
+                []
+                if statuses is None
+                else _all_jobs(
+                    client,
+                    owner=owner,
+                    status=statuses,
+                    active_after=time.time() - 300 if states else None,
+                )
+            )
     now = time.time()
     records = _squeue_select(_records(jobs), parsed, states, listed=bool(ids), now=now)
     for problem in problems:

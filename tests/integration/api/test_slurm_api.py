@@ -322,3 +322,50 @@ def test_a_job_waits_for_its_begin_time(
     clock.advance(11)
     controller.tick()
     assert client.job(job_id).state is JobState.RUNNING
+
+
+def test_the_pool_selects_jobs_by_time_window(
+    client: Client, controller: Controller, fake_executor: FakeExecutor, clock: ManualClock
+) -> None:
+    old = client.submit(slurm_spec()).id
+    controller.tick()
+    fake_executor.exit(old, code=0)
+    controller.tick()
+    clock.advance(3600)
+    new = client.submit(slurm_spec()).id
+    now = clock.now()
+
+    def ids(**window: float) -> list[int]:
+        return sorted(j.id for j in client.jobs(**window).items)
+
+    assert ids() == [old, new]
+    assert ids(active_after=now - 60) == [new]  # the old one ended an hour ago
+    assert ids(created_before=now - 60) == [old]
+    assert ids(active_after=now - 7200, created_before=now) == [old, new]
+
+
+def test_sacct_asks_the_pool_for_the_window_and_states(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The fake clock is in 2023: a job that ended then is outside today's default window.
+    done = client.submit(slurm_spec()).id
+    controller.tick()
+    fake_executor.exit(done, code=0)
+    controller.tick()
+    waiting = client.submit({**slurm_spec(), "hold": True}).id
+
+    def rows(*args: str) -> str:
+        return str(slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", *args, capsys=capsys)[1])
+
+    assert rows() == f"{waiting}|PENDING\n"
+    assert rows("-S", "2023-01-01") == f"{done}|COMPLETED\n{waiting}|PENDING\n"
+    assert rows("-S", "2023-01-01", "-s", "CD") == f"{done}|COMPLETED\n"
+    assert rows("-S", "2023-01-01", "-E", "2023-01-02") == ""
+    assert rows("-s", "NODE_FAIL") == ""
+    assert slurm("sacct", "-S", "someday", capsys=capsys)[2] == (
+        "sacct: error: Invalid time specification: someday\n"
+    )

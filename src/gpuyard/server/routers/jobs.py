@@ -74,6 +74,12 @@ def list_jobs(
         list[JobId] | None, Query(max_length=1000, description="Only these jobs.")
     ] = None,
     array: Annotated[JobId | None, Query(description="The tasks of this job array.")] = None,
+    active_after: Annotated[
+        float | None, Query(description="Only jobs not ended before this Unix time.")
+    ] = None,
+    created_before: Annotated[
+        float | None, Query(description="Only jobs submitted by this Unix time.")
+    ] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page[JobView]:
@@ -88,6 +94,8 @@ def list_jobs(
         owner=owner,
         ids=id or (),
         array=array,
+        active_after=active_after,
+        created_before=created_before,
         offset=offset,
         limit=limit,
     )
