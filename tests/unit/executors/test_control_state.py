@@ -220,3 +220,37 @@ def test_the_control_dir_is_where_the_launch_plan_says(executor: LocalExecutor) 
     key = WorkerKey(3, 1, 2)
     expected = executor.worker_dir(key.job_id, key.attempt, key.rank) / "control"
     assert planned(executor.job_dir(key.job_id), key.attempt, key.rank) == str(expected)
+
+
+def test_srun_steps_are_read_in_order_and_bad_ones_skipped(
+    executor: LocalExecutor, handle: Handle
+) -> None:
+    steps = control_dir(handle) / "slurm-steps"
+    steps.mkdir()
+    step = {"time": 1.0, "name": "hostname", "nodes": ["node0"], "tasks": 1, "start": 1.0}
+    (steps / "0").write_text(json.dumps({**step, "end": 2.0, "exit_code": 0}))
+    (steps / "1").write_text("")  # reserved, not written yet
+    (steps / "2").write_text("{not json")
+    (steps / "3").write_text(json.dumps({**step, "tasks": "many"}))
+    (steps / "4").write_bytes(b" " * (64 * 1024))  # too large
+    os.symlink("/etc/passwd", steps / "5")
+    (steps / "10").write_text(json.dumps({**step, "name": "train"}))
+    (steps / "notes").write_text("ignored")
+    found = executor.slurm_steps(handle)
+    assert [(s.id, s.name, s.end, s.exit_code) for s in found] == [
+        (0, "hostname", 2.0, 0),
+        (10, "train", None, None),
+    ]
+
+
+def test_no_steps_directory_or_a_link_to_one_means_no_steps(
+    executor: LocalExecutor, handle: Handle, tmp_path: Path
+) -> None:
+    assert executor.slurm_steps(handle) == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0").write_text(
+        json.dumps({"time": 1.0, "name": "x", "nodes": [], "tasks": 1, "start": 1.0})
+    )
+    os.symlink(elsewhere, control_dir(handle) / "slurm-steps")
+    assert executor.slurm_steps(handle) == []
