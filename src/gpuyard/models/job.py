@@ -23,6 +23,7 @@ from gpuyard.models.ids import Id
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
+from gpuyard.spec_limits import MAX_ENV, MAX_ENV_BYTES
 
 __all__ = [
     "After",
@@ -117,8 +118,6 @@ MAX_COMMAND = 32 * 1024
 """Characters in one command (a longer one belongs in a script the command runs)."""
 MAX_COMMANDS_TOTAL = 64 * 1024
 MAX_TASKS = 256
-MAX_ENV = 256
-MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
 MAX_MOUNTS = 64
 MAX_RUNTIME = 366 * 86400.0

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gpuyard.models.job import JobMode, JobSpec, JobType, NodeResources
 from gpuyard.models.resources import Resources
+from gpuyard.spec_limits import DEFAULT_POOL
 
 __all__ = [
     "ANYWHERE",
@@ -32,8 +33,6 @@ __all__ = [
     "request_of",
 ]
 
-DEFAULT_POOL = "default"
-"""The pool of nodes without a ``pool`` label, and of jobs that name none."""
 
 ONE_CPU = Resources.of(cpus=1.0)
 """What a worker needs when its spec says nothing (the spec's defaults)."""

@@ -9,7 +9,6 @@ output patterns, the array it belongs to, the signal before the time limit.
 from __future__ import annotations
 
 import re
-import signal as _signal
 from typing import Annotated
 
 from pydantic import (
@@ -21,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from gpuyard.spec_limits import MAX_SCRIPT, signal_number
+
 __all__ = [
     "MAX_SCRIPT",
     "SlurmArray",
@@ -30,31 +31,12 @@ __all__ = [
     "signal_number",
 ]
 
-MAX_SCRIPT = 256 * 1024
-"""Bytes of a batch script (Slurm's default limit is 4 MiB; a script that needs more belongs in
-a file the script runs)."""
 
 _PATTERN = re.compile(r"^[^\x00\n]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Word = Annotated[str, StringConstraints(max_length=4096)]
 OptionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-
-
-def signal_number(name: str) -> int:
-    """``USR2``, ``SIGUSR2`` or ``12`` → 12; ValueError naming the choices otherwise."""
-    text = name.strip().upper()
-    if text.isdigit():
-        number = int(text)
-        if 1 <= number < _signal.NSIG:
-            return number
-    else:
-        if not text.startswith("SIG"):
-            text = "SIG" + text
-        found = getattr(_signal.Signals, text, None) if text.isidentifier() else None
-        if isinstance(found, _signal.Signals):
-            return int(found)
-    raise ValueError(f"{name!r} is not a signal; give a name such as USR1, USR2, TERM or INT")
 
 
 class SlurmSignal(BaseModel):

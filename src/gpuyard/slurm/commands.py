@@ -19,9 +19,10 @@ from typing import TextIO
 from gpuyard.client import Client
 from gpuyard.errors import GpuyardError as ClientError
 from gpuyard.models import After, JobState, JobView
-from gpuyard.models.slurm import MAX_SCRIPT, SlurmStepView, signal_number
+from gpuyard.models.slurm import SlurmStepView
 from gpuyard.slurm.options import OptionError
 from gpuyard.slurm.records import JobRecord, StepRecord
+from gpuyard.spec_limits import MAX_SCRIPT, signal_number
 
 __all__ = ["COMMANDS", "main"]
 

@@ -11,9 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuyard.models.job import MAX_ENV, MAX_ENV_BYTES, Priority
-from gpuyard.models.request import DEFAULT_POOL
-from gpuyard.models.slurm import MAX_SCRIPT, signal_number
 from gpuyard.slurm.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
     KEPT,
@@ -25,6 +22,14 @@ from gpuyard.slurm.options import (
     parse_memory_mb,
     parse_sbatch,
     parse_time,
+)
+from gpuyard.spec_limits import (
+    DEFAULT_POOL,
+    MAX_ENV,
+    MAX_ENV_BYTES,
+    MAX_SCRIPT,
+    PRIORITIES,
+    signal_number,
 )
 
 __all__ = ["build_specs", "forwarded_environment"]
@@ -169,11 +174,10 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
     priority = None
     qos = values.get("qos", "")
     if qos:
-        try:
-            priority = Priority(qos.lower())
-        except ValueError:
-            choices = ", ".join(p.value for p in Priority)
-            raise OptionError(f"invalid qos specification: {qos} (QOS here: {choices})") from None
+        if qos.lower() not in PRIORITIES:
+            choices = ", ".join(PRIORITIES)
+            raise OptionError(f"invalid qos specification: {qos} (QOS here: {choices})")
+        priority = qos.lower()
 
     signal = None
     if "signal" in values:
@@ -256,7 +260,7 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
     if excluded:
         spec["exclude_nodes"] = excluded
     if priority is not None:
-        spec["priority"] = priority.value
+        spec["priority"] = priority
     if "dependency" in values:
         spec["after"] = parse_dependency(values["dependency"])
     if "hold" in values:

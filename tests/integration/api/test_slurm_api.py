@@ -4,7 +4,10 @@ itself, and the commands' own answers and errors, run in-process against the rea
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -369,3 +372,54 @@ def test_sacct_asks_the_pool_for_the_window_and_states(
     assert slurm("sacct", "-S", "someday", capsys=capsys)[2] == (
         "sacct: error: Invalid time specification: someday\n"
     )
+
+
+def test_sbatch_quick_path_submits_what_the_full_command_does(
+    api_url: str, token_for: TokenFor, client: Client, tmp_path: Path
+) -> None:
+    """sbatch with GPUYARD_URL and GPUYARD_TOKEN set posts the spec without loading httpx,
+    pydantic or the models; what it cannot handle goes down the full command, same output."""
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH -J quick -N 2 --qos=high\nsrun true\n")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")},
+        "GPUYARD_URL": api_url,
+        "GPUYARD_TOKEN": token_for("alice"),
+        "GPUYARD_HOME": str(tmp_path / "home"),
+    }
+    probe = (
+        "import sys\nfrom gpuyard.slurm.quick import sbatch\n"
+        "status = sbatch(sys.argv[1:], sys.stdout)\n"
+        "print('heavy', sorted(m for m in ('httpx', 'pydantic', 'gpuyard.models') "
+        "if m in sys.modules))\n"
+        "sys.exit(3 if status is None else status)\n"
+    )
+
+    def run(*args: str, stdin: str | None = None, quick: bool = True) -> tuple[int, str, str]:
+        argv = [sys.executable, "-c", probe] if quick else [sys.executable, "-m", "gpuyard.slurm"]
+        done = subprocess.run(
+            [*argv, *([] if quick else ["sbatch"]), *args],
+            env=env,
+            cwd=tmp_path,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    status, out, _ = run("--parsable", "job.sh")
+    assert status == 0 and out.endswith("heavy []\n"), out
+    quick = client.job(int(out.split()[0]))
+    status, out, _ = run("--parsable", "job.sh", quick=False)
+    full = client.job(int(out.strip()))
+    assert quick.spec == full.spec
+    assert quick.spec is not None and quick.spec.priority.value == "high"
+    # Left to the full command: an array, a script on stdin, an unknown partition.
+    assert run("--array=0-1", "job.sh")[0] == 3
+    assert run(stdin="#!/bin/sh\ntrue\n")[0] == 3
+    assert run("-p", "nowhere", "job.sh")[0] == 3
+    assert run("-p", "nowhere", "job.sh", quick=False)[2].startswith(
+        "sbatch: error: invalid partition specified: nowhere"
+    )
+    assert run("job.sh", quick=False)[1].startswith("Submitted batch job ")
