@@ -10,7 +10,8 @@ throughput  ``sbatch --parsable --hold`` (the submit path only, as the recipe's 
             ``sbatch`` process's p50/p99. For gpuyard also the same submissions from Python
             threads through its HTTP API, without a process per submission.
 latency     an idle pool: ``sbatch`` of a 1-node job whose first line writes the time; from
-            ``sbatch``'s answer to that line, p50/p99 (``--latency-samples`` jobs, one by one).
+            just before ``sbatch`` runs to that line, p50/p99 (``--latency-samples`` jobs, one
+            by one), as the recipe's ``bench_latency.py``.
 fill        ``--fill-jobs`` exclusive 8-GPU gangs of 1, 2, 4 or 8 nodes submitted held, then
             released in one ``scontrol release``: seconds until the allocation reaches 50 %,
             90 % and its peak.
@@ -41,14 +42,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane import Database, pool_options, stop_everything
-from launch import percentile, running_pool
-
 from gpuyard.client import Client
 from gpuyard.slurm.shims import write_shims
+from launch import percentile, running_pool
 
 RECIPE = Path(__file__).resolve().parents[2] / "shared" / "slurm-recipe"
 SIZES = ([1, 2, 4, 8], [40, 25, 20, 15])
@@ -80,11 +80,6 @@ class Side:
     def cancel(self, ids: Sequence[str]) -> None:
         for start in range(0, len(ids), 200):
             self.run("scancel", *ids[start : start + 200])
-
-
-@dataclass
-class Figures:
-    rows: dict[str, str] = field(default_factory=dict)
 
 
 # -- the two sides -----------------------------------------------------------------------------
@@ -203,19 +198,20 @@ def api_throughput(submit: Callable[[], None], jobs: int, clients: int) -> float
 
 
 def latency(side: Side, samples: int) -> tuple[float, float]:
-    """p50 and p99 (ms), from sbatch's answer to the script's first line, on an idle pool."""
+    """p50 and p99 (ms), from just before sbatch runs to the script's first line, on an idle
+    pool (the sbatch process's own start included, as the recipe measures Slurm)."""
     folder = Path(tempfile.mkdtemp(prefix="slurm-latency-"))
     os.chmod(folder, 0o777)  # noqa: S103 - the job may run as another user
     found: list[float] = []
     for i in range(samples):
         mark = folder / f"s{i}"
+        started = time.time()  # as the recipe's bench_latency.py: just before sbatch runs
         job = side.sbatch("-N1", "--wrap", f"date +%s.%N > {mark}; sleep 1")
-        accepted = time.time()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (mark.exists() and mark.stat().st_size):
             time.sleep(0.005)
         if mark.exists() and mark.stat().st_size:
-            found.append(float(mark.read_text()) - accepted)
+            found.append(float(mark.read_text()) - started)
         _wait_gone(side, [job], 30)
     shutil.rmtree(folder, ignore_errors=True)
     ms = [x * 1000 for x in found] or [float("nan")]
@@ -326,7 +322,7 @@ def measure(side: Side, args: argparse.Namespace) -> dict[str, str]:
         stop_held(side)
     print(f"[{side.name}] latency", file=sys.stderr)
     p50, p99 = latency(side, args.latency_samples)
-    out["sbatch answer -> script running"] = f"p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+    out["sbatch start -> script running"] = f"p50 {p50:.0f} ms, p99 {p99:.0f} ms"
     print(f"[{side.name}] fill", file=sys.stderr)
     half, most, full, share = fill(side, args.fill_jobs, args.seed)
     out["fill: 50% / 90% / peak of peak"] = f"{half} / {most} / {full} (peak {share:.0%})"
