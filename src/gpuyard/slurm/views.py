@@ -113,6 +113,8 @@ _SACCT_VALUED = {
     "--partition": "partition",
 }
 _SACCT_FLAGS = {
+    "--json": "json",
+    "--yaml": "json",
     "-P": "parsable2",
     "--parsable2": "parsable2",
     "-p": "parsable",
@@ -137,6 +139,11 @@ _SACCT_FLAGS = {
 
 def sacct(args: Sequence[str], out: TextIO) -> int:
     parsed = _Args(args, _SACCT_VALUED, _SACCT_FLAGS)
+    if parsed.has("json"):
+        raise CommandError(
+            "--json and --yaml are not supported yet; use --parsable2 with -o and the fields "
+            "you need"
+        )
     fmt = ",".join(parsed.all("format")) or None
     if parsed.has("brief"):
         fmt = "JobID,State,ExitCode"
