@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import ssl
 from collections.abc import Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -75,6 +74,8 @@ def _connection(url: str) -> http.client.HTTPConnection:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme == "https":
+        import ssl  # only then: it takes a while to load
+
         return http.client.HTTPSConnection(
             host, parts.port, timeout=TIMEOUT, context=ssl.create_default_context()
         )
