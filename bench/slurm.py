@@ -12,9 +12,10 @@ throughput  ``sbatch --parsable --hold`` (the submit path only, as the recipe's 
 latency     an idle pool: ``sbatch`` of a 1-node job whose first line writes the time; from
             just before ``sbatch`` runs to that line, p50/p99 (``--latency-samples`` jobs, one
             by one), as the recipe's ``bench_latency.py``.
-fill        ``--fill-jobs`` exclusive 8-GPU gangs of 1, 2, 4 or 8 nodes submitted held, then
-            released in one ``scontrol release``: seconds until the allocation reaches 50 %,
-            90 % and its peak.
+fill        ``--fill-jobs`` exclusive 8-GPU gangs of 1, 2, 4 or 8 nodes submitted held, one by
+            one in a seeded order (the same queue on both sides), then released in one
+            ``scontrol release``: seconds from that command's start until the allocation reaches
+            50 %, 90 % and its peak.
 churn       ``--churn-jobs`` such gangs running ``sleep --churn-seconds``, released at once:
             mean share of nodes allocated while jobs wait, and the makespan against the ideal
             (node-seconds / nodes).
@@ -38,7 +39,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -228,20 +228,23 @@ def _wait_gone(side: Side, ids: Sequence[str], timeout: float) -> None:
 def gangs(side: Side, count: int, seconds: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     sizes = rng.choices(SIZES[0], weights=SIZES[1], k=count)
-    ids: list[str] = []
-    lock = threading.Lock()
-
-    def one(i: int) -> None:
-        job = side.sbatch(
-            "--hold", "--exclusive", "--gpus-per-node=8", "-N", str(sizes[i]), "-t", "60",
-            "-J", f"gang{i}", "--wrap", f"sleep {seconds}",
-        )  # fmt: skip
-        with lock:
-            ids.append(job)
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(count)))
-    return ids
+    # One by one: job ids follow the seeded order, so both sides see the same queue.
+    return [
+        side.sbatch(
+            "--hold",
+            "--exclusive",
+            "--gpus-per-node=8",
+            "-N",
+            str(size),
+            "-t",
+            "60",
+            "-J",
+            f"gang{i}",
+            "--wrap",
+            f"sleep {seconds}",
+        )
+        for i, size in enumerate(sizes)
+    ]
 
 
 def timeline(
