@@ -221,6 +221,12 @@ class Client:
         data = self._request("POST", "/jobs/stop", json={"ids": list(job_ids)}).json()
         return BulkResult.model_validate(data)
 
+    def hold_many(self, job_ids: Sequence[int], *, held: bool = True) -> BulkResult:
+        """Hold (or, ``held=False``, release) several waiting jobs in one request."""
+        path = "/jobs/hold" if held else "/jobs/release"
+        data = self._request("POST", path, json={"ids": list(job_ids)}).json()
+        return BulkResult.model_validate(data)
+
     def delete_many(self, job_ids: Sequence[int]) -> BulkResult:
         """Delete several ended jobs in one request; the result says which could not be."""
         data = self._request("POST", "/jobs/delete", json={"ids": list(job_ids)}).json()

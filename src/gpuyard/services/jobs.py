@@ -414,32 +414,67 @@ class JobService:
         """Hold a waiting job (it does not start until released) or release it: whoever may
         stop it. Holding a held job, or releasing a free one, changes nothing."""
         now = self.clock.now()
-        verb = "hold" if held else "release"
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.STOP)
-            state = JobState(row.state)
-            if state not in PENDING:
-                raise Conflict(
-                    f"job {job_id} is {state.value}; only a queued or suspended job can be "
-                    f"{'held' if held else 'released'}"
-                    + (f" (`gpuyard suspend {job_id}` requeues a running one)" if held else ""),
-                    extra={"state": state.value},
-                )
-            if bool(row.held) is held:
-                return job_view(row)
-            guarded_update(session, row, held=held)  # a new version: a start decided is dropped
-            self.audit.record(session, f"user:{actor}", f"job.{verb}", f"job:{job_id}")
-            record_event(
-                session,
-                row,
-                kind=verb,
-                actor=f"user:{actor}",
-                reason=f"held by {actor}" if held else f"released by {actor}",
-                time=now,
-            )
+            self._hold_row(session, row, actor=actor, held=held, now=now)
             view = job_view(row)
         self.notify(job_id)
         return view
+
+    def hold_many(self, job_ids: Sequence[int], *, actor: str, held: bool) -> BulkResult:
+        """Hold or release each job (as :meth:`hold`), in one transaction; a job that cannot
+        be (gone, not waiting, not the actor's to stop) is reported and the others are done.
+        ``scontrol release 12,13,...`` releases a whole queue at once this way."""
+        ids = _unique(job_ids)
+        now = self.clock.now()
+        result = BulkResult()
+        with self.store.write() as session:
+            rows = self._rows_for_update(session, ids)
+            refused = self._refused(session, actor, rows, Action.STOP)
+            for job_id in ids:
+                row = rows.get(job_id)
+                if job_id in refused:
+                    result.failed.append(refused[job_id])
+                elif row is None:
+                    result.failed.append(_missing(job_id))
+                else:
+                    try:
+                        self._hold_row(session, row, actor=actor, held=held, now=now)
+                    except Conflict as exc:
+                        result.failed.append(
+                            JobFailure(id=job_id, detail=exc.detail, code=Conflict.code)
+                        )
+                        continue
+                    result.states[job_id] = row.state
+        result.done = [job_id for job_id in ids if job_id in result.states]
+        if result.done:
+            self.notify()
+        return result
+
+    def _hold_row(
+        self, session: Session, row: JobRow, *, actor: str, held: bool, now: float
+    ) -> None:
+        verb = "hold" if held else "release"
+        state = JobState(row.state)
+        if state not in PENDING:
+            raise Conflict(
+                f"job {row.id} is {state.value}; only a queued or suspended job can be "
+                f"{'held' if held else 'released'}"
+                + (f" (`gpuyard suspend {row.id}` requeues a running one)" if held else ""),
+                extra={"state": state.value},
+            )
+        if bool(row.held) is held:
+            return
+        guarded_update(session, row, held=held)  # a new version: a start decided is dropped
+        self.audit.record(session, f"user:{actor}", f"job.{verb}", f"job:{row.id}")
+        record_event(
+            session,
+            row,
+            kind=verb,
+            actor=f"user:{actor}",
+            reason=f"held by {actor}" if held else f"released by {actor}",
+            time=now,
+        )
 
     def change_priority(self, job_id: int, priority: Priority, *, actor: str) -> JobView:
         """Move a queued or suspended job to another tier (reference 002's 调整优先级): its

@@ -421,14 +421,13 @@ def _scontrol_hold(words: Sequence[str]) -> int:
     except BadJobId as exc:
         raise CommandError(f"Invalid job id specified: {exc.text}") from None
     with _client() as client:
-        for job in _jobs_for(client, ids):
-            try:
-                if words[0] == "release":
-                    client.release(job.id)
-                else:
-                    client.hold(job.id)
-            except ClientError as exc:
-                raise CommandError(f"Job {job.id}: {exc.detail}") from None
+        jobs = [job.id for job in _jobs_for(client, ids)]
+        failed = []
+        for start in range(0, len(jobs), 1000):  # one request for a whole queue
+            result = client.hold_many(jobs[start : start + 1000], held=words[0] != "release")
+            failed += result.failed
+    if failed:
+        raise CommandError(f"Job {failed[0].id}: {failed[0].detail}")
     return 0
 
 

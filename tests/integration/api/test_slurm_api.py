@@ -423,3 +423,25 @@ def test_sbatch_quick_path_submits_what_the_full_command_does(
         "sbatch: error: invalid partition specified: nowhere"
     )
     assert run("job.sh", quick=False)[1].startswith("Submitted batch job ")
+
+
+def test_scontrol_holds_and_releases_a_list_of_jobs_in_one_request(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/sh\nsrun true\n")
+    ids = [slurm("sbatch", "--parsable", "-H", "job.sh", capsys=capsys)[1].strip() for _ in "ab"]
+    controller.tick()
+    assert {client.job(int(i)).state for i in ids} == {JobState.QUEUED}
+    assert slurm("scontrol", "release", ",".join(ids), capsys=capsys) == (0, "", "")
+    controller.tick()
+    assert {client.job(int(i)).state for i in ids} == {JobState.RUNNING}
+    status, _, err = slurm("scontrol", "hold", ids[0], capsys=capsys)
+    assert status == 1
+    assert (
+        err == f"scontrol: error: Job {ids[0]}: job {ids[0]} is running; only a queued or "
+        f"suspended job can be held (`gpuyard suspend {ids[0]}` requeues a running one)\n"
+    )

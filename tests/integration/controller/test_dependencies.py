@@ -97,6 +97,23 @@ def test_hold_and_release(pool: Pool) -> None:
     assert pool.view(waiting)[:2] == (JobState.QUEUED, "held")
 
 
+def test_many_jobs_are_held_and_released_in_one_call(pool: Pool) -> None:
+    ids = [pool.submit(hold=True, resources={"gpus": 2}) for _ in range(3)]
+    running = pool.submit(resources={"gpus": 2})
+    theirs = pool.submit(owner="bob", hold=True)
+    pool.tick()
+    result = pool.jobs.hold_many([*ids, running, theirs, 999], actor="alice", held=False)
+    assert result.done == ids
+    assert {f.id: f.code for f in result.failed} == {
+        running: "conflict",
+        theirs: "not_found",  # alice may not see it
+        999: "not_found",
+    }
+    pool.tick()
+    assert [pool.view(i)[0] for i in ids] == [JobState.RUNNING] * 3
+    assert pool.view(theirs)[1] == "held"
+
+
 def test_a_job_may_wait_only_for_jobs_its_owner_can_see(pool: Pool) -> None:
     theirs = pool.submit(owner="bob")
     with pytest.raises(InvalidSpec, match="after: job 999 does not exist, or you may not see"):

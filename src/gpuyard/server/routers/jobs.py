@@ -57,6 +57,18 @@ def stop_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
     return services.jobs.stop_many(ids.ids, actor=user)
 
 
+@router.post("/hold")
+def hold_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
+    """Hold many waiting jobs in one request; those that cannot be held are listed with why."""
+    return services.jobs.hold_many(ids.ids, actor=user, held=True)
+
+
+@router.post("/release")
+def release_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
+    """Release many held jobs in one request; those that cannot be are listed with why."""
+    return services.jobs.hold_many(ids.ids, actor=user, held=False)
+
+
 @router.post("/delete")
 def delete_many(ids: JobIds, services: ServicesDep, user: UserDep) -> BulkResult:
     """Delete many ended jobs in one request; those that cannot be are listed with why."""
