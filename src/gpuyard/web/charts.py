@@ -1,0 +1,82 @@
+"""Usage charts as inline SVG: a line per series, drawn from numbers only (no chart library,
+no script). The markup is built from floats and fixed strings, so it is safe to mark up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+from gpuyard.models.usage import UsagePoint
+
+__all__ = ["Chart", "usage_charts"]
+
+WIDTH, HEIGHT, PAD = 320, 90, 4
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    unit: str
+    latest: str
+    svg: Markup
+
+
+def _line(values: Sequence[tuple[float, float | None]], t0: float, t1: float, top: float) -> str:
+    span = max(t1 - t0, 1e-9)
+    points = []
+    for t, v in values:
+        if v is None:
+            continue
+        x = PAD + (WIDTH - 2 * PAD) * (t - t0) / span
+        y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * (v / top if top else 0)
+        points.append(f"{x:.1f},{y:.1f}")
+    return " ".join(points)
+
+
+def _svg(title: str, series: Sequence[tuple[float, float | None]], top: float) -> Markup:
+    times = [t for t, _ in series]
+    t0, t1 = (min(times), max(times)) if times else (0.0, 1.0)
+    line = _line(series, t0, t1, top)
+    label = escape(title)
+    return Markup(
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}" '
+        f'preserveAspectRatio="none"><rect class="chart-bg" x="0" y="0" width="{WIDTH}" '
+        f'height="{HEIGHT}"/><polyline class="chart-line" fill="none" points="{line}"/></svg>'
+    )
+
+
+def usage_charts(points: Sequence[UsagePoint], *, memory_total: float = 0.0) -> list[Chart]:
+    """CPU, memory, GPU utilisation and GPU memory charts of one worker's points."""
+    def at(p: UsagePoint) -> float:
+        return p.time.timestamp()
+
+    cpu = [(at(p), p.cpu) for p in points]
+    mem = [(at(p), None if p.memory is None else float(p.memory)) for p in points]
+    gpu = [(at(p), p.gpu_util) for p in points]
+    gmem = [(at(p), None if p.gpu_memory is None else float(p.gpu_memory)) for p in points]
+
+    def top(values: Sequence[tuple[float, float | None]], floor: float) -> float:
+        return max([floor, *[v for _, v in values if v is not None]]) * 1.1
+
+    def last(values: Sequence[tuple[float, float | None]]) -> float | None:
+        found = [v for _, v in values if v is not None]
+        return found[-1] if found else None
+
+    from gpuyard.quantities import format_bytes
+
+    def size(v: float | None) -> str:
+        return "–" if v is None else format_bytes(int(v))
+
+    c, m, g, gm = last(cpu), last(mem), last(gpu), last(gmem)
+    charts = [
+        Chart("CPU", "cores", "–" if c is None else f"{c:.2f} cores", _svg("CPU", cpu, top(cpu, 1))),
+        Chart("Memory", "bytes", size(m), _svg("Memory", mem, top(mem, memory_total or 1))),
+    ]
+    if any(v is not None for _, v in gpu):
+        charts.append(
+            Chart("GPU", "%", "–" if g is None else f"{g:.0f} %", _svg("GPU", gpu, 100 / 1.1))
+        )
+        charts.append(Chart("GPU memory", "bytes", size(gm), _svg("GPU memory", gmem, top(gmem, 1))))
+    return charts

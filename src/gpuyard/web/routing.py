@@ -1,0 +1,71 @@
+"""How web routes answer: a signed-in caller or a redirect to the sign-in page, and errors
+as HTML pages (the API's handlers answer JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import Depends, Request, Response
+from fastapi.responses import RedirectResponse
+from fastapi.routing import APIRoute
+
+from gpuyard.errors import GpuyardError
+from gpuyard.models.access import Caller
+from gpuyard.web.render import page
+from gpuyard.web.session import signed_in
+
+__all__ = ["CallerDep", "SignInNeeded", "WebRoute", "back_to"]
+
+
+class SignInNeeded(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by :data:`CallerDep` when nobody is signed in: the route answers a redirect."""
+
+
+async def _caller(request: Request) -> Caller:
+    caller = await signed_in(request)
+    if caller is None:
+        raise SignInNeeded
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(_caller)]
+
+
+def back_to(path: str, notice: str = "") -> RedirectResponse:
+    """A 303 to ``path`` (after a POST), with a notice to show there."""
+    if notice:
+        path += ("&" if "?" in path else "?") + "notice=" + quote(notice[:400])
+    return RedirectResponse(path, status_code=303)
+
+
+class WebRoute(APIRoute):
+    """A route whose errors are pages: a typed error with its status and message, a missing
+    sign-in as a redirect to ``/login``."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await original(request)
+            except SignInNeeded:
+                target = request.url.path
+                if request.url.query:
+                    target += "?" + request.url.query
+                if request.method != "GET":
+                    target = "/"
+                return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
+            except GpuyardError as exc:
+                caller = await signed_in(request)
+                return page(
+                    request,
+                    "error.html",
+                    caller,
+                    status_code=exc.status_code,
+                    detail=exc.detail,
+                    code=exc.code,
+                )
+
+        return handler
