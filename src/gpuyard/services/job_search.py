@@ -57,7 +57,7 @@ class JobFilter:
     until: float | None = None
     """Submitted before."""
     text: str = ""
-    """A substring of the name, or a job id (``12`` or ``#12``)."""
+    """A substring of the name or a job id (``12``: either; ``#12``: the id only)."""
     sort: JobSort = JobSort.ID
     descending: bool = True
     offset: int = 0
@@ -224,7 +224,9 @@ def _conditions(wanted: JobFilter) -> Sequence[ColumnElement[bool]]:
         number = text.removeprefix("#")
         by_name = JobRow.name.contains(text, autoescape=True)
         if number.isdigit() and len(number) < 12:
-            found.append(or_(JobRow.id == int(number), by_name))
+            # "#12" is job 12; "12" is job 12 or a name with 12 in it.
+            by_id = JobRow.id == int(number)
+            found.append(by_id if text.startswith("#") else or_(by_id, by_name))
         else:
             found.append(by_name)
     return found
