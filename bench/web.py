@@ -100,7 +100,9 @@ def row(label: str, times: list[float], baseline: float | None = None) -> None:
     print(f"  {label:<42} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   {ratio}")
 
 
-def follow_latency(url: str, token: str, executor: FakeExecutor, job: int, lines: int) -> list[float]:
+def follow_latency(
+    url: str, token: str, executor: FakeExecutor, job: int, lines: int
+) -> list[float]:
     delays: list[float] = []
     with httpx.Client(base_url=url, cookies={"gpuyard_session": token}, timeout=10) as web:
         offset = web.get(f"/jobs/{job}/log").json()["next_offset"]

@@ -158,16 +158,18 @@ def test_node_view_shows_the_job_on_its_gpu(owner: Page, state: dict[str, Any]) 
     owner.goto("/nodes")
     expect(owner.get_by_role("heading", name=re.compile("^Nodes"))).to_be_visible()
     expect(owner.locator("article.node")).to_have_count(2)
-    expect(owner.locator(".usage-notation code").filter(has_text=re.compile(r"^\d\(\d\):web-e2e$"))).to_have_count(1)
+    expect(
+        owner.locator(".usage-notation code").filter(has_text=re.compile(r"^\d\(\d\):web-e2e$"))
+    ).to_have_count(1)
     expect(owner.get_by_role("link", name=f"{state['job']} web-e2e")).to_be_visible()
 
 
-def test_stop_the_job_from_its_page(owner: Page, pool: ServerProcess, state: dict[str, Any]) -> None:
+def test_stop_the_job_from_its_page(
+    owner: Page, pool: ServerProcess, state: dict[str, Any]
+) -> None:
     job = state["job"]
     owner.goto(f"/jobs/{job}")
     owner.get_by_role("button", name="Stop").click()
     expect(owner.locator(".notice")).to_contain_text("stop requested")
     expect(owner.locator("#job-state")).to_contain_text("stopped", timeout=30_000)
     assert pool.cli_json("show", str(job))["status"] == "stopped"
-
-

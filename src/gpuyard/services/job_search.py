@@ -12,11 +12,11 @@ the bulk actions themselves still go through :class:`~gpuyard.services.jobs.JobS
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, func, or_, select
+from sqlalchemy import ColumnElement, Select, SQLColumnExpression, case, func, or_, select
 
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import JobMode, JobState, JobStatus, Priority
@@ -97,21 +97,18 @@ class SearchPage:
     can_stop: bool = False
     """Whether any job of the page may be stopped by the caller (to offer the bulk button)."""
     can_delete: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 _MODE = JobRow.spec["mode"].as_string()
-_PRIORITY_RANK = case(
-    {p.value: p.rank for p in Priority}, value=JobRow.priority, else_=-1
-)
-_SORT_COLUMNS: dict[JobSort, ColumnElement[object]] = {
-    JobSort.ID: JobRow.id,  # type: ignore[dict-item]
-    JobSort.NAME: JobRow.name,  # type: ignore[dict-item]
-    JobSort.OWNER: JobRow.owner,  # type: ignore[dict-item]
-    JobSort.STATE: JobRow.state,  # type: ignore[dict-item]
-    JobSort.PRIORITY: _PRIORITY_RANK,  # type: ignore[dict-item]
-    JobSort.CREATED: JobRow.created_at,  # type: ignore[dict-item]
-    JobSort.STARTED: JobRow.started_at,  # type: ignore[dict-item]
+_PRIORITY_RANK = case({p.value: p.rank for p in Priority}, value=JobRow.priority, else_=-1)
+_SORT_COLUMNS: dict[JobSort, SQLColumnExpression[Any]] = {
+    JobSort.ID: JobRow.id,
+    JobSort.NAME: JobRow.name,
+    JobSort.OWNER: JobRow.owner,
+    JobSort.STATE: JobRow.state,
+    JobSort.PRIORITY: _PRIORITY_RANK,
+    JobSort.CREATED: JobRow.created_at,
+    JobSort.STARTED: JobRow.started_at,
 }
 
 
@@ -214,7 +211,7 @@ def _conditions(wanted: JobFilter) -> Sequence[ColumnElement[bool]]:
     if wanted.priority is not None:
         found.append(JobRow.priority == wanted.priority.value)
     if wanted.mode is not None:
-        found.append(_MODE == wanted.mode.value)
+        found.append(wanted.mode.value == _MODE)
     if wanted.since is not None:
         found.append(JobRow.created_at >= wanted.since)
     if wanted.until is not None:

@@ -121,7 +121,9 @@ class NodeService:
                 if slot.get("exclusive"):
                     gpus = tuple(range(gpu_counts.get(node, 0)))
                 found[node].append(
-                    NodeHolder(job_id, name, gpus, float(slot.get("cpus", 0)), bool(slot.get("exclusive")))
+                    NodeHolder(
+                        job_id, name, gpus, float(slot.get("cpus", 0)), bool(slot.get("exclusive"))
+                    )
                 )
         return dict(found)
 

@@ -68,45 +68,29 @@ def _checked(form: FormFields, name: str) -> bool:
 def spec_data(form: FormFields) -> dict[str, Any]:
     """The spec the form describes, as the dict the API would be sent."""
     data: dict[str, Any] = {}
-    for name in (*_PLAIN, *_NUMBERS, *_DURATIONS):
+    for name in (*_PLAIN, *_NUMBERS, *_DURATIONS, "pool"):
         value = _one(form, name)
         if value:
             data[name] = value
     data["type"] = _one(form, "type") or "regular"
     if data["type"] == "batch":
         data["tasks"] = [
-            {"command": line.strip()}
-            for line in _one(form, "tasks").splitlines()
-            if line.strip()
+            {"command": line.strip()} for line in _one(form, "tasks").splitlines() if line.strip()
         ]
     else:
         data["command"] = _one(form, "command")
-    resources = {k: _one(form, k) for k in ("gpus", "cpus", "memory") if _one(form, k)}
-    if resources:
-        data["resources"] = resources
-    alternatives = _alternatives(form)
-    if alternatives:
-        data["alternatives"] = alternatives
-    for name in ("pool",):
-        if _one(form, name):
-            data[name] = _one(form, name)
-    for name in ("node_names", "exclude_nodes"):
-        words = _words(_one(form, name))
-        if words:
-            data[name] = words
-    env = _env(_one(form, "env"))
-    if env:
-        data["env"] = env
-    mounts = _mounts(form)
-    if mounts:
-        data["mounts"] = mounts
-    after = _after(_one(form, "after"))
-    if after:
-        data["after"] = after
-    if _checked(form, "hold"):
-        data["hold"] = True
-    if _checked(form, "ft_on"):
-        data["fault_tolerance"] = _fault_tolerance(form)
+    parts: dict[str, Any] = {
+        "resources": {k: _one(form, k) for k in ("gpus", "cpus", "memory") if _one(form, k)},
+        "alternatives": _alternatives(form),
+        "node_names": _words(_one(form, "node_names")),
+        "exclude_nodes": _words(_one(form, "exclude_nodes")),
+        "env": _env(_one(form, "env")),
+        "mounts": _mounts(form),
+        "after": _after(_one(form, "after")),
+        "hold": _checked(form, "hold"),
+        "fault_tolerance": _fault_tolerance(form) if _checked(form, "ft_on") else None,
+    }
+    data.update((name, value) for name, value in parts.items() if value)
     return data
 
 
@@ -237,9 +221,9 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "launcher": spec.launcher.value,
         "gpus": spec.resources.gpus,
         "cpus": _number(spec.resources.cpus),
-        "memory": spec.resources.memory or "",
+        "memory": _size(spec.resources.memory),
         "alternatives": [
-            {"gpus": a.gpus, "cpus": _number(a.cpus), "memory": a.memory or ""}
+            {"gpus": a.gpus, "cpus": _number(a.cpus), "memory": _size(a.memory)}
             for a in spec.alternatives
         ],
         "pool": spec.pool or "",
@@ -251,8 +235,8 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "algorithm": spec.mounts.algorithm or "",
         "algorithm_readonly": spec.mounts.algorithm_readonly,
         "outputs": spec.mounts.outputs or "",
-        "max_runtime": _number(spec.max_runtime) if spec.max_runtime else "",
-        "graceful_shutdown": _number(spec.graceful_shutdown),
+        "max_runtime": _span(spec.max_runtime),
+        "graceful_shutdown": _span(spec.graceful_shutdown),
         "priority": spec.priority.value,
         "access": spec.access.value,
         "hold": spec.hold,
@@ -273,10 +257,10 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         ft_preflight_tries=shown.preflight_tries,
         ft_detect_exceptions=shown.detect_exceptions,
         ft_retry_job_errors=shown.retry_job_errors,
-        ft_hang_timeout=_number(shown.hang_timeout) if shown.hang_timeout else "",
-        ft_keep_failed=_number(shown.keep_failed) if shown.keep_failed else "",
+        ft_hang_timeout=_span(shown.hang_timeout),
+        ft_keep_failed=_span(shown.keep_failed),
         perf_threshold=shown.performance.threshold if shown.performance else "",
-        perf_window=_number(shown.performance.window) if shown.performance else "",
+        perf_window=_span(shown.performance.window) if shown.performance else "",
         perf_action=shown.performance.action.value if shown.performance else "alert",
     )
     return values
@@ -300,6 +284,26 @@ def posted_values(form: FormFields) -> dict[str, Any]:
         ]
     values["alternatives"] = _alternatives(form)
     return values
+
+
+def _size(value: int | None) -> str:
+    """Bytes as the form shows them: ``16Gi`` when whole, else the number."""
+    if not value:
+        return ""
+    for unit, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
+        if value % 1024**power == 0:
+            return f"{value // 1024**power}{unit}"
+    return str(value)
+
+
+def _span(seconds: float | None) -> str:
+    """Seconds as the form shows them: ``8h``, ``90m``, ``45s`` when whole."""
+    if seconds is None:
+        return ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return _number(seconds) + "s" if float(seconds).is_integer() else _number(seconds)
 
 
 def _number(value: float | None) -> str:

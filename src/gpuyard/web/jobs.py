@@ -320,15 +320,21 @@ def _log_tail(request: Request, view: JobView, worker: int, actor: str) -> dict[
     try:
         probe = logs.read(view.id, actor=actor, worker=worker, offset=0, limit=1)
     except GpuyardError as exc:
-        return {"data": "", "offset": 0, "size": 0, "error": exc.detail}
+        return {"data": "", "start": 0, "offset": 0, "size": 0, "error": exc.detail}
     start = max(0, probe.size - LOG_TAIL)
     if probe.size == 0:
-        return {"data": "", "offset": 0, "size": 0, "error": ""}
+        return {"data": "", "start": 0, "offset": 0, "size": 0, "error": ""}
     chunk = logs.read(view.id, actor=actor, worker=worker, offset=start, limit=LOG_TAIL)
     data = chunk.data
     if start:  # cut at a whole line
         data = data.split("\n", 1)[-1]
-    return {"data": data, "offset": chunk.next_offset, "size": chunk.size, "error": ""}
+    return {
+        "data": data,
+        "start": chunk.next_offset - len(data.encode()),
+        "offset": chunk.next_offset,
+        "size": chunk.size,
+        "error": "",
+    }
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -353,22 +359,23 @@ def job_page(
         except Conflict:
             prediction = None
     usage = s.usage.job(job_id, actor=caller.name, window=window)
-    memory_total = float(view.spec.resources.memory) if view.spec else 0.0
     charts = [
         {
             "rank": w.rank,
             "attempt": w.attempt,
             "node": w.node,
-            "charts": usage_charts(w.points, memory_total=memory_total),
+            "charts": usage_charts(w.points),
+            "span": f"since {usage.since:%H:%M:%S} UTC",
         }
         for w in usage.workers
         if w.attempt == view.attempt
     ]
     ranks = sorted({w.rank for w in view.workers} | {0})
     log = _log_tail(request, view, worker, caller.name)
-    lines = log["data"].splitlines()
-    if q:
-        lines = [line for line in lines if q.lower() in line.lower()]
+    text = log["data"]
+    if q:  # the search without the page's script: the matching lines only
+        matching = [line for line in text.splitlines() if q.lower() in line.lower()]
+        text = "\n".join(matching) + ("\n" if matching else "")
     return page(
         request,
         "job.html",
@@ -385,7 +392,7 @@ def job_page(
         worker=worker,
         ranks=ranks,
         log=log,
-        log_lines=lines,
+        log_text=text,
         q=q,
         priorities=list(Priority),
         Action=Action,
@@ -421,9 +428,7 @@ def log_chunk(
     chunk = services(request).logs.read(
         job_id, actor=caller.name, worker=worker, offset=offset, limit=LOG_TAIL
     )
-    return JSONResponse(
-        json.loads(chunk.model_dump_json()), headers={"Cache-Control": "no-store"}
-    )
+    return JSONResponse(json.loads(chunk.model_dump_json()), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/jobs/{job_id}/log.txt")
@@ -451,9 +456,7 @@ async def log_download(
     return StreamingResponse(
         whole(),
         media_type="text/plain; charset=utf-8",
-        headers={
-            "Content-Disposition": f'attachment; filename="job-{job_id}-worker-{worker}.log"'
-        },
+        headers={"Content-Disposition": f'attachment; filename="job-{job_id}-worker-{worker}.log"'},
     )
 
 
@@ -487,5 +490,3 @@ async def act(request: Request, caller: CallerDep, job_id: int, action: str) -> 
         await run_in_threadpool(jobs.change_runtime, job_id, seconds, actor=actor)
         return back_to(f"/jobs/{job_id}", f"max runtime set to {text}")
     raise InvalidSpec(f"{action!r} is not an action (stop, delete, priority, runtime)")
-
-

@@ -34,7 +34,7 @@ def _safe_next(target: str) -> str:
 
 
 @router.get("/login", response_class=HTMLResponse)
-async def login_form(request: Request, next: str = "/jobs") -> HTMLResponse:  # noqa: A002
+async def login_form(request: Request, next: str = "/jobs") -> HTMLResponse:
     caller = await signed_in(request)
     return page(request, "login.html", caller, title="Sign in", next=_safe_next(next), error="")
 
@@ -50,7 +50,12 @@ async def login(request: Request) -> Response:
         caller = await run_in_threadpool(tokens.authenticate, f"Bearer {token}")
     except GpuyardError as exc:
         return page(
-            request, "login.html", None, title="Sign in", next=target, error=exc.detail,
+            request,
+            "login.html",
+            None,
+            title="Sign in",
+            next=target,
+            error=exc.detail,
             status_code=401,
         )
     response = back_to(target, f"signed in as {caller.name}")
@@ -82,7 +87,7 @@ def usage_notation(holders: list[NodeHolder]) -> list[str]:
     """Reference 002's ``1(1):application-name``: the card's place in the node, the virtual
     card's number (gpuyard does not split cards, so it is the card itself), the job. A job
     holding CPUs only is ``cpu(N):name``."""
-    found = []
+    found: list[str] = []
     for h in holders:
         if h.gpus:
             found.extend(f"{g}({g}):{h.name}" for g in h.gpus)

@@ -68,9 +68,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(
-        when=_when, iso=_iso, size=_bytes, duration=_duration, percent=_percent
-    )
+    env.filters.update(when=_when, iso=_iso, size=_bytes, duration=_duration, percent=_percent)
     env.globals.update(version=__version__, query=_query)
     return env
 
@@ -86,14 +84,18 @@ def page(
     """``template`` rendered for ``caller``, with what every page's frame needs."""
     token = session_token(request)
     context.setdefault("title", "gpuyard")
-    html = _environment().get_template(template).render(
-        request=request,
-        caller=caller,
-        csrf_field=CSRF_FIELD,
-        csrf=csrf_token(token) if token else "",
-        path=request.url.path,
-        notice=request.query_params.get("notice", "")[:500],
-        **context,
+    html = (
+        _environment()
+        .get_template(template)
+        .render(
+            request=request,
+            caller=caller,
+            csrf_field=CSRF_FIELD,
+            csrf=csrf_token(token) if token else "",
+            path=request.url.path,
+            notice=request.query_params.get("notice", "")[:500],
+            **context,
+        )
     )
     return HTMLResponse(
         html,

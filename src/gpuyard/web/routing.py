@@ -3,8 +3,8 @@ as HTML pages (the API's handlers answer JSON)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, Request, Response
@@ -19,7 +19,7 @@ from gpuyard.web.session import signed_in
 __all__ = ["CallerDep", "SignInNeeded", "WebRoute", "back_to"]
 
 
-class SignInNeeded(Exception):  # noqa: N818 - a signal, not an error
+class SignInNeeded(Exception):
     """Raised by :data:`CallerDep` when nobody is signed in: the route answers a redirect."""
 
 
@@ -44,7 +44,7 @@ class WebRoute(APIRoute):
     """A route whose errors are pages: a typed error with its status and message, a missing
     sign-in as a redirect to ``/login``."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         original = super().get_route_handler()
 
         async def handler(request: Request) -> Response:

@@ -74,7 +74,9 @@ async def read_form(request: Request) -> dict[str, list[str]]:
     return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
 
 
-def check_post(request: Request, form: Mapping[str, Sequence[str]], *, session: bool = True) -> None:
+def check_post(
+    request: Request, form: Mapping[str, Sequence[str]], *, session: bool = True
+) -> None:
     """PermissionDenied unless the POST came from one of this server's pages: its Origin
     (when sent) is this host, and (``session``) it carries the session's CSRF token."""
     origin = request.headers.get("origin")

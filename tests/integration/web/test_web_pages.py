@@ -117,7 +117,7 @@ def test_admin_page_is_for_admins(web: httpx.Client, token_for: TokenFor) -> Non
     assert page.status_code == 200 and "Audit trail" in page.text
     turned = web.post("/admin/sharing", data={"csrf": csrf, "sharing": "off"})
     assert turned.status_code == 303
-    assert "Sharing is <strong id=\"sharing-state\">off" in web.get("/admin").text
+    assert 'Sharing is <strong id="sharing-state">off' in web.get("/admin").text
 
 
 def test_the_job_list_filters_sorts_and_pages_in_sql(
@@ -126,7 +126,9 @@ def test_the_job_list_filters_sorts_and_pages_in_sql(
     alice = as_user("alice")
     ids = [submit(alice, name=f"run-{i}", priority="low" if i % 2 else "normal") for i in range(7)]
     signed_in(web, token_for("alice"))
-    page = web.get("/jobs", params={"priority": "low", "mode": "single", "sort": "name", "order": "asc"}).text
+    page = web.get(
+        "/jobs", params={"priority": "low", "mode": "single", "sort": "name", "order": "asc"}
+    ).text
     shown = re.findall(r'<td class="name"><a href="/jobs/\d+">(run-\d)</a>', page)
     assert shown == ["run-1", "run-3", "run-5"]
     first = web.get("/jobs", params={"size": 25, "q": f"#{ids[2]}"}).text

@@ -128,6 +128,11 @@ function followLog() {
   follow.hidden = false; label.hidden = false;
   let offset = Number(pre.dataset.offset || 0);
   let whole = pre.textContent;
+  if (pre.dataset.filtered === "true") {
+    // The server sent only the lines matching ?q=: read the tail again, whole.
+    offset = Number(pre.dataset.start || 0);
+    whole = "";
+  }
   let done = false;
 
   function render() {
