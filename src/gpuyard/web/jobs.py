@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -50,6 +50,7 @@ router = APIRouter(route_class=WebRoute, include_in_schema=False)
 E = TypeVar("E", bound=StrEnum)
 
 MAX_ID = (1 << 31) - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 LOG_TAIL = 64 * 1024
 PAGE_SIZES = (25, 50, 100, 200)
 
@@ -341,13 +342,11 @@ def _log_tail(request: Request, view: JobView, worker: int, actor: str) -> dict[
 def job_page(
     request: Request,
     caller: CallerDep,
-    job_id: int,
+    job_id: JobId,
     worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
     window: Window = Window.REALTIME,
     q: Annotated[str, Query(max_length=200)] = "",
 ) -> HTMLResponse:
-    if not 1 <= job_id <= MAX_ID:
-        raise InvalidSpec("not a job id")
     s = services(request)
     view = s.jobs.get(job_id, actor=caller.name)
     events = s.jobs.events(job_id, actor=caller.name)
@@ -402,7 +401,7 @@ def job_page(
 
 
 @router.get("/jobs/{job_id}/status.json")
-def job_status(request: Request, caller: CallerDep, job_id: int) -> JSONResponse:
+def job_status(request: Request, caller: CallerDep, job_id: JobId) -> JSONResponse:
     view = services(request).jobs.get(job_id, actor=caller.name)
     return JSONResponse(
         {
@@ -420,7 +419,7 @@ def job_status(request: Request, caller: CallerDep, job_id: int) -> JSONResponse
 def log_chunk(
     request: Request,
     caller: CallerDep,
-    job_id: int,
+    job_id: JobId,
     worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
     offset: Annotated[int, Query(ge=0, le=1 << 62)] = 0,
 ) -> JSONResponse:
@@ -435,7 +434,7 @@ def log_chunk(
 async def log_download(
     request: Request,
     caller: CallerDep,
-    job_id: int,
+    job_id: JobId,
     worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
 ) -> Response:
     logs = services(request).logs
@@ -461,7 +460,7 @@ async def log_download(
 
 
 @router.post("/jobs/{job_id}/{action}")
-async def act(request: Request, caller: CallerDep, job_id: int, action: str) -> Response:
+async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -> Response:
     """stop, delete, priority, runtime: each the API's own service call."""
     form = await read_form(request)
     check_post(request, form)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -188,10 +188,10 @@ async def sharing(request: Request, caller: CallerDep) -> Response:
 
 
 @router.post("/admin/tokens/{token_id}/revoke")
-async def revoke(request: Request, caller: CallerDep, token_id: int) -> Response:
+async def revoke(
+    request: Request, caller: CallerDep, token_id: Annotated[int, Path(ge=1, le=(1 << 31) - 1)]
+) -> Response:
     form = await read_form(request)
     check_post(request, form)
-    if not 1 <= token_id <= (1 << 31) - 1:
-        raise InvalidSpec("not a token id")
     await run_in_threadpool(services(request).tokens.revoke, token_id, actor=caller.name)
     return back_to("/admin", f"token {token_id} revoked")

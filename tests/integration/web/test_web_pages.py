@@ -163,3 +163,24 @@ def test_the_form_checks_with_the_spec_rules_and_predicts(
     assert made.status_code == 303 and re.match(r"/jobs/\d+\?notice=", made.headers["location"])
     again = web.post("/jobs/new", data={"csrf": csrf, "command": "KEY=1 x", "name": "bad"})
     assert again.status_code == 422 and "executable" in again.text
+
+
+def test_priority_and_runtime_change_from_the_job_page(
+    web: httpx.Client, token_for: TokenFor, as_user: Any
+) -> None:
+    alice = as_user("alice")
+    job = submit(alice)
+    csrf = signed_in(web, token_for("alice"))
+    page = web.get(f"/jobs/{job}").text
+    assert 'action="/jobs/%d/priority"' % job in page
+    assert web.post(f"/jobs/{job}/priority", data={"csrf": csrf, "priority": "low"}).is_redirect
+    assert web.post(f"/jobs/{job}/runtime", data={"csrf": csrf, "max_runtime": "3h"}).is_redirect
+    view = alice.job(job)
+    assert view.spec is not None
+    assert (view.spec.priority.value, view.spec.max_runtime) == ("low", 3 * 3600)
+    bad = web.post(f"/jobs/{job}/runtime", data={"csrf": csrf, "max_runtime": "soon"})
+    assert bad.status_code == 422
+    assert web.get("/jobs/99999999999999999999").status_code == 422
+    bulk = web.post("/jobs/bulk", data={"csrf": csrf, "ids": [str(job)], "action": "stop"})
+    assert bulk.is_redirect and "stop%3A%201%20done" in bulk.headers["location"]
+    assert alice.job(job).status.value == "stopped"
