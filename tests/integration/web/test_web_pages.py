@@ -172,7 +172,7 @@ def test_priority_and_runtime_change_from_the_job_page(
     job = submit(alice)
     csrf = signed_in(web, token_for("alice"))
     page = web.get(f"/jobs/{job}").text
-    assert 'action="/jobs/%d/priority"' % job in page
+    assert f'action="/jobs/{job}/priority"' in page
     assert web.post(f"/jobs/{job}/priority", data={"csrf": csrf, "priority": "low"}).is_redirect
     assert web.post(f"/jobs/{job}/runtime", data={"csrf": csrf, "max_runtime": "3h"}).is_redirect
     view = alice.job(job)
