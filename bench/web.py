@@ -12,7 +12,9 @@ and each figure is the time of a whole request, measured by the client, ``--roun
 - *baseline*: ``GET /api/v1/jobs?limit=50``, the API's own first page, in the same run;
 - *web first page*: ``GET /jobs`` (50 rows rendered to HTML), as the admin (sees every job) and
   as a plain user (the visibility clause in the query);
-- *web filtered*: state + tier + sort by name; a name search; the last page.
+- *web filtered*: state + tier + sort by name; a name search; the last page;
+- *form check*: ``POST /jobs/check``, what the form asks as one types: the spec's rules and
+  the queue prediction (the scheduler run forward over the 9,000 queued jobs, bounded).
 
 Log follow: a running job's worker log gets a line at a random moment; the page's script
 polls ``/jobs/N/log?offset=…`` every 250 ms (as ``static/app.js`` does); the figure is the
@@ -44,6 +46,7 @@ from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.testing.auth import user_token
 from gpuyard.testing.server import serve
+from gpuyard.web.session import csrf_token
 
 POLL = 0.25
 MODES = ["single", "pytorch", "mpi", "tensorflow"]
@@ -82,11 +85,23 @@ def fill(app: object, jobs: int) -> None:
 
 
 def timed(client: httpx.Client, path: str, rounds: int, **params: object) -> list[float]:
-    client.get(path, params=params).raise_for_status()  # warm
+    for _ in range(3):  # warm: the first requests of a connection and a query plan
+        client.get(path, params=params).raise_for_status()
     times = []
     for _ in range(rounds):
         began = time.perf_counter()
         answer = client.get(path, params=params)
+        times.append(time.perf_counter() - began)
+        answer.raise_for_status()
+    return times
+
+
+def timed_post(client: httpx.Client, path: str, rounds: int, data: dict[str, str]) -> list[float]:
+    client.post(path, data=data).raise_for_status()  # warm
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        answer = client.post(path, data=data)
         times.append(time.perf_counter() - began)
         answer.raise_for_status()
     return times
@@ -172,6 +187,19 @@ def main() -> None:
             row("web /jobs name search", timed(web, "/jobs", args.rounds, q="train-4"), b)
             row("web /jobs mode filter", timed(web, "/jobs", args.rounds, mode="mpi"), b)
             row("web /jobs last page", timed(web, "/jobs", args.rounds, page=args.jobs // 50), b)
+            form = {"csrf": csrf_token(admin), "command": "python train.py", "gpus": "1"}
+            spec = {"command": "python train.py", "resources": {"gpus": 1}}
+            predict_times = []
+            for _ in range(args.rounds):
+                began = time.perf_counter()
+                api.post("/api/v1/jobs/predict", json=spec, timeout=30).raise_for_status()
+                predict_times.append(time.perf_counter() - began)
+            row("API POST /api/v1/jobs/predict (same work)", predict_times, b)
+            row(
+                "web form check + queue prediction",
+                timed_post(web, "/jobs/check", args.rounds, form),
+                b,
+            )
             running = api.get("/api/v1/jobs", params={"status": "running", "limit": 1}).json()
             if running["items"]:
                 job = running["items"][0]["id"]

@@ -164,6 +164,27 @@ def test_node_view_shows_the_job_on_its_gpu(owner: Page, state: dict[str, Any]) 
     expect(owner.get_by_role("link", name=f"{state['job']} web-e2e")).to_be_visible()
 
 
+def test_pages_read_without_javascript_and_by_keyboard(
+    browser: Browser, pool: ServerProcess, owner_token: str, state: dict[str, Any]
+) -> None:
+    context = browser.new_context(base_url=pool.url, java_script_enabled=False)
+    context.set_default_timeout(15_000)
+    context.add_cookies([{"name": "gpuyard_session", "value": owner_token, "url": pool.url}])
+    try:
+        page = context.new_page()
+        page.goto(f"/jobs/{state['job']}?q=step+2")
+        expect(page.locator("#log-text")).to_contain_text("step 2")
+        assert "step 3\n" not in page.locator("#log-text").inner_text()
+        page.goto("/jobs?sort=name&order=asc")
+        expect(page.get_by_role("link", name="web-e2e")).to_be_visible()
+        page.keyboard.press("Tab")
+        expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+        page.keyboard.press("Tab")
+        expect(page.get_by_role("link", name="gpuyard")).to_be_focused()
+    finally:
+        context.close()
+
+
 def test_stop_the_job_from_its_page(
     owner: Page, pool: ServerProcess, state: dict[str, Any]
 ) -> None:
