@@ -47,6 +47,8 @@ function jobForm() {
   const ft = document.getElementById("i-ft_on");
   let timer = null;
   let asked = 0;
+  let busy = false; // one check at a time: a prediction over a deep queue takes a while
+  let again = false;
 
   function layout() {
     const batch = type.value === "batch";
@@ -78,6 +80,13 @@ function jobForm() {
   }
 
   async function check() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try { await ask(); } finally { busy = false; }
+    if (again) { again = false; check(); }
+  }
+
+  async function ask() {
     const mine = ++asked;
     const body = new URLSearchParams(new FormData(form));
     let answer;
@@ -94,7 +103,7 @@ function jobForm() {
     }
     if (mine !== asked) return; // a later check is under way
     show(answer.errors);
-    yaml.textContent = answer.yaml;
+    yaml.textContent = answer.yaml || "# not a valid spec yet: fix the fields marked";
     const p = answer.prediction;
     if (p) {
       text.textContent = p.reason;
