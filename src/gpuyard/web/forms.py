@@ -190,9 +190,10 @@ def check_form(form: FormFields) -> FormCheck:
         for error in exc.errors():
             loc = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
             message = str(error["msg"]).removeprefix("Value error, ")
-            # A model-level rule names its field at the start of its message.
-            head = message.split(":", 1)[0]
-            if not loc and head.replace("_", "").replace(".", "").isalnum() and ":" in message:
+            # A rule over several fields names them at the start of its message ("pool and
+            # node_names: …"): the error goes beside the first.
+            head = message.split(":", 1)[0].split(" and ")[0].strip()
+            if not loc and ":" in message and head.replace("_", "").replace(".", "").isalnum():
                 loc = head
             errors.setdefault(loc or "spec", message)
         return FormCheck(errors=errors)
