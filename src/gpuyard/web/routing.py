@@ -8,11 +8,13 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 
-from gpuyard.errors import GpuyardError
+from gpuyard.errors import GpuyardError, InvalidSpec
 from gpuyard.models.access import Caller
+from gpuyard.models.validation import readable_validation_errors
 from gpuyard.web.render import page
 from gpuyard.web.session import signed_in
 
@@ -58,14 +60,16 @@ class WebRoute(APIRoute):
                     target = "/"
                 return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
             except GpuyardError as exc:
-                caller = await signed_in(request)
-                return page(
-                    request,
-                    "error.html",
-                    caller,
-                    status_code=exc.status_code,
-                    detail=exc.detail,
-                    code=exc.code,
-                )
+                return await _error(request, exc.status_code, exc.detail, exc.code)
+            except RequestValidationError as exc:  # a bad query or path value
+                detail = readable_validation_errors(list(exc.errors()))
+                return await _error(request, 422, detail, InvalidSpec.code)
 
         return handler
+
+
+async def _error(request: Request, status: int, detail: str, code: str) -> Response:
+    caller = await signed_in(request)
+    return page(
+        request, "error.html", caller, status_code=status, detail=detail, code=code, title="Error"
+    )
