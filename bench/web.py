@@ -143,6 +143,48 @@ def follow_latency(
     return delays
 
 
+def measure(
+    base: str, admin: str, plain: str, executor: FakeExecutor, args: argparse.Namespace
+) -> None:
+    """Print every figure against the pool served at ``base``."""
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"})
+    web = httpx.Client(base_url=base, cookies={"gpuyard_session": admin}, timeout=30)
+    mine = httpx.Client(base_url=base, cookies={"gpuyard_session": plain}, timeout=30)
+    base_times = timed(api, "/api/v1/jobs", args.rounds, limit=50)
+    b = statistics.median(base_times) * 1000
+    row("baseline: API GET /api/v1/jobs?limit=50", base_times)
+    row("web /jobs first page (admin: all jobs)", timed(web, "/jobs", args.rounds), b)
+    row("web /jobs first page (a user: own + group)", timed(mine, "/jobs", args.rounds), b)
+    row(
+        "web /jobs state+tier, sorted by name",
+        timed(web, "/jobs", args.rounds, status="queued", priority="low", sort="name"),
+        b,
+    )
+    row("web /jobs name search", timed(web, "/jobs", args.rounds, q="train-4"), b)
+    row("web /jobs mode filter", timed(web, "/jobs", args.rounds, mode="mpi"), b)
+    row("web /jobs last page", timed(web, "/jobs", args.rounds, page=args.jobs // 50), b)
+    spec = {"command": "python train.py", "resources": {"gpus": 1}}
+    predict_times = []
+    for _ in range(args.rounds):
+        began = time.perf_counter()
+        api.post("/api/v1/jobs/predict", json=spec, timeout=30).raise_for_status()
+        predict_times.append(time.perf_counter() - began)
+    row("API POST /api/v1/jobs/predict (same work)", predict_times, b)
+    form = {"csrf": csrf_token(admin), "command": "python train.py", "gpus": "1"}
+    row("web form check + queue prediction", timed_post(web, "/jobs/check", args.rounds, form), b)
+    running = api.get("/api/v1/jobs", params={"status": "running", "limit": 1}).json()
+    if running["items"]:
+        job = running["items"][0]["id"]
+        row("web /jobs/N (job page)", timed(web, f"/jobs/{job}", args.rounds), b)
+        delays = follow_latency(base, admin, executor, job, args.lines)
+        print(f"  log follow (poll every {POLL * 1000:.0f} ms):")
+        row("write -> shown by the page's poll", delays)
+    else:
+        print("  no job is running: log follow not measured")
+    for client in (api, web, mine):
+        client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -171,46 +213,7 @@ def main() -> None:
         )
         plain = user_token(app, "user1")
         with serve(app) as base:
-            api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"})
-            web = httpx.Client(base_url=base, cookies={"gpuyard_session": admin}, timeout=30)
-            mine = httpx.Client(base_url=base, cookies={"gpuyard_session": plain}, timeout=30)
-            base_times = timed(api, "/api/v1/jobs", args.rounds, limit=50)
-            b = statistics.median(base_times) * 1000
-            row("baseline: API GET /api/v1/jobs?limit=50", base_times)
-            row("web /jobs first page (admin: all jobs)", timed(web, "/jobs", args.rounds), b)
-            row("web /jobs first page (a user: own + group)", timed(mine, "/jobs", args.rounds), b)
-            row(
-                "web /jobs state+tier, sorted by name",
-                timed(web, "/jobs", args.rounds, status="queued", priority="low", sort="name"),
-                b,
-            )
-            row("web /jobs name search", timed(web, "/jobs", args.rounds, q="train-4"), b)
-            row("web /jobs mode filter", timed(web, "/jobs", args.rounds, mode="mpi"), b)
-            row("web /jobs last page", timed(web, "/jobs", args.rounds, page=args.jobs // 50), b)
-            form = {"csrf": csrf_token(admin), "command": "python train.py", "gpus": "1"}
-            spec = {"command": "python train.py", "resources": {"gpus": 1}}
-            predict_times = []
-            for _ in range(args.rounds):
-                began = time.perf_counter()
-                api.post("/api/v1/jobs/predict", json=spec, timeout=30).raise_for_status()
-                predict_times.append(time.perf_counter() - began)
-            row("API POST /api/v1/jobs/predict (same work)", predict_times, b)
-            row(
-                "web form check + queue prediction",
-                timed_post(web, "/jobs/check", args.rounds, form),
-                b,
-            )
-            running = api.get("/api/v1/jobs", params={"status": "running", "limit": 1}).json()
-            if running["items"]:
-                job = running["items"][0]["id"]
-                row("web /jobs/N (job page)", timed(web, f"/jobs/{job}", args.rounds), b)
-                delays = follow_latency(base, admin, executor, job, args.lines)
-                print(f"  log follow (poll every {POLL * 1000:.0f} ms):")
-                row("write -> shown by the page's poll", delays)
-            else:
-                print("  no job is running: log follow not measured")
-            for client in (api, web, mine):
-                client.close()
+            measure(base, admin, plain, executor, args)
         store.close()
 
 
