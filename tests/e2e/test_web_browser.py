@@ -1,7 +1,11 @@
 """The web UI in a real browser (Debian's Chromium through Playwright) against a real pool:
 sign in, submit from the form while the queue prediction shows, watch the job run with its
 log, a read-only viewer who sees no stop button and whom the API refuses anyway, the nodes
-page, and stopping the job."""
+page, reading without JavaScript, and stopping the job.
+
+One pool, one browser, one scenario test: its steps hand on one job, and `xdist_group` does
+not keep tests together with pytest 9 and pytest-xdist 3.8 (xdist sets ``item._nodeid``, which
+pytest 9 no longer reads), so separate tests could land on different workers."""
 
 from __future__ import annotations
 
@@ -67,12 +71,6 @@ def owner(browser: Browser, pool: ServerProcess) -> Iterator[Page]:
     context.close()
 
 
-@pytest.fixture(scope="module")
-def state() -> dict[str, Any]:
-    """What the scenario's steps hand on (the job's id)."""
-    return {}
-
-
 def sign_in(page: Page, token: str) -> None:
     page.goto("/jobs")
     expect(page).to_have_url(re.compile(r"/login\?next=/jobs$"))
@@ -81,7 +79,7 @@ def sign_in(page: Page, token: str) -> None:
     expect(page).to_have_url(re.compile(r"/jobs(\?|$)"))
 
 
-def test_sign_in_refuses_a_bad_token_then_signs_in(owner: Page, owner_token: str) -> None:
+def sign_in_refuses_a_bad_token_then_signs_in(owner: Page, owner_token: str) -> None:
     owner.goto("/login")
     owner.get_by_label("Token").fill("gy_not-a-token")
     owner.get_by_role("button", name="Sign in").click()
@@ -92,7 +90,7 @@ def test_sign_in_refuses_a_bad_token_then_signs_in(owner: Page, owner_token: str
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
 
 
-def test_submit_from_the_form_with_a_live_prediction(owner: Page, state: dict[str, Any]) -> None:
+def submit_from_the_form_with_a_live_prediction(owner: Page) -> int:
     owner.goto("/jobs/new")
     command = owner.get_by_label("Command", exact=True)
     command.fill("KEY=1 python3 train.py")
@@ -108,11 +106,12 @@ def test_submit_from_the_form_with_a_live_prediction(owner: Page, state: dict[st
     expect(owner.locator("#spec-yaml")).to_contain_text("access: read-only")
     owner.get_by_role("button", name="Submit").click()
     expect(owner).to_have_url(re.compile(r"/jobs/\d+\?notice="))
-    state["job"] = int(re.search(r"/jobs/(\d+)", owner.url).group(1))  # type: ignore[union-attr]
+    found = re.search(r"/jobs/(\d+)", owner.url)
+    assert found is not None
+    return int(found.group(1))
 
 
-def test_watch_the_job_run_with_its_log(owner: Page, state: dict[str, Any]) -> None:
-    job = state["job"]
+def watch_the_job_run_with_its_log(owner: Page, job: int) -> None:
     owner.goto(f"/jobs/{job}")
     expect(owner.locator("#job-state")).to_contain_text("running", timeout=30_000)
     log = owner.locator("#log-text")
@@ -129,10 +128,9 @@ def test_watch_the_job_run_with_its_log(owner: Page, state: dict[str, Any]) -> N
     )
 
 
-def test_a_read_only_viewer_sees_no_stop_and_the_api_refuses(
-    browser: Browser, pool: ServerProcess, viewer_token: str, state: dict[str, Any]
+def a_read_only_viewer_sees_no_stop_and_the_api_refuses(
+    browser: Browser, pool: ServerProcess, viewer_token: str, job: int
 ) -> None:
-    job = state["job"]
     context = browser.new_context(base_url=pool.url, viewport={"width": 390, "height": 844})
     context.set_default_timeout(15_000)
     try:
@@ -154,25 +152,25 @@ def test_a_read_only_viewer_sees_no_stop_and_the_api_refuses(
     assert refused.json()["code"] == "permission_denied"
 
 
-def test_node_view_shows_the_job_on_its_gpu(owner: Page, state: dict[str, Any]) -> None:
+def node_view_shows_the_job_on_its_gpu(owner: Page, job: int) -> None:
     owner.goto("/nodes")
     expect(owner.get_by_role("heading", name=re.compile("^Nodes"))).to_be_visible()
     expect(owner.locator("article.node")).to_have_count(2)
     expect(
         owner.locator(".usage-notation code").filter(has_text=re.compile(r"^\d\(\d\):web-e2e$"))
     ).to_have_count(1)
-    expect(owner.get_by_role("link", name=f"{state['job']} web-e2e")).to_be_visible()
+    expect(owner.get_by_role("link", name=f"{job} web-e2e")).to_be_visible()
 
 
-def test_pages_read_without_javascript_and_by_keyboard(
-    browser: Browser, pool: ServerProcess, owner_token: str, state: dict[str, Any]
+def pages_read_without_javascript_and_by_keyboard(
+    browser: Browser, pool: ServerProcess, owner_token: str, job: int
 ) -> None:
     context = browser.new_context(base_url=pool.url, java_script_enabled=False)
     context.set_default_timeout(15_000)
     context.add_cookies([{"name": "gpuyard_session", "value": owner_token, "url": pool.url}])
     try:
         page = context.new_page()
-        page.goto(f"/jobs/{state['job']}?q=step+2")
+        page.goto(f"/jobs/{job}?q=step+2")
         expect(page.locator("#log-text")).to_contain_text("step 2")
         assert "step 3\n" not in page.locator("#log-text").inner_text()
         page.goto("/jobs?sort=name&order=asc")
@@ -185,12 +183,23 @@ def test_pages_read_without_javascript_and_by_keyboard(
         context.close()
 
 
-def test_stop_the_job_from_its_page(
-    owner: Page, pool: ServerProcess, state: dict[str, Any]
-) -> None:
-    job = state["job"]
+def stop_the_job_from_its_page(owner: Page, pool: ServerProcess, job: int) -> None:
     owner.goto(f"/jobs/{job}")
     owner.get_by_role("button", name="Stop").click()
     expect(owner.locator(".notice")).to_contain_text("stop requested")
     expect(owner.locator("#job-state")).to_contain_text("stopped", timeout=30_000)
     assert pool.cli_json("show", str(job))["status"] == "stopped"
+
+
+def test_the_web_ui_from_sign_in_to_stopping_a_job(
+    browser: Browser, pool: ServerProcess, owner: Page, owner_token: str, viewer_token: str
+) -> None:
+    """One scenario, step by step (each step a function above): the steps hand on one job,
+    so they are one test and cannot be split between test workers."""
+    sign_in_refuses_a_bad_token_then_signs_in(owner, owner_token)
+    job = submit_from_the_form_with_a_live_prediction(owner)
+    watch_the_job_run_with_its_log(owner, job)
+    a_read_only_viewer_sees_no_stop_and_the_api_refuses(browser, pool, viewer_token, job)
+    node_view_shows_the_job_on_its_gpu(owner, job)
+    pages_read_without_javascript_and_by_keyboard(browser, pool, owner_token, job)
+    stop_the_job_from_its_page(owner, pool, job)
