@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Annotated, Any
 
@@ -26,11 +27,13 @@ router = APIRouter(route_class=WebRoute, include_in_schema=False)
 SESSION_LIFE = 12 * 3600
 
 
+_LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&+-]*")
+
+
 def _safe_next(target: str) -> str:
-    """Only a path of this site (never ``//host`` or a scheme)."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/jobs"
-    return target
+    """Only a path of this site: never ``//host``, a scheme, a backslash or a control
+    character (a browser drops tabs and newlines, so ``/\t/host`` would be ``//host``)."""
+    return target if _LOCAL_PATH.fullmatch(target) else "/jobs"
 
 
 @router.get("/login", response_class=HTMLResponse)

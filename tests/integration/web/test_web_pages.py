@@ -49,9 +49,13 @@ def test_pages_need_a_sign_in_and_a_bad_token_is_refused(web: httpx.Client) -> N
 def test_sign_in_sets_a_strict_http_only_cookie_and_keeps_next_on_this_site(
     web: httpx.Client, token_for: TokenFor
 ) -> None:
-    answer = web.post("/login", data={"token": token_for("alice"), "next": "//evil.example/x"})
-    assert answer.status_code == 303
-    assert answer.headers["location"].startswith("/jobs")
+    token = token_for("alice")
+    for elsewhere in ("//evil.example/x", "/\t/evil.example", "/\\evil.example", "https://x"):
+        answer = web.post("/login", data={"token": token, "next": elsewhere})
+        assert answer.status_code == 303
+        assert answer.headers["location"].startswith("/jobs?notice="), elsewhere
+    kept = web.post("/login", data={"token": token, "next": "/jobs/7?worker=1"})
+    assert kept.headers["location"].startswith("/jobs/7?worker=1&notice=")
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
 
