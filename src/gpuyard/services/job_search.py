@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, Select, SQLColumnExpression, case, func, o
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import JobMode, JobState, JobStatus, Priority
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action, Verdict, decide, relation_to
+from gpuyard.models.request import DEFAULT_POOL
 from gpuyard.services.auth import Policy
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
@@ -206,7 +207,9 @@ def _conditions(wanted: JobFilter) -> Sequence[ColumnElement[bool]]:
         found.append(JobRow.owner == wanted.owner)
     if wanted.group:
         found.append(JobRow.group_name == wanted.group)
-    if wanted.pool:
+    if wanted.pool == DEFAULT_POOL:  # a job that names no pool runs in the default one
+        found.append(or_(JobRow.pool.is_(None), JobRow.pool == DEFAULT_POOL))
+    elif wanted.pool:
         found.append(JobRow.pool == wanted.pool)
     if wanted.priority is not None:
         found.append(JobRow.priority == wanted.priority.value)

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.errors import Conflict, GpuyardError, InvalidSpec
 from gpuyard.models import JobEvent, JobMode, JobStatus, JobView, Priority
 from gpuyard.models.access import Access, Action, Caller
+from gpuyard.models.ids import MAX_ID
 from gpuyard.models.usage import Window
 from gpuyard.quantities import parse_duration
 from gpuyard.services.job_search import MAX_PAGE, JobFilter, JobSort
@@ -49,7 +50,6 @@ __all__ = ["router"]
 router = APIRouter(route_class=WebRoute, include_in_schema=False)
 E = TypeVar("E", bound=StrEnum)
 
-MAX_ID = (1 << 31) - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 LOG_TAIL = 64 * 1024
 PAGE_SIZES = (25, 50, 100, 200)

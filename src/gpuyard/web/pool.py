@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.errors import GpuyardError, InvalidSpec, PermissionDenied
 from gpuyard.models import NodeView
 from gpuyard.models.accounts import PoolSettingsUpdate
+from gpuyard.models.ids import MAX_ID
 from gpuyard.models.usage import NodeNow
 from gpuyard.services.nodes import NodeHolder
 from gpuyard.web.context import services
@@ -192,7 +193,7 @@ async def sharing(request: Request, caller: CallerDep) -> Response:
 
 @router.post("/admin/tokens/{token_id}/revoke")
 async def revoke(
-    request: Request, caller: CallerDep, token_id: Annotated[int, Path(ge=1, le=(1 << 31) - 1)]
+    request: Request, caller: CallerDep, token_id: Annotated[int, Path(ge=1, le=MAX_ID)]
 ) -> Response:
     form = await read_form(request)
     check_post(request, form)

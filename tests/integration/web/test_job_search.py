@@ -42,6 +42,8 @@ def test_filters_sorts_and_pages(app: Any, clock: ManualClock) -> None:
     assert ids(owner="ben") == [second]
     assert ids(group="nlp") == [third, second, first]
     assert ids(priority=Priority.HIGH) == [third]
+    assert ids(pool="default") == [third, second, first]
+    assert ids(pool="a100") == []
     assert ids(mode=JobMode.MPI) == [second]
     assert ids(since=start + day / 2) == [third, second]
     assert ids(until=start + day / 2) == [first]
