@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -77,6 +78,58 @@ def _choice(kind: type[E], text: str, field: str) -> E | None:
         raise InvalidSpec(f"{field}: {text!r} is not one of the choices") from None
 
 
+def _list_filter(
+    status: list[str],
+    q: str,
+    owner: str,
+    group: str,
+    pool: str,
+    priority: str,
+    mode: str,
+    since: str,
+    until: str,
+    sort: str,
+    order: str,
+) -> tuple[JobFilter, dict[str, Any]]:
+    """The list's query parameters as a filter (InvalidSpec naming a bad one), and as the
+    parameters its links keep."""
+    statuses = []
+    for text in status:
+        if text:
+            try:
+                statuses.append(JobStatus.parse(text))
+            except ValueError as exc:
+                raise InvalidSpec(str(exc)) from None
+    until_day = _date(until, "until")
+    wanted = JobFilter(
+        statuses=tuple(statuses),
+        owner=owner.strip(),
+        group=group.strip(),
+        pool=pool.strip(),
+        priority=_choice(Priority, priority, "priority"),
+        mode=_choice(JobMode, mode, "mode"),
+        since=_date(since, "since"),
+        until=None if until_day is None else until_day + 86400,  # through that day
+        text=q,
+        sort=_choice(JobSort, sort, "sort") or JobSort.ID,
+        descending=order != "asc",
+    )
+    params: dict[str, Any] = {
+        "status": [st.value for st in statuses],
+        "q": q,
+        "owner": owner,
+        "group": group,
+        "pool": pool,
+        "priority": priority,
+        "mode": mode,
+        "since": since,
+        "until": until,
+        "sort": wanted.sort.value,
+        "order": "desc" if wanted.descending else "asc",
+    }
+    return wanted, params
+
+
 @router.get("/", response_class=RedirectResponse)
 def home() -> RedirectResponse:
     return RedirectResponse("/jobs", status_code=303)
@@ -100,44 +153,12 @@ def job_list(
     page_no: Annotated[int, Query(alias="page", ge=1, le=1 << 20)] = 1,
     size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> HTMLResponse:
-    statuses = []
-    for s in status or []:
-        if s:
-            try:
-                statuses.append(JobStatus.parse(s))
-            except ValueError as exc:
-                raise InvalidSpec(str(exc)) from None
-    until_day = _date(until, "until")
-    wanted = JobFilter(
-        statuses=tuple(statuses),
-        owner=owner.strip(),
-        group=group.strip(),
-        pool=pool.strip(),
-        priority=_choice(Priority, priority, "priority"),
-        mode=_choice(JobMode, mode, "mode"),
-        since=_date(since, "since"),
-        until=None if until_day is None else until_day + 86400,  # through that day
-        text=q,
-        sort=_choice(JobSort, sort, "sort") or JobSort.ID,
-        descending=order != "asc",
-        offset=(page_no - 1) * size,
-        limit=size,
+    wanted, params = _list_filter(
+        status or [], q, owner, group, pool, priority, mode, since, until, sort, order
     )
+    wanted = replace(wanted, offset=(page_no - 1) * size, limit=size)
+    params["size"] = size
     found = services(request).search.search(wanted, actor=caller.name)
-    params = {
-        "status": [s.value for s in statuses],
-        "q": q,
-        "owner": owner,
-        "group": group,
-        "pool": pool,
-        "priority": priority,
-        "mode": mode,
-        "since": since,
-        "until": until,
-        "sort": wanted.sort.value,
-        "order": "desc" if wanted.descending else "asc",
-        "size": size,
-    }
     pages = max(1, -(-found.total // size))
     return page(
         request,
