@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuyard-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint unit bench clean
+.PHONY: setup chromium run test lint unit bench clean
 
 # MPICH and Open MPI both ship mpirun and libmpi, so MPICH (for `mpi: mpich` jobs) lives in a
 # prefix of its own, where gpuyard's settings look for it (GPUYARD_MPI_MPICH); Open MPI comes
@@ -24,7 +24,25 @@ $(MPICH_PREFIX)/bin/mpichversion: | $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 	    --prefix $(MPICH_PREFIX) '$(MPICH_SPEC)'
 
-setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion
+setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion chromium
+
+# The web UI's browser tests (tests/e2e/test_web_browser.py) drive Debian's Chromium through
+# Playwright: Playwright's own browser download needs the internet, the distribution's package
+# does not. Installed only when missing; where that cannot be done (not root, no apt-get) this
+# says so and the browser tests skip with the same reason.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get) for the web UI's browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	      || echo "could not install chromium: the browser tests will skip"; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    (sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq chromium) || echo "could not install chromium: the browser tests will skip"; \
+	  else \
+	    echo "chromium is missing and cannot be installed here (needs root and apt-get):"; \
+	    echo "the browser tests will skip; install it with: apt-get install chromium"; \
+	  fi; }
 
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
 # stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.
@@ -58,6 +76,7 @@ bench: setup
 	$(BIN)/python bench/simulate.py
 	$(BIN)/python bench/usage.py
 	$(BIN)/python bench/goodput.py
+	$(BIN)/python bench/web.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

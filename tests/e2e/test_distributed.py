@@ -91,6 +91,7 @@ parser.add_argument("--local_rank", "--local-rank", type=int, required=True)
 args = parser.parse_args()
 dist.init_process_group("gloo")
 print(f"legacy rank {dist.get_rank()} local {args.local_rank}", flush=True)
+dist.barrier()  # no rank tears its connections down while another still sets its own up
 dist.destroy_process_group()
 """
 

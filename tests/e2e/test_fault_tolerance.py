@@ -77,19 +77,6 @@ def digest(pool: ServerProcess, job_id: int) -> str:
     return found.pop()
 
 
-def wait_for_step(pool: ServerProcess, job_id: int, step: int, timeout: float = 90) -> None:
-    progress = pool.home / "jobs" / str(job_id) / "attempts/0/worker-0/control/progress.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(progress.read_text())["step"] >= step:
-                return
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not reach step {step}: {pool.log_tail()}")
-
-
 def training_process(pool: ServerProcess, job_id: int, rank: int) -> psutil.Process:
     """The training script's process of one rank (under its worker's torchrun), of this pool:
     another pool on the machine (a test beside this one) numbers its jobs from 1 too."""
@@ -148,7 +135,7 @@ def test_a_killed_rank_is_restarted_from_its_checkpoint_with_the_same_weights(
     assert wait_ended(pool, reference)["status"] == "succeeded"
 
     job_id = submit(pool, "--name", "killed", *ddp("--max-restarts", "2"))
-    wait_for_step(pool, job_id, 25)
+    pool.wait_for_step(job_id, 25)
     training_process(pool, job_id, 1).send_signal(signal.SIGKILL)
     job = wait_ended(pool, job_id)
     assert job["status"] == "succeeded", (job, pool.log_tail())
@@ -170,7 +157,7 @@ def test_a_hung_rank_is_detected_within_the_timeout_and_the_job_restarts(
     pool: ServerProcess,
 ) -> None:
     job_id = submit(pool, "--name", "hung", *ddp("--max-restarts", "1", "--hang-timeout", "10s"))
-    wait_for_step(pool, job_id, 15)
+    pool.wait_for_step(job_id, 15)
     stopped = training_process(pool, job_id, 1)
     stopped.send_signal(signal.SIGSTOP)
     at = time.time()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,19 +56,6 @@ def digest(pool: ServerProcess, job_id: int) -> str:
     return digests.pop()
 
 
-def wait_for_step(pool: ServerProcess, job_id: int, step: int, timeout: float = 90) -> None:
-    progress = pool.home / "jobs" / str(job_id) / "attempts/0/worker-0/control/progress.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(progress.read_text())["step"] >= step:
-                return
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not reach step {step}: {pool.log_tail()}")
-
-
 def test_a_high_job_takes_the_pool_and_the_low_one_resumes_with_the_same_weights(
     pool: ServerProcess,
 ) -> None:
@@ -81,7 +67,7 @@ def test_a_high_job_takes_the_pool_and_the_low_one_resumes_with_the_same_weights
     assert pool.wait_status(reference, ENDED, 180)["status"] == "succeeded"
 
     low = submit(pool, "--name", "low", *train)
-    wait_for_step(pool, low, 15)
+    pool.wait_for_step(low, 15)
     high = submit(
         pool, "--name", "high", "--priority", "high", "--nodes", "2", "--gpus", "1", "--",
         PYTHON, "-c", "print('high ran')",

@@ -95,6 +95,7 @@ def up(
 
     def ready(url: str) -> None:
         print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
+        print(f"web UI: {url}/ (sign in with the token in {settings.owner_token_file})", flush=True)
 
     from gpuyard.errors import GpuyardError
 

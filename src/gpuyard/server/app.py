@@ -29,6 +29,7 @@ from gpuyard.server.routers import (
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
 from gpuyard.services.job_exec import ExecService
+from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.metrics import registry as metrics_registry
@@ -40,6 +41,7 @@ from gpuyard.services.slurm_steps import SlurmStepService
 from gpuyard.services.usage import UsageService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
+from gpuyard.web import install_web
 
 __all__ = ["create_app"]
 
@@ -117,6 +119,7 @@ def create_app(
         shells=ShellService(
             store, clock=clock, execs=execs, executor=executor, plan=plan_shell, notify=notify
         ),
+        search=JobSearch(store, policy),
         slurm_steps=SlurmStepService(store, executor, policy),
     )
     app.state.controller_health = controller_health
@@ -132,4 +135,6 @@ def create_app(
     for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")
+    # The web UI under / (docs/web.md): pages over the same services, signed in by cookie.
+    install_web(app)
     return app

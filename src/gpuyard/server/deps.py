@@ -12,6 +12,7 @@ from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
 from gpuyard.services.job_exec import ExecService
+from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
@@ -39,6 +40,7 @@ class Services:
     usage: UsageService
     execs: ExecService
     shells: ShellService
+    search: JobSearch
     slurm_steps: SlurmStepService
 
 

@@ -130,7 +130,10 @@ class Audit:
         actor: str | None = None,
         action: str | None = None,
         target: str | None = None,
+        newest: bool = False,
     ) -> list[AuditEntry]:
+        """Entries after id ``after``, oldest first; ``newest``: the latest ``limit``, newest
+        first (the web UI's view of the trail)."""
         query = select(AuditRow).where(AuditRow.id > after)
         if actor:
             query = query.where(AuditRow.actor == actor)
@@ -138,7 +141,8 @@ class Audit:
             query = query.where(AuditRow.action == action)
         if target:
             query = query.where(AuditRow.target == target)
-        rows = session.scalars(query.order_by(AuditRow.id).limit(limit)).all()
+        order = AuditRow.id.desc() if newest else AuditRow.id
+        rows = session.scalars(query.order_by(order).limit(limit)).all()
         return [
             AuditEntry(
                 id=r.id,
@@ -228,12 +232,19 @@ class Policy:
         actor: str | None = None,
         action: str | None = None,
         target: str | None = None,
+        newest: bool = False,
     ) -> list[AuditEntry]:
         """The audit trail, filtered, for ``reader`` (admins only)."""
         with self.store.read() as session:
             self.require(session, reader, Action.READ_AUDIT, "read the audit trail")
             return self.audit.entries(
-                session, after=after, limit=limit, actor=actor, action=action, target=target
+                session,
+                after=after,
+                limit=limit,
+                actor=actor,
+                action=action,
+                target=target,
+                newest=newest,
             )
 
     # -- decisions ------------------------------------------------------------------------

@@ -200,13 +200,7 @@ class ExecService:
             row = self._may(session, actor, job_id)
             self._require_held(row, "run a command in it")
             workers = _workers(session, row)
-            running = [w.rank for w in workers if _is_run(w) and not w.state.is_ended()]
-            if running:
-                raise Conflict(
-                    f"job {job_id}: an earlier run still runs (worker(s) {_ranks(running)}); "
-                    f"one run at a time: wait for it, or stop it (`gpuyard exec {job_id} stop`)",
-                    extra={"state": row.state.value},
-                )
+            _one_run_at_a_time(row, workers)
             placement = [Slot.model_validate(s) for s in row.placement or []]
             if not placement:
                 raise Conflict(f"job {job_id} has no nodes to run on", extra={"state": "held"})
@@ -298,13 +292,7 @@ class ExecService:
             row = self._may(session, actor, job_id)
             self._require_held(row, "open a shell in it")
             workers = _workers(session, row)
-            running = [w.rank for w in workers if _is_run(w) and not w.state.is_ended()]
-            if running:
-                raise Conflict(
-                    f"job {job_id}: a run still runs (worker(s) {_ranks(running)}); one at a "
-                    f"time: wait for it, or stop it (`gpuyard exec {job_id} stop`)",
-                    extra={"state": row.state.value},
-                )
+            _one_run_at_a_time(row, workers)
             own = {w.rank: w for w in workers if w.rank < CHECK_RANK_BASE}
             if worker not in own:
                 raise NotFound(
@@ -505,3 +493,14 @@ def _cannot_hold(row: JobRow) -> str:
             f"(`gpuyard exec {row.id} stop`)"
         )
     return f"job {row.id} is {state.value}; a job can be held only while it runs"
+
+
+def _one_run_at_a_time(row: JobRow, workers: list[WorkerRow]) -> None:
+    """Refuse a run (or a shell) while an earlier one of the held job still runs."""
+    running = [w.rank for w in workers if _is_run(w) and not w.state.is_ended()]
+    if running:
+        raise Conflict(
+            f"job {row.id}: an earlier run still runs (worker(s) {_ranks(running)}); one run "
+            f"at a time: wait for it, or stop it (`gpuyard exec {row.id} stop`)",
+            extra={"state": row.state.value},
+        )

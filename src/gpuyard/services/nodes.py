@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from gpuyard.store.tables import JobRow, NodeRow
 
 __all__ = [
     "INSPECTION",
+    "NodeHolder",
     "NodeService",
     "cordon_node",
     "record_inspection",
@@ -100,6 +102,41 @@ class NodeService:
             )
             for n in nodes
         ]
+
+    def holders(self) -> dict[str, list[NodeHolder]]:
+        """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
+        page writes in reference 002's ``1(1):application-name`` notation."""
+        with self.store.read() as session:
+            gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
+            rows = session.execute(
+                select(JobRow.id, JobRow.name, JobRow.placement)
+                .where(JobRow.state.in_(_HOLDING))
+                .order_by(JobRow.id)
+            ).all()
+        found: dict[str, list[NodeHolder]] = defaultdict(list)
+        for job_id, name, placement in rows:
+            for slot in placement or []:
+                node = slot["node"]
+                gpus = tuple(slot.get("gpus", ()))
+                if slot.get("exclusive"):
+                    gpus = tuple(range(gpu_counts.get(node, 0)))
+                found[node].append(
+                    NodeHolder(
+                        job_id, name, gpus, float(slot.get("cpus", 0)), bool(slot.get("exclusive"))
+                    )
+                )
+        return dict(found)
+
+
+@dataclass(frozen=True)
+class NodeHolder:
+    """A job holding part of a node: its GPUs there (indexes into the node's GPUs)."""
+
+    job_id: int
+    name: str
+    gpus: tuple[int, ...]
+    cpus: float
+    exclusive: bool
 
 
 def cordon_node(session: Session, name: str, *, reason: str, by: str, now: float) -> bool:

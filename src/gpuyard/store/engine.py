@@ -81,10 +81,40 @@ class Store:
         with self._writers, self._write() as session, session.begin():
             yield session
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest migration."""
-        with self.engine.begin() as connection:
-            command.upgrade(alembic_config(connection), "head")
+    def migrate(self, target: str = "head") -> None:
+        """Bring the schema up to ``target`` (the newest migration by default)."""
+        with self.migrating() as connection:
+            command.upgrade(alembic_config(connection), target)
+
+    def downgrade(self, target: str) -> None:
+        """Take the schema down to ``target``, keeping every row the older schema can hold."""
+        with self.migrating() as connection:
+            command.downgrade(alembic_config(connection), target)
+
+    @contextmanager
+    def migrating(self) -> Iterator[Any]:
+        """A connection in one transaction to run migrations on.
+
+        On SQLite, foreign keys are off while it runs: Alembic's batch mode alters a table by
+        copying it and dropping the old one, and with foreign keys on, dropping ``jobs``
+        would delete every worker, event and fault of every job through ``ON DELETE
+        CASCADE``. The pragma has no effect inside a transaction, so it is set before the
+        transaction begins, and the keys are checked before it commits."""
+        with self.engine.connect() as connection:
+            sqlite = connection.dialect.name == "sqlite"
+            raw: Any = connection.connection.driver_connection
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with connection.begin():
+                    yield connection
+                    if sqlite:
+                        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                        if broken:
+                            raise RuntimeError(f"a migration broke foreign keys: {broken[:5]}")
+            finally:
+                if sqlite:
+                    raw.execute("PRAGMA foreign_keys=ON")
 
     def close(self) -> None:
         self.engine.dispose()

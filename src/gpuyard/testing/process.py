@@ -126,3 +126,16 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} is {job['status']}, not {statuses}")
             time.sleep(0.2)
+
+    def wait_for_step(self, job_id: int, step: int, timeout: float = 90) -> None:
+        """Until rank 0 of the job's first attempt reports ``step`` in its progress.json."""
+        progress = self.home / "jobs" / str(job_id) / "attempts/0/worker-0/control/progress.json"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(progress.read_text())["step"] >= step:
+                    return
+            except (FileNotFoundError, json.JSONDecodeError, KeyError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"job {job_id} did not reach step {step}: {self.log_tail()}")

@@ -203,7 +203,7 @@ def test_who_may_not_exec_into_a_job_gets_no_shell(
     controller.tick()
     with pytest.raises(Conflict, match="is not held, so you cannot open a shell in it"):
         olga.open_shell(running)
-    with olga.open_shell(job_id), pytest.raises(Conflict, match="one at a time"):
+    with olga.open_shell(job_id), pytest.raises(Conflict, match="one run at a time"):
         olga.open_shell(job_id)  # a shell is a run: one at a time
     assert [e.cause for e in olga.faults(job_id)] == ["exec stop", "exec shell --worker 0"]
 

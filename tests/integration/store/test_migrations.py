@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic import command
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from gpuyard.store.engine import Store, alembic_config
 from gpuyard.store.tables import Base
@@ -20,7 +22,7 @@ def test_up_check_down(database_url: str) -> None:
             columns = {c["name"] for c in inspector.get_columns(name)}
             assert columns == {c.name for c in table.columns}, name
         store.migrate()  # idempotent
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.downgrade(alembic_config(connection), "base")
         assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
     finally:
@@ -31,7 +33,7 @@ def test_0008_adds_fault_tolerance_and_going_down_keeps_the_rest(database_url: s
     """Jobs start with no restarts and resuming; nodes uncordoned; the fault log is empty."""
     store = Store(database_url)
     try:
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.upgrade(alembic_config(connection), "0007")
             connection.execute(
                 text(
@@ -49,7 +51,7 @@ def test_0008_adds_fault_tolerance_and_going_down_keeps_the_rest(database_url: s
         inspector = inspect(store.engine)
         assert "job_faults" not in inspector.get_table_names()
         assert "cordon_reason" not in {c["name"] for c in inspector.get_columns("nodes")}
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             assert connection.execute(text("SELECT name FROM jobs")).scalar() == "j"
     finally:
         store.close()
@@ -61,7 +63,7 @@ def test_0009_gives_pools_their_tail_guards_and_jobs_the_time_they_ran(database_
     the rest of each row."""
     store = Store(database_url)
     try:
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.upgrade(alembic_config(connection), "0008")
             job = {
                 "name": "j",
@@ -98,7 +100,7 @@ def test_0009_gives_pools_their_tail_guards_and_jobs_the_time_they_ran(database_
         assert {"age_halflife", "min_run"}.isdisjoint(
             c["name"] for c in inspector.get_columns("pools")
         )
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             kept = connection.execute(text("SELECT id, attained FROM jobs ORDER BY id"))
             assert [tuple(r) for r in kept] == [(1, 8000.0), (2, 0.0)]
             assert connection.execute(text("SELECT slices FROM pools")).scalar_one() in (
@@ -113,7 +115,7 @@ def test_0011_gives_nodes_an_empty_health_and_going_down_keeps_the_rest(database
     """Nodes start uninspected (no findings, no time); going down drops both, nothing else."""
     store = Store(database_url)
     try:
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.upgrade(alembic_config(connection), "0010")
             connection.execute(
                 text(
@@ -134,7 +136,7 @@ def test_0011_gives_nodes_an_empty_health_and_going_down_keeps_the_rest(database
             command.downgrade(alembic_config(connection), "0010")
         columns = {c["name"] for c in inspect(store.engine).get_columns("nodes")}
         assert {"health", "inspected_at"}.isdisjoint(columns)
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             kept = connection.execute(
                 text("SELECT name, state, cordon_reason, cordoned_by FROM nodes")
             ).one()
@@ -148,7 +150,7 @@ def test_0013_adds_usage_series_that_go_with_their_job(database_url: str) -> Non
     stay; going down drops the series and keeps the jobs."""
     store = Store(database_url)
     try:
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.upgrade(alembic_config(connection), "0011")
             for job_id in (1, 2):
                 connection.execute(
@@ -184,15 +186,15 @@ def test_0013_adds_usage_series_that_go_with_their_job(database_url: str) -> Non
                     "VALUES ('n0', 0, 60.0, 1, 2.0, 4096)"
                 )
             )
-        with store.engine.begin() as connection:
+        with store.engine.begin() as connection:  # foreign keys on, as the pool runs
             connection.execute(text("DELETE FROM jobs WHERE id = 1"))
             left = connection.execute(text("SELECT DISTINCT job_id FROM worker_usage")).all()
             assert [tuple(r) for r in left] == [(2,)]
             assert connection.execute(text("SELECT count(*) FROM node_usage")).scalar() == 1
-            command.downgrade(alembic_config(connection), "0011")
+        store.downgrade("0011")
         inspector = inspect(store.engine)
         assert {"worker_usage", "node_usage"}.isdisjoint(inspector.get_table_names())
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             assert connection.execute(text("SELECT id FROM jobs")).scalar() == 2
     finally:
         store.close()
@@ -204,7 +206,7 @@ def test_0012_adds_holds_and_exec_workers_and_going_down_ends_held_jobs(database
     failure it was kept for, stopping otherwise) and keeps the rest of each row."""
     store = Store(database_url)
     try:
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             command.upgrade(alembic_config(connection), "0011")
             job = "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
             job += "created_at) VALUES (:id, 'j', 'alice', :state, 0, 'normal', '{}', 0, 1.0)"
@@ -247,9 +249,48 @@ def test_0012_adds_holds_and_exec_workers_and_going_down_ends_held_jobs(database
             c["name"] for c in inspector.get_columns("workers")
         )
         assert "actor" not in {c["name"] for c in inspector.get_columns("job_faults")}
-        with store.engine.begin() as connection:
+        with store.migrating() as connection:
             states = connection.execute(text("SELECT id, state FROM jobs ORDER BY id")).all()
             assert [tuple(r) for r in states] == [(1, "failing"), (2, "stopping"), (3, "stopping")]
             assert connection.execute(text("SELECT count(*) FROM job_faults")).scalar() == 1
+    finally:
+        store.close()
+
+
+def test_going_down_to_the_first_migration_keeps_every_worker_of_every_job(
+    database_url: str,
+) -> None:
+    """Alembic's batch mode on SQLite copies a table and drops the old one; with foreign keys
+    on, dropping ``jobs`` would delete its workers (``ON DELETE CASCADE``)."""
+    store = Store(database_url)
+    try:
+        store.migrate()
+        with store.migrating() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
+                    "created_at) VALUES (1, 'j', 'alice', 'queued', 0, 'normal', '{}', 0, 1.0)"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO workers (job_id, attempt, rank, node, state) "
+                    "VALUES (1, 0, 0, 'node0', 'exited')"
+                )
+            )
+        store.downgrade("0001")
+        with store.migrating() as connection:
+            assert connection.execute(text("SELECT job_id, node FROM workers")).all() == [
+                (1, "node0")
+            ]
+        store.migrate()
+        # The keys are on again in the pool.
+        with store.engine.begin() as connection, pytest.raises(IntegrityError):
+            connection.execute(
+                text(
+                    "INSERT INTO workers (job_id, attempt, rank, node, state) "
+                    "VALUES (99, 0, 0, 'node0', 'exited')"
+                )
+            )
     finally:
         store.close()

@@ -111,6 +111,8 @@ REXEC = Path(rexec_module.__file__).resolve()
 SLURMSTEP = REXEC.with_name("slurmstep.py")
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
+# Scans of /proc for a worker's processes without a cgroup, until one finds none left.
+_KILL_SCANS = 20
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
@@ -622,12 +624,21 @@ class LocalExecutor:
     def _kill_marked(self, handle: Handle) -> int:
         """Without a cgroup: SIGKILL every process that started with this worker's control
         directory in its environment (its process group, and children that left the group but
-        kept the environment). How many there were."""
-        pids = procfs.with_environ(_marker(handle))
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        return len(pids)
+        kept the environment). How many there were.
+
+        One scan of /proc misses a child forked while it ran (a daemon double-forking right
+        then), so scan again until a scan finds none: a killed process forks no more, and a
+        dead one's environment reads empty."""
+        killed: set[int] = set()
+        for _ in range(_KILL_SCANS):
+            pids = [pid for pid in procfs.with_environ(_marker(handle)) if pid not in killed]
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed.update(pids)
+        return len(killed)
 
     def _members(self, handle: Handle) -> Callable[[int], bool]:
         """Whether a pid is a process of the worker: in its cgroup, or (without one) started

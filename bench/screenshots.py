@@ -1,0 +1,180 @@
+"""Screenshots of every page of the web UI, for docs/web.md and the README.
+
+Starts a real pool (``gpuyard up`` with 2 virtual nodes of 2 GPUs each) in a temporary home,
+gives it a little history (a group and its quota, a second user, jobs that succeeded, failed,
+were stopped, run now and wait), and photographs each page with Debian's Chromium (``make
+chromium``) at 1280x720, plus the job list at a phone's width and the job page in the dark
+theme. Rerun it after changing a page: ``.venv/bin/python bench/screenshots.py`` (writes
+``docs/img/web-*.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from gpuyard.testing.browser import chromium, unavailable_reason
+from gpuyard.testing.process import ServerProcess
+
+STEPS = (
+    "import math, time; "
+    "[print(f'epoch {i // 50} step {i} loss {2.5 * math.exp(-i / 300):.4f} lr 3e-4', flush=True)"
+    " or sum(j * j for j in range(200000 + 100000 * (i % 7))) * 0 or time.sleep(0.15)"
+    " for i in range(100000)]"
+)
+
+
+def prepare(pool: ServerProcess, token: str) -> dict[str, int]:
+    api = httpx.Client(
+        base_url=f"{pool.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    api.post("/groups", json={"name": "vision", "urgent_limit": 2}).raise_for_status()
+    me = api.get("/users/me").json()["name"]
+    api.patch(f"/users/{me}", json={"group": "vision"}).raise_for_status()
+    api.post("/users", json={"name": "mei", "group": "vision"}).raise_for_status()
+    for tier, gpus in (("normal", 4), ("high", 2)):
+        api.post(
+            "/quotas", json={"kind": "group", "subject": "vision", "tier": tier, "gpus": gpus}
+        ).raise_for_status()
+    api.post(
+        "/quotas", json={"kind": "user", "subject": "mei", "tier": "normal", "gpus": 2}
+    ).raise_for_status()
+    py = sys.executable
+
+    def submit(**spec: object) -> int:
+        answer = api.post("/jobs", json=spec)
+        answer.raise_for_status()
+        return int(answer.json()["id"])
+
+    done = submit(name="warmup-check", command=f"{py} -c \"print('ok')\"")
+    failed = submit(name="bad-lr-sweep", command=f"{py} -c \"raise SystemExit('diverged')\"")
+    stopped = submit(name="old-baseline", command=f'{py} -c "import time; time.sleep(600)"')
+    time.sleep(2)
+    api.post(f"/jobs/{stopped}/stop").raise_for_status()
+    running = submit(
+        name="resnet50-ddp",
+        command=f'{py} -c "{STEPS}"',
+        mode="pytorch",
+        nodes=2,
+        resources={"gpus": 1, "cpus": 2, "memory": "2G"},
+        access="read-only",
+        max_runtime="8h",
+        mounts={"datasets": [{"name": "imagenet", "path": "/tmp"}]},
+        fault_tolerance={"enabled": True, "max_restarts": 3},
+    )
+    submit(
+        name="llama-finetune",
+        command=f'{py} -c "{STEPS}"',
+        mode="pytorch",
+        nodes=2,
+        resources={"gpus": 2},
+        priority="normal",
+    )
+    waiting = submit(
+        name="bert-large-pretrain",
+        command=f'{py} -c "{STEPS}"',
+        nodes=2,
+        resources={"gpus": 2},
+        max_runtime="4h",
+    )
+    return {"done": done, "failed": failed, "running": running, "waiting": waiting}
+
+
+def shoot(pool: ServerProcess, token: str, jobs: dict[str, int], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with chromium() as browser:
+        context = browser.new_context(
+            base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
+        )
+        page = context.new_page()
+        page.goto("/login")
+        page.screenshot(path=str(out / "web-login.png"))
+        page.get_by_label("Token").fill(token)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/jobs**")
+        page.goto("/jobs")
+        page.screenshot(path=str(out / "web-jobs.png"))
+        page.goto(f"/jobs/new?clone={jobs['running']}")
+        page.wait_for_selector("#prediction[data-state]")
+        page.screenshot(path=str(out / "web-form.png"))
+        page.goto(f"/jobs/{jobs['running']}")
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(out / "web-job.png"), full_page=True)
+        page.goto(f"/jobs/{jobs['running']}#h-usage")
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(out / "web-job-charts.png"))
+        page.goto(f"/jobs/{jobs['waiting']}")
+        page.screenshot(path=str(out / "web-job-queued.png"))
+        page.goto("/nodes")
+        page.screenshot(path=str(out / "web-nodes.png"))
+        page.goto("/pools")
+        page.screenshot(path=str(out / "web-pools.png"))
+        page.goto("/admin")
+        page.screenshot(path=str(out / "web-admin.png"))
+        context.close()
+
+        dark = browser.new_context(
+            base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="dark"
+        )
+        dark.add_cookies([{"name": "gpuyard_session", "value": token, "url": pool.url}])
+        page = dark.new_page()
+        page.goto(f"/jobs/{jobs['running']}")
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(out / "web-job-dark.png"))
+        dark.close()
+
+        phone = browser.new_context(
+            base_url=pool.url, viewport={"width": 390, "height": 844}, is_mobile=True
+        )
+        phone.add_cookies([{"name": "gpuyard_session", "value": token, "url": pool.url}])
+        page = phone.new_page()
+        page.goto("/jobs")
+        page.screenshot(path=str(out / "web-jobs-phone.png"))
+        page.goto(f"/jobs/{jobs['running']}")
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(out / "web-job-phone.png"))
+        phone.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/img"))
+    parser.add_argument("--settle", type=float, default=25.0, help="Seconds of running jobs.")
+    args = parser.parse_args()
+    reason = unavailable_reason()
+    if reason:
+        raise SystemExit(f"cannot take screenshots: {reason}")
+    with tempfile.TemporaryDirectory() as tmp:
+        pool = ServerProcess(
+            Path(tmp) / "home",
+            "--virtual-nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--cpus-per-node",
+            "4",
+            "--memory-per-node",
+            "8G",
+            settings={"GPUYARD_USAGE_INTERVAL": "2"},
+        )
+        pool.start()
+        try:
+            token = (pool.home / "owner.token").read_text().strip()
+            jobs = prepare(pool, token)
+            time.sleep(args.settle)  # the running job's log and usage samples pile up
+            shoot(pool, token, jobs, args.out)
+        finally:
+            pool.stop()
+    for png in sorted(args.out.glob("web-*.png")):
+        print(f"{png}: {png.stat().st_size // 1024} KiB")
+    print(json.dumps(jobs))
+
+
+if __name__ == "__main__":
+    main()
