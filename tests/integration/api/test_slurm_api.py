@@ -345,6 +345,8 @@ def test_the_pool_selects_jobs_by_time_window(
     assert ids(active_after=now - 60) == [new]  # the old one ended an hour ago
     assert ids(created_before=now - 60) == [old]
     assert ids(active_after=now - 7200, created_before=now) == [old, new]
+    with pytest.raises(InvalidSpec):
+        client.jobs(active_after=float("nan"))
 
 
 def test_sacct_asks_the_pool_for_the_window_and_states(

@@ -87,10 +87,12 @@ def list_jobs(
     ] = None,
     array: Annotated[JobId | None, Query(description="The tasks of this job array.")] = None,
     active_after: Annotated[
-        float | None, Query(description="Only jobs not ended before this Unix time.")
+        float | None,
+        Query(ge=0, allow_inf_nan=False, description="Only jobs not ended before this Unix time."),
     ] = None,
     created_before: Annotated[
-        float | None, Query(description="Only jobs submitted by this Unix time.")
+        float | None,
+        Query(ge=0, allow_inf_nan=False, description="Only jobs submitted by this Unix time."),
     ] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
