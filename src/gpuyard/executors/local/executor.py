@@ -138,6 +138,7 @@ class LocalExecutor:
         nvml: NvmlLibrary | None = None,
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
         gpu_meter: GpuMeter | None = None,
+        supervisor_prefix: Sequence[str] = (),
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
         use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
@@ -145,7 +146,9 @@ class LocalExecutor:
         ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
         for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
         ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
-        a ``machine`` whose GPUs it describes). ``disk_thresholds``: free fractions of the
+        a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
+        each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
+        supervisors to the agent's life). ``disk_thresholds``: free fractions of the
         job directories' filesystem below which the disk probe warns and is critical."""
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
@@ -155,6 +158,7 @@ class LocalExecutor:
         self.supervisors_root = home / "supervisors"
         self.machine = machine or detect_machine()
         self.pids_limit = pids_limit
+        self.supervisor_prefix = tuple(supervisor_prefix)
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
         self.isolation = isolation or cgroups.detect(self._name)
@@ -413,7 +417,7 @@ class LocalExecutor:
             os.close(fd)
         with open(sdir / "supervisor.err", "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, *self._command(key)],
+                [*self.supervisor_prefix, sys.executable, *self._command(key)],
                 stdin=subprocess.DEVNULL if terminal is None else terminal,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
