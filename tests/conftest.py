@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,26 @@ def as_user(api_url: str, token_for: TokenFor) -> Iterator[AsUser]:
 def client(as_user: AsUser) -> Client:
     """Signed in as alice, a plain user."""
     return as_user("alice")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Ray cluster on this machine for the whole session: a head on 127.0.0.1 and nodes
+    node1..node3 on 127.0.0.2..4, 2 fake GPUs each (gpuyard.testing.raycluster). Tests that
+    use it are in the xdist group "ray", so one worker starts it once. Skipped, saying why,
+    only when Ray cannot start here."""
+    from gpuyard.testing import raycluster
+
+    reason = raycluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("ray") / "ray-start.log"
+    context = raycluster.ray_cluster(3, log=log)
+    try:
+        cluster = context.__enter__()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"a Ray test cluster cannot start here: {exc}")
+    try:
+        yield cluster
+    finally:
+        context.__exit__(None, None, None)

@@ -9,7 +9,8 @@ What ``../shared/research/ray.md`` found on this machine, and what this module d
 
 - nodes started in parallel race for ports (``bind: Address already in use``): they are started
   one after another, each with explicit ports of its own;
-- ports 20001-21000 belong to this machine's slurmd processes: every port here is above them;
+- ports 20001-21000 belong to this machine's slurmd processes, and 32768-60999 are the
+  kernel's ephemeral ports (any client socket may take one): every port here lies between;
 - ``--node-ip-address=127.0.0.1`` is silently replaced by the host's IP: nodes start at .2;
 - ``ray stop`` stops *every* Ray process of the user on the machine (other people's clusters
   too): :meth:`RayCluster.stop` kills only the processes of this cluster (those whose command
@@ -51,7 +52,7 @@ about 65 s for a hang)."""
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_IMPORT_WARNING": "1"}
 OBJECT_STORE = 80_000_000
 """Bytes of object store per node: the least Ray accepts (we pass only small messages)."""
-DEFAULT_BASE_PORT = 36000
+DEFAULT_BASE_PORT = 24000
 PORTS_PER_NODE = 20
 
 
@@ -82,7 +83,7 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def _free_base(start: int) -> int:
     """A block of ports for head and nodes nobody listens on (another cluster may run)."""
-    for base in range(start, 60000, 1000):
+    for base in range(start, 32000, 1000):
         if all(_port_free(base + p) for p in (0, 1, 2, 10, 11, 100)):
             return base
     raise RuntimeError("no free block of ports for a Ray test cluster")
@@ -179,11 +180,7 @@ class RayCluster:
         for proc in self._processes():
             with contextlib.suppress(psutil.Error):
                 cmd = proc.cmdline()
-                if (
-                    cmd
-                    and cmd[0].endswith("raylet")
-                    and f"--node_ip_address={address}" in cmd
-                ):
+                if cmd and cmd[0].endswith("raylet") and f"--node_ip_address={address}" in cmd:
                     return proc
         return None
 
@@ -200,10 +197,12 @@ class RayCluster:
         """Every process of this cluster: those that name its temporary directory, and all
         that run under them (Ray's workers, and whatever they started)."""
         mark = str(self.temp_dir)
+        me = psutil.Process()
+        ours = {me.pid, *(p.pid for p in me.parents())}  # a command that names the dir
         roots = []
         for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info.get("cmdline") or []
-            if any(mark in part for part in cmd):
+            if proc.pid not in ours and any(mark in part for part in cmd):
                 roots.append(proc)
         found: dict[int, psutil.Process] = {p.pid: p for p in roots}
         for root in roots:
@@ -240,7 +239,7 @@ def ray_cluster(
     cluster = RayCluster(
         base_port=base,
         # Short: Ray puts Unix sockets under it (108 bytes at most per path).
-        temp_dir=temp_dir or Path(f"/tmp/gpy-ray-{base}"),
+        temp_dir=temp_dir or Path(f"/tmp/gpy-ray-{base}"),  # noqa: S108 - a test cluster's
         gpus_per_node=gpus_per_node,
         log=log,
     )

@@ -710,8 +710,10 @@ class LocalExecutor:
             finally:
                 os.close(fd)
         else:
+            # The supervisor records the command's pid in its own directory (state.json),
+            # not in the worker's: the job cannot write there.
             try:
-                fd = untrusted.open_dir(str(self.home), handle["dir"])
+                fd = untrusted.open_dir(str(self.home), str(handle.get("supervisor", "")))
             except (FileNotFoundError, untrusted.Unreadable, OSError):
                 return
             try:

@@ -122,7 +122,7 @@ class NodeAgent:
         return {
             "node": self.node_name,
             "node_id": ray.get_runtime_context().get_node_id(),
-            "address": ray.util.get_node_ip_address(),
+            "address": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "python": sys.executable,
@@ -170,9 +170,7 @@ class NodeAgent:
     def node_usage(self) -> dict[str, NodeUsage]:
         return self.local.node_usage()
 
-    def read_logs(
-        self, requests: Sequence[tuple[Handle, int, int]]
-    ) -> list[tuple[bytes, int]]:
+    def read_logs(self, requests: Sequence[tuple[Handle, int, int]]) -> list[tuple[bytes, int]]:
         """Chunks of several workers' logs at once: (handle, offset, limit) each."""
         return [self.local.read_log(h, offset, limit) for h, offset, limit in requests]
 

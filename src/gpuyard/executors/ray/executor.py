@@ -71,6 +71,10 @@ PUMP_CHUNK = 1 << 20
 NODE_REFRESH = 2.0
 """Seconds between the controller's looks at the nodes (a node joins or leaves)."""
 _RUNNING = WorkerStatus(WorkerState.RUNNING)
+AGENT_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
+"""A Ray worker SIGKILLs its direct children when it exits: the agent's are the supervisors,
+which must live to stop their workers (the parent death signal, :mod:`.agent`), not die
+before them and leave the workers running."""
 
 
 class RayExecutor:
@@ -144,7 +148,7 @@ class RayExecutor:
 
         now = time.monotonic()
         if fresh or now - self._ray_nodes_at > NODES_TTL:
-            self._ray_nodes = [n for n in ray.nodes() if n.get("Alive")]
+            self._ray_nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
             self._ray_nodes_at = now
         return self._ray_nodes
 
@@ -175,6 +179,7 @@ class RayExecutor:
                 num_cpus=0,
                 max_concurrency=16,
                 max_restarts=0,
+                runtime_env={"env_vars": AGENT_ENV},
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
             agent = actor.remote(
@@ -223,7 +228,9 @@ class RayExecutor:
                     except Exception as exc:  # one node's agent failing leaves it out
                         log.warning("the agent of Ray node %s failed to start: %s", node_id, exc)
                         self._forget(node_id)
-        return [node_info(n, self._infos[n["NodeID"]]) for n in entries if n["NodeID"] in self._infos]
+        return [
+            node_info(n, self._infos[n["NodeID"]]) for n in entries if n["NodeID"] in self._infos
+        ]
 
     def _any_info(self) -> Mapping[str, Any]:
         if not self._infos:
@@ -304,7 +311,7 @@ class RayExecutor:
     ) -> Iterator[tuple[str, list[int], Any]]:
         """Call ``method`` of each agent with its handles' local handles; yields (node id,
         indices, answer or the exception)."""
-        calls = []
+        calls: list[tuple[str, list[int], Any]] = []
         for node_id, idx in self._by_agent(handles).items():
             try:
                 agent = self._agent(node_id)

@@ -48,11 +48,7 @@ def node_info(entry: Mapping[str, Any], agent: Mapping[str, Any] | None = None) 
     for the GPU devices and model, which Ray does not know."""
     resources: Mapping[str, float] = entry.get("Resources") or {}
     gpus = int(resources.get("GPU", 0))
-    labels = {
-        k: v
-        for k, v in _labels(entry).items()
-        if not k.startswith(("ray.io/", "gpuyard."))
-    }
+    labels = {k: v for k, v in _labels(entry).items() if not k.startswith(("ray.io/", "gpuyard."))}
     for key, amount in sorted(resources.items()):
         if key in _BUILTIN_RESOURCES or key.startswith(("node:", "accelerator_type:")):
             continue
