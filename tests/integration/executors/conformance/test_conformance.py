@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import signal
 
-from conftest import Harness, gone, pid_from
-
 from gpuyard.models.worker import WorkerState
+from gpuyard.testing.conformance import Harness, gone, pid_from
 
 
 def test_exit_codes_and_logs(harness: Harness) -> None:

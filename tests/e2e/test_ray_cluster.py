@@ -1,0 +1,187 @@
+"""Issue 13 acceptance, end to end: `gpuyard up --executor ray` on the session's Ray test cluster.
+
+A real pool process drives the cluster's nodes (node1..node3 on 127.0.0.2..4, 2 fake GPUs and
+1 CPU each) through their node agents: the nodes appear with their labels, a 2-node DDP job
+trains with identical weights on every rank with MASTER_ADDR a node's own address, `gpuyard
+logs -f` follows a worker on a non-head node, a `kill -9` of the pool loses and duplicates
+nothing, and a node whose raylet is killed under a running job has the job running again on
+the nodes left, with nothing of the old attempt left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpuyard.testing.process import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+DDP = ROOT / "examples" / "ddp_train.py"
+ENDED = {"succeeded", "failed", "stopped", "expired"}
+
+
+@pytest.fixture(scope="module")
+def ray_pool(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    home = tmp_path_factory.mktemp("raypool") / "home"
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    pool = ServerProcess(
+        home,
+        "--executor",
+        "ray",
+        "--ray-address",
+        ray_cluster.address,
+        settings={
+            "GPUYARD_RAY_NAMESPACE": namespace,
+            "GPUYARD_RAY_INTERFACE": "lo",
+            "GPUYARD_INSPECT_INTERVAL": "0",
+        },
+    ).start(timeout=90)
+    yield pool
+    pool.stop()
+    from gpuyard.executors.ray.executor import RayExecutor
+
+    RayExecutor(home, address=ray_cluster.address, namespace=namespace).shutdown_agents()
+
+
+def nodes(pool: ServerProcess) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for n in pool.cli_json("nodes")}
+
+
+def wait_running(pool: ServerProcess, job_id: int, attempt: int = 0, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = pool.cli_json("show", str(job_id))
+        if job["status"] == "running" and job.get("attempt", 0) >= attempt:
+            workers = job["workers"]
+            if workers and all(w["state"] == "running" for w in workers):
+                return job
+        assert job["status"] not in ENDED, job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+
+
+def test_ray_nodes_are_pool_nodes_with_their_labels(
+    ray_pool: ServerProcess, ray_cluster: Any
+) -> None:
+    found = nodes(ray_pool)
+    assert set(ray_cluster.nodes) <= set(found), found
+    node = found["node1"]
+    assert node["address"] == "127.0.0.2" and node["gpus"] == 2 and node["cpus"] == 1
+    assert node["labels"]["executor"] == "ray" and node["labels"]["zone"] == "z1"
+    assert node["labels"]["ray.resource/gpuyard_slot"] == "2"
+    assert all(n["labels"].get("executor") == "ray" for n in found.values())  # not the head
+
+
+def test_ddp_across_ray_nodes_and_logs_follow_a_non_head_worker(ray_pool: ServerProcess) -> None:
+    job = ray_pool.cli_json(
+        "submit", "--mode", "pytorch", "--nodes", "2", "--gpus", "2", "--cpus", "1",
+        "--", PYTHON, str(DDP), "--steps", "20",
+    )  # fmt: skip
+    followed = subprocess.run(
+        [PYTHON, "-m", "gpuyard", "logs", "-f", str(job["id"]), "--worker", "1"],
+        env=ray_pool.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    done = ray_pool.wait_status(job["id"], ENDED, 180)
+    log0 = ray_pool.cli("logs", str(job["id"])).stdout
+    assert done["status"] == "succeeded", (done, log0[-3000:], followed.stdout[-2000:])
+    workers = done["workers"]
+    assert len({w["node"] for w in workers}) == 2
+    assert "4 ranks on 2 nodes: weights identical" in log0
+    outputs = ray_pool.home / "node" / "jobs" / str(job["id"]) / "outputs"
+    digests = {json.loads((outputs / f"rank-{r}.json").read_text())["digest"] for r in range(4)}
+    assert len(digests) == 1
+    # Worker 1 runs on a node other than the head; its log came through its node's agent.
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.strip(), followed
+    master = ray_pool.cli_json("show", str(job["id"]))
+    assert master["workers"][0]["node"] in {"node1", "node2", "node3"}
+
+
+def _job_processes(pool: ServerProcess, job_id: int) -> list[psutil.Process]:
+    """Processes of the job's workers (their control directories are under the pool's node
+    home: every Ray node of the test cluster is this machine)."""
+    mark = f"GPUYARD_CONTROL_DIR={pool.home / 'node' / 'jobs' / str(job_id)}/"
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(f"{k}={v}".startswith(mark) for k, v in proc.environ().items()):
+                found.append(proc)
+    return found
+
+
+def test_kill_9_of_the_pool_loses_and_duplicates_nothing(ray_pool: ServerProcess) -> None:
+    job = ray_pool.cli_json(
+        "submit", "--nodes", "2", "--gpus", "1", "--cpus", "0.5", "--",
+        "bash", "-c", "echo started $GPUYARD_NODE_RANK; sleep 600",
+    )  # fmt: skip
+    before = wait_running(ray_pool, job["id"])
+    pids = sorted(p.pid for p in _job_processes(ray_pool, job["id"]))
+    assert pids
+    ray_pool.crash()
+    ray_pool.start(timeout=90)
+    time.sleep(3)  # a few passes of the new controller
+    after = ray_pool.cli_json("show", str(job["id"]))
+    assert after["status"] == "running" and after.get("attempt") == before.get("attempt")
+    assert [w["state"] for w in after["workers"]] == ["running", "running"]
+    assert sorted(p.pid for p in _job_processes(ray_pool, job["id"])) == pids  # 0 lost, 0 new
+    for rank in (0, 1):
+        log = ray_pool.cli("logs", str(job["id"]), "--worker", str(rank)).stdout
+        assert log.count("started") == 1, log
+    ray_pool.cli("stop", str(job["id"]))
+    ray_pool.wait_status(job["id"], ENDED, 60)
+    deadline = time.monotonic() + 30
+    while _job_processes(ray_pool, job["id"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _job_processes(ray_pool, job["id"])
+
+
+def test_a_killed_raylet_under_a_job_restarts_it_on_the_nodes_left(
+    ray_pool: ServerProcess, ray_cluster: Any
+) -> None:
+    job = ray_pool.cli_json(
+        "submit", "--nodes", "2", "--gpus", "1", "--cpus", "0.5", "--max-restarts", "2",
+        "--no-preflight", "--", "bash", "-c", "echo attempt $GPUYARD_ATTEMPT; sleep 600",
+    )  # fmt: skip
+    first = wait_running(ray_pool, job["id"])
+    old = {p.pid for p in _job_processes(ray_pool, job["id"])}
+    victim = first["workers"][1]["node"]
+    killed_at = time.monotonic()
+    ray_cluster.kill_node(victim)
+    try:
+        again = wait_running(ray_pool, job["id"], attempt=1, timeout=60)
+        took = time.monotonic() - killed_at
+        assert took < 60, took
+        assert victim not in {w["node"] for w in again["workers"]}
+        deadline = time.monotonic() + 20
+        while old & {p.pid for p in _job_processes(ray_pool, job["id"])}:
+            assert time.monotonic() < deadline, "a process of the old attempt still runs"
+            time.sleep(0.2)
+        assert nodes(ray_pool)[victim]["state"] == "gone"
+        events = json.dumps(ray_pool.cli_json("events", str(job["id"])))
+        assert "worker_lost" in events and f"node {victim} left the Ray cluster" in events
+    finally:
+        ray_pool.cli("stop", str(job["id"]), check=False)
+        ray_cluster.add_node(int(victim.removeprefix("node")))
+    deadline = time.monotonic() + 30
+    while nodes(ray_pool).get(victim, {}).get("state") != "ready":
+        assert time.monotonic() < deadline, "the node did not come back"
+        time.sleep(0.5)
