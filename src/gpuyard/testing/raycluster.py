@@ -234,17 +234,28 @@ def ray_cluster(
     temp_dir: Path | None = None,
     log: Path | None = None,
 ) -> Iterator[RayCluster]:
-    """A head and ``nodes`` nodes, stopped at the end whatever happens."""
-    base = _free_base(base_port or DEFAULT_BASE_PORT)
-    cluster = RayCluster(
-        base_port=base,
-        # Short: Ray puts Unix sockets under it (108 bytes at most per path).
-        temp_dir=temp_dir or Path(f"/tmp/gpy-ray-{base}"),  # noqa: S108 - a test cluster's
-        gpus_per_node=gpus_per_node,
-        log=log,
-    )
+    """A head and ``nodes`` nodes, stopped at the end whatever happens. When the head
+    cannot start on a block of ports (another cluster took it meanwhile), the next block is
+    tried."""
+    base = base_port or DEFAULT_BASE_PORT
+    for tries_left in range(2, -1, -1):
+        base = _free_base(base)
+        cluster = RayCluster(
+            base_port=base,
+            # Short: Ray puts Unix sockets under it (108 bytes at most per path).
+            temp_dir=temp_dir or Path(f"/tmp/gpy-ray-{base}"),  # noqa: S108 - a test cluster's
+            gpus_per_node=gpus_per_node,
+            log=log,
+        )
+        try:
+            cluster.start_head()
+            break
+        except RuntimeError:
+            cluster.stop()
+            if not tries_left:
+                raise
+            base += 1000
     try:
-        cluster.start_head()
         for i in range(1, nodes + 1):
             cluster.add_node(i)
         yield cluster

@@ -449,6 +449,11 @@ class LocalExecutor:
         key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
         identity = procfs.oldest_running([sys.executable, *self._command(key)][1:], self._boot)
+        if identity is None and self.supervisor_prefix:
+            # Caught between the prefix's start and its exec of the supervisor (same process).
+            identity = procfs.oldest_running(
+                [*self.supervisor_prefix[1:], sys.executable, *self._command(key)], self._boot
+            )
         # Where this executor puts the worker's cgroup (not what spec.json says: a file).
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}", memory=0, mcpus=0, pids=0

@@ -92,9 +92,7 @@ def _ray(request: pytest.FixtureRequest) -> Iterator[Harness]:
             time.sleep(0.5)
 
 
-@pytest.fixture(
-    params=["local", pytest.param("ray", marks=[pytest.mark.xdist_group("ray"), pytest.mark.slow])]
-)
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.slow)])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     if request.param == "local":
         yield from _local(request, tmp_path)

@@ -13,8 +13,14 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from gpuyard.models.worker import WorkerState
 from gpuyard.testing.conformance import Harness, gone, pid_from
+
+# One worker runs the whole module: the Ray cases share the session's cluster (a mark on the
+# "ray" parameter alone does not group them under xdist's loadgroup).
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 def test_exit_codes_and_logs(harness: Harness) -> None:
