@@ -174,6 +174,16 @@ class RayCluster:
         self.nodes[name] = address
         return name
 
+    def ensure_nodes(self) -> list[str]:
+        """Start again every node whose raylet is gone (a test killed it), as a new Ray node of
+        the same name and address; the names of those started."""
+        started = []
+        for name in list(self.nodes):
+            if self.raylet(name) is None:
+                self.add_node(int(name.removeprefix("node")))
+                started.append(name)
+        return started
+
     def raylet(self, name: str) -> psutil.Process | None:
         """The raylet of node ``name``, while it runs."""
         address = self.nodes[name]

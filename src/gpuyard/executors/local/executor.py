@@ -118,6 +118,8 @@ IDENTITY = ("HOME", "USER", "LOGNAME")
 """Who a process is: not in the base env; a worker gets its account's (HOME: its workspace),
 or the pool's own when it runs as the pool, unless its job sets them."""
 _RUNNING = WorkerStatus(WorkerState.RUNNING)
+ADOPT_SEARCH = 1.0
+"""Seconds a launch that adopts looks for a supervisor that has not recorded an exit."""
 
 
 class LocalExecutor:
@@ -448,12 +450,7 @@ class LocalExecutor:
         process running its supervisor command (none if it has ended)."""
         key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
-        identity = procfs.oldest_running([sys.executable, *self._command(key)][1:], self._boot)
-        if identity is None and self.supervisor_prefix:
-            # Caught between the prefix's start and its exec of the supervisor (same process).
-            identity = procfs.oldest_running(
-                [*self.supervisor_prefix[1:], sys.executable, *self._command(key)], self._boot
-            )
+        identity = self._find_supervisor(key)
         # Where this executor puts the worker's cgroup (not what spec.json says: a file).
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}", memory=0, mcpus=0, pids=0
@@ -469,6 +466,28 @@ class LocalExecutor:
             "spawned_at": time.time(),
             **_placed(request),
         }
+
+    def _find_supervisor(self, key: WorkerKey) -> procfs.Identity | None:
+        """The live supervisor of ``key``, found by its command line. A handle without one is
+        reported lost (and what is left of the worker killed), so a supervisor that has no
+        exit record yet is looked for a little longer: one spawned a moment ago by another
+        launch may not be seen by the first scan of a busy machine."""
+        tails = [[sys.executable, *self._command(key)][1:]]
+        if self.supervisor_prefix:
+            # Caught between the prefix's start and its exec of the supervisor (same process).
+            tails.append([*self.supervisor_prefix[1:], sys.executable, *self._command(key)])
+        deadline = time.monotonic() + ADOPT_SEARCH
+        while True:
+            for tail in tails:
+                identity = procfs.oldest_running(tail, self._boot)
+                if identity is not None:
+                    return identity
+            if (
+                time.monotonic() >= deadline
+                or self._exit_record(str(self.supervisor_dir(key))) is not None
+            ):
+                return None
+            time.sleep(0.02)
 
     # -- status ---------------------------------------------------------------------------
 

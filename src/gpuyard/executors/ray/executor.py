@@ -125,6 +125,12 @@ class RayExecutor:
     # -- Ray --------------------------------------------------------------------------------
 
     def connect(self) -> None:
+        """Join the cluster as a Ray driver and start copying logs."""
+        self._init()
+        self._pump = threading.Thread(target=self._pump_logs, name="gpuyard-ray-logs", daemon=True)
+        self._pump.start()
+
+    def _init(self) -> None:
         import ray
 
         if not ray.is_initialized():
@@ -135,8 +141,6 @@ class RayExecutor:
                 logging_level=logging.WARNING,
                 configure_logging=False,
             )
-        self._pump = threading.Thread(target=self._pump_logs, name="gpuyard-ray-logs", daemon=True)
-        self._pump.start()
 
     def _get(self, ref: Any, timeout: float | None = None) -> Any:
         import ray
@@ -520,6 +524,7 @@ class RayExecutor:
         a pool off a cluster for good. How many there were."""
         import ray
 
+        self._init()
         killed = 0
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry.get("namespace") != self.namespace:

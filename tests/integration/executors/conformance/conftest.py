@@ -24,21 +24,20 @@ from gpuyard.testing.conformance import Harness, cleanup
 
 
 @pytest.fixture(scope="session")
-def ray_executor(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The Ray executor on the session's cluster, for the whole session (its agents start
-    once)."""
-    import ray
-
+def ray_executor(ray_cluster: Any, ray_agents: tuple[str, Path]) -> Iterator[Any]:
+    """The Ray executor on the session's cluster and agents (tests/conftest.py)."""
     from gpuyard.executors.ray.executor import RayExecutor
 
-    home = tmp_path_factory.mktemp("ray-conformance")
+    namespace, node_home = ray_agents
     executor = RayExecutor(
-        home, address=ray_cluster.address, namespace="conformance", interface="lo"
+        node_home / "control",
+        address=ray_cluster.address,
+        namespace=namespace,
+        node_home=str(node_home),
+        interface="lo",
     )
     yield executor
-    executor.shutdown_agents()
     executor.close()
-    ray.shutdown()
 
 
 def _local(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
@@ -63,11 +62,13 @@ def _local(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
 def _ray(request: pytest.FixtureRequest) -> Iterator[Harness]:
     from gpuyard.executors.ray.executor import RayExecutor
 
-    cluster = request.getfixturevalue("ray_cluster")
+    cluster = request.getfixturevalue("ray_nodes_up")
     executor: RayExecutor = request.getfixturevalue("ray_executor")
-    names = sorted(n.name for n in executor.nodes())
-    assert names == sorted(cluster.nodes), names
-    lost: list[str] = []
+    deadline = time.monotonic() + 60
+    while sorted(n.name for n in executor.nodes()) != sorted(cluster.nodes):
+        assert time.monotonic() < deadline, executor.nodes()
+        time.sleep(0.3)
+    names = sorted(cluster.nodes)
 
     def reopen() -> Executor:
         # A second control plane in this process: it knows no agent and finds them by name.
@@ -75,21 +76,14 @@ def _ray(request: pytest.FixtureRequest) -> Iterator[Harness]:
             executor.home,
             address=cluster.address,
             namespace=executor.namespace,
+            node_home=executor.node_home,
             interface="lo",
         )
 
-    def lose(node: str) -> None:
-        cluster.kill_node(node)
-        lost.append(node)
-
-    harness = Harness("ray", executor, names, reopen, lose)
+    # A node it kills is started again by the next test that needs it (ray_nodes_up).
+    harness = Harness("ray", executor, names, reopen, cluster.kill_node)
     yield harness
     cleanup(executor, harness.launched)
-    for node in lost:  # back for the next tests, as a new Ray node of the same name
-        cluster.add_node(int(node.removeprefix("node")))
-        deadline = time.monotonic() + 60
-        while node not in {n.name for n in executor.nodes()} and time.monotonic() < deadline:
-            time.sleep(0.5)
 
 
 @pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.slow)])
