@@ -170,11 +170,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
         who, warning = run_as(settings, euid=os.geteuid())
         if warning:
             log.warning("%s", warning)
-        elif (
-            who is RunAs.OWNER
-            and isinstance(executor, LocalExecutor)
-            and (unreachable := executor.unreachable_home())
-        ):
+        elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
             # Every job would fail to start: run them as the pool's user instead, loudly. (A
             # root pool with the default home under /root lands here; `make run` too.)
             who = RunAs.POOL
@@ -231,6 +227,13 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             info = read_server_file(home)
             if info and info.get("pid") == os.getpid():
                 server_file.unlink(missing_ok=True)
+
+
+def _unreachable_home(executor: Executor) -> str:
+    """Why jobs cannot run as their owners' accounts under this executor's home ("" when they
+    can, or when the executor cannot tell): the local executor's, or a Ray node's."""
+    check = getattr(executor, "unreachable_home", None)
+    return str(check()) if callable(check) else ""
 
 
 def make_executor(settings: Settings) -> Executor:

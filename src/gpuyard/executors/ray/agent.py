@@ -137,6 +137,7 @@ class NodeAgent:
                 "check": tools.check,
             },
             "warnings": self.local.warnings(),
+            "unreachable_home": self.local.unreachable_home(),
         }
 
     # -- workers ----------------------------------------------------------------------------

@@ -265,6 +265,11 @@ class RayExecutor:
     def base_env(self, node: str) -> Mapping[str, str]:
         return dict(self._info_of(node).get("env") or {})
 
+    def unreachable_home(self) -> str:
+        """Why jobs cannot run as their owners' OS accounts on the nodes ("" when they can),
+        as the first node's agent found its node home."""
+        return str(self._any_info().get("unreachable_home", ""))
+
     def job_dir(self, job_id: int) -> str:
         return str(Path(self.node_home) / "jobs" / str(job_id))
 
