@@ -577,12 +577,15 @@ def ray_main(args: argparse.Namespace, console: Console) -> None:
             f"Ray test cluster: head {cluster.address} + {nodes} nodes, up in "
             f"{time.monotonic() - started:.1f} s"
         )
+        # Jobs run as the pool's own user in both (as in the tests): the DDP job runs this
+        # checkout's Python, which other accounts may not be able to reach.
+        same = {"GPUYARD_RUN_AS": "pool", "GPUYARD_INSPECT_INTERVAL": "0"}
         pools: list[tuple[str, Sequence[str], dict[str, str]]] = [
-            ("local", ["--virtual-nodes", str(nodes), "--gpus-per-node", "2"], {}),
+            ("local", ["--virtual-nodes", str(nodes), "--gpus-per-node", "2"], same),
             (
                 "ray",
                 ["--executor", "ray", "--ray-address", cluster.address],
-                {"GPUYARD_RAY_INTERFACE": "lo", "GPUYARD_INSPECT_INTERVAL": "0"},
+                {**same, "GPUYARD_RAY_INTERFACE": "lo"},
             ),
         ]
         for name, options, env in pools:

@@ -98,6 +98,8 @@ class RayCluster:
     gpus_per_node: int
     nodes: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    head_env: dict[str, str] = field(default_factory=dict)
+    """More environment of the head only (``RAY_REDIS_ADDRESS`` for a GCS kept in Redis)."""
     log: Path | None = None
 
     @property
@@ -150,7 +152,7 @@ class RayCluster:
                 f"--temp-dir={self.temp_dir}",
                 *self._node_ports(0),
             ],
-            HEALTH_CHECK,
+            {**HEALTH_CHECK, **self.head_env},
         )
 
     def add_node(self, index: int, labels: Mapping[str, str] | None = None) -> str:
@@ -243,6 +245,7 @@ def ray_cluster(
     base_port: int | None = None,
     temp_dir: Path | None = None,
     log: Path | None = None,
+    head_env: Mapping[str, str] | None = None,
 ) -> Iterator[RayCluster]:
     """A head and ``nodes`` nodes, stopped at the end whatever happens. When the head
     cannot start on a block of ports (another cluster took it meanwhile), the next block is
@@ -256,6 +259,7 @@ def ray_cluster(
             temp_dir=temp_dir or Path(f"/tmp/gpy-ray-{base}"),  # noqa: S108 - a test cluster's
             gpus_per_node=gpus_per_node,
             log=log,
+            head_env=dict(head_env or {}),
         )
         try:
             cluster.start_head()
