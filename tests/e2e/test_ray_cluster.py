@@ -156,6 +156,23 @@ def test_kill_9_of_the_pool_loses_and_duplicates_nothing(ray_pool: ServerProcess
     assert not _job_processes(ray_pool, job["id"])
 
 
+def test_an_mpi_job_across_ray_nodes_through_rexec(ray_pool: ServerProcess) -> None:
+    """Open MPI's daemons reach the other node through gpuyard's rexec agent (no ssh), on the
+    Ray nodes' addresses."""
+    job = ray_pool.cli_json(
+        "submit", "--mode", "mpi", "--nodes", "2", "--gpus", "1", "--cpus", "0.5",
+        "--workdir", str(ROOT), "--max-runtime", "90s",
+        "--", f"{PYTHON} examples/mpi_test.py",
+    )  # fmt: skip
+    done = ray_pool.wait_status(job["id"], ENDED, 120)
+    launcher = ray_pool.cli("logs", str(job["id"])).stdout
+    target = ray_pool.cli("logs", str(job["id"]), "--worker", "1").stdout
+    assert done["status"] == "succeeded", (done, launcher[-3000:], target[-3000:])
+    assert "mpi_test: allreduce over 2 ranks: sums [3, 5]: ok" in launcher
+    address = {n: a["address"] for n, a in nodes(ray_pool).items()}[done["workers"][1]["node"]]
+    assert f"rexec: listening on {address}:" in target
+
+
 def test_a_killed_raylet_under_a_job_restarts_it_on_the_nodes_left(
     ray_pool: ServerProcess, ray_cluster: Any
 ) -> None:

@@ -6,14 +6,16 @@ a job on such a cluster (its own, apart from the session's: one head, one node),
 killed with SIGKILL and started again with its own command line a few seconds later, and the
 job is still running, the pool still drives it (it stops it), and nothing of it is left.
 
-Redis comes from Debian (``apt-get install redis-server``, 7.0 on Debian 12); the test skips,
-saying so, where it is not installed. It is not in ``make setup`` and so not in the 90 s of Ray
-tests of ``make test`` unless installed.
+Redis comes from Debian (``apt-get install redis-server``, 7.0 on Debian 12). The test is
+opt-in: it starts a second Ray cluster and waits out a GCS outage (about 35 s on 2 cores), past
+the 90 s the Ray tests may take in ``make test``. Run it with ``GPYTEST_RAY_GCS_FT=1`` where
+redis-server is installed; otherwise it skips, saying which is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -40,6 +42,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[str]:
+    if os.environ.get("GPYTEST_RAY_GCS_FT") != "1":
+        pytest.skip("opt-in (about 35 s): GPYTEST_RAY_GCS_FT=1 runs the Redis-backed GCS test")
     server = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not Path(server).exists():
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
@@ -104,10 +108,10 @@ def test_a_job_outlives_a_gcs_crash_with_redis(ft_cluster: RayCluster, tmp_path:
         argv, env, cwd = gcs.cmdline(), gcs.environ(), gcs.cwd()
         gcs.kill()
         gcs.wait(10)
-        time.sleep(5)  # the cluster without its GCS
+        time.sleep(3)  # the cluster without its GCS
         with open(tmp_path / "gcs-restart.log", "ab") as log:
             subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
-        time.sleep(10)  # raylets and the pool's driver reconnect
+        time.sleep(6)  # raylets and the pool's driver reconnect
         shown = pool.cli_json("show", str(job["id"]))
         assert shown["status"] == "running", shown
         assert shown["workers"][0]["state"] == "running"
