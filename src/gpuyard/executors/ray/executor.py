@@ -64,6 +64,11 @@ CALL_TIMEOUT = 10.0
 """Seconds any one Ray call may take (a misconfigured cluster hangs instead of failing)."""
 AGENT_START_TIMEOUT = 60.0
 """Seconds a new agent has to answer (a fresh Ray worker process: ~1.7 s on 2 cores)."""
+LOOP_CALL_TIMEOUT = 3.0
+"""Seconds the controller's pass waits for the agents (status of all at once, a stop)."""
+SLOW_AGENT_REST = 5.0
+"""Seconds an agent that did not answer in time is left alone (its workers count as running
+until it answers or Ray declares its node dead)."""
 NODES_TTL = 1.0
 """Seconds ``ray.nodes()`` is reused between calls."""
 PUMP_EVERY = 1.0
@@ -114,6 +119,8 @@ class RayExecutor:
         """Ray node id -> its agent's ``info()`` reference, not answered yet."""
         self._ray_nodes: list[dict[str, Any]] = []
         self._ray_nodes_at = 0.0
+        self._slow: dict[str, float] = {}
+        """Ray node id -> when its agent last failed to answer in time."""
         self._tracked: dict[WorkerKey, Handle] = {}
         """Workers whose logs the pump copies (running ones, as far as we know)."""
         self._wakeup: Callable[[WorkerKey | None], None] = lambda _key: None
@@ -318,25 +325,43 @@ class RayExecutor:
     def _fan_out(
         self, handles: Sequence[Handle], method: str
     ) -> Iterator[tuple[str, list[int], Any]]:
-        """Call ``method`` of each agent with its handles' local handles; yields (node id,
-        indices, answer or the exception)."""
-        calls: list[tuple[str, list[int], Any]] = []
+        """Call ``method`` of each agent with its handles' local handles, all at once, and
+        wait ``LOOP_CALL_TIMEOUT`` at most for all of them together; yields (node id, indices,
+        answer or the exception). An agent that did not answer in time is not asked again
+        for ``SLOW_AGENT_REST`` seconds (it gets a TimeoutError meanwhile): one hung node must
+        not stall every pass of the controller."""
+        import ray
+
+        calls: dict[str, tuple[list[int], Any]] = {}
+        now = time.monotonic()
         for node_id, idx in self._by_agent(handles).items():
+            if now - self._slow.get(node_id, -SLOW_AGENT_REST) < SLOW_AGENT_REST:
+                calls[node_id] = (idx, TimeoutError(f"the agent of {node_id} answers slowly"))
+                continue
             try:
                 agent = self._agent(node_id)
                 ref = getattr(agent, method).remote([handles[i]["local"] for i in idx])
             except Exception as exc:  # a dead node has no agent to ask
-                calls.append((node_id, idx, exc))
+                calls[node_id] = (idx, exc)
                 continue
-            calls.append((node_id, idx, ref))
-        for node_id, idx, ref in calls:
+            calls[node_id] = (idx, ref)
+        refs = [ref for _idx, ref in calls.values() if not isinstance(ref, Exception)]
+        ready: set[Any] = set()
+        if refs:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=LOOP_CALL_TIMEOUT)
+            ready = set(done)
+        for node_id, (idx, ref) in calls.items():
             if isinstance(ref, Exception):
                 yield node_id, idx, ref
-                continue
-            try:
-                yield node_id, idx, self._get(ref)
-            except Exception as exc:
-                yield node_id, idx, exc
+            elif ref not in ready:
+                self._slow[node_id] = time.monotonic()
+                yield node_id, idx, TimeoutError(f"no answer in {LOOP_CALL_TIMEOUT:g} s")
+            else:
+                self._slow.pop(node_id, None)
+                try:
+                    yield node_id, idx, self._get(ref)
+                except Exception as exc:
+                    yield node_id, idx, exc
 
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
         import ray
@@ -360,7 +385,7 @@ class RayExecutor:
                 for i in idx:
                     statuses[i] = WorkerStatus(WorkerState.LOST, message=why)
             else:
-                log.warning("the agent of Ray node %s did not answer: %s", node_id, answer)
+                log.info("the agent of Ray node %s did not answer: %s", node_id, answer)
         with self._lock:
             for h, st in zip(handles, statuses, strict=True):
                 key = WorkerKey(h["job"], h["attempt"], h["rank"])
@@ -373,26 +398,28 @@ class RayExecutor:
                     self._tracked.pop(WorkerKey(h["job"], h["attempt"], h["rank"]), None)
         return statuses
 
-    def _call(self, handle: Handle, method: str, *args: Any) -> Any:
-        """One agent call for one worker; best effort (None when its agent cannot answer)."""
+    def _call(self, handle: Handle, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """One agent call for one worker; best effort (None when its agent cannot answer in
+        ``timeout`` seconds; the call itself still reaches an agent that answers late)."""
         try:
             agent = self._agent(str(handle["ray_node"]))
-            return self._get(getattr(agent, method).remote(handle["local"], *args))
+            ref = getattr(agent, method).remote(handle["local"], *args)
+            return self._get(ref, timeout)
         except Exception as exc:
             log.info("%s of %s on node %s: %s", method, handle.get("job"), handle.get("node"), exc)
             return None
 
     def terminate(self, handle: Handle, grace: float) -> None:
-        self._call(handle, "terminate", grace)
+        self._call(handle, "terminate", grace, timeout=LOOP_CALL_TIMEOUT)
 
     def kill(self, handle: Handle) -> None:
-        self._call(handle, "kill")
+        self._call(handle, "kill", timeout=LOOP_CALL_TIMEOUT)
 
     def notify(self, handle: Handle, notice: Notice) -> None:
-        self._call(handle, "notify", notice)
+        self._call(handle, "notify", notice, timeout=LOOP_CALL_TIMEOUT)
 
     def signal(self, handle: Handle, signum: int, *, steps: bool) -> None:
-        self._call(handle, "signal", signum, steps)
+        self._call(handle, "signal", signum, steps, timeout=LOOP_CALL_TIMEOUT)
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         found = [ControlState()] * len(handles)
