@@ -367,7 +367,13 @@ class RayExecutor:
         import ray
 
         statuses: list[WorkerStatus] = [_RUNNING] * len(handles)
-        for node_id, idx, answer in self._fan_out(handles, "status"):
+        alive = {n["NodeID"] for n in self._alive_nodes()}
+        for node_id, idx, reply in self._fan_out(handles, "status"):
+            answer = reply
+            if not isinstance(answer, Exception) and node_id not in alive:
+                # Its agent answers, but Ray has declared the node dead (a frozen raylet, a
+                # partition that heals): it is out of the cluster, so are its workers.
+                answer = self._evict(node_id, [handles[i] for i in idx], answer)
             if not isinstance(answer, Exception):
                 for i, st in zip(idx, answer, strict=True):
                     statuses[i] = st
@@ -397,6 +403,18 @@ class RayExecutor:
                 with self._lock:
                     self._tracked.pop(WorkerKey(h["job"], h["attempt"], h["rank"]), None)
         return statuses
+
+    def _evict(
+        self, node_id: str, handles: list[Handle], answer: list[WorkerStatus]
+    ) -> list[WorkerStatus] | Exception:
+        """The workers of a node Ray declared dead whose agent still answers: kill those that
+        run (they must not outlive the node's membership), and report them lost."""
+        if self._node_alive(node_id):  # the cached list was stale
+            return answer
+        for handle, st in zip(handles, answer, strict=True):
+            if st.state is WorkerState.RUNNING:
+                self._call(handle, "kill", timeout=LOOP_CALL_TIMEOUT)
+        return LookupError(f"Ray declared node {node_id} dead")
 
     def _call(self, handle: Handle, method: str, *args: Any, timeout: float | None = None) -> Any:
         """One agent call for one worker; best effort (None when its agent cannot answer in
