@@ -173,6 +173,25 @@ def test_an_mpi_job_across_ray_nodes_through_rexec(ray_pool: ServerProcess) -> N
     assert f"rexec: listening on {address}:" in target
 
 
+def test_a_deepspeed_job_gets_its_hostfile_and_master_on_ray_nodes(ray_pool: ServerProcess) -> None:
+    """The DeepSpeed mode's hostfile names the gang's Ray nodes with their slots, and
+    MASTER_ADDR is the first node's own address (DeepSpeed itself is not installed here: the
+    command shows what a `deepspeed` launcher would be given)."""
+    job = ray_pool.cli_json(
+        "submit", "--mode", "pytorch-deepspeed", "--nodes", "2", "--gpus", "2", "--cpus", "0.5",
+        "--", "bash", "-c", "cat $GPUYARD_HOSTFILE; echo master $MASTER_ADDR",
+    )  # fmt: skip
+    done = ray_pool.wait_status(job["id"], ENDED, 60)
+    log = ray_pool.cli("logs", str(job["id"])).stdout
+    assert done["status"] == "succeeded", (done, log)
+    placed = [w["node"] for w in done["workers"]]
+    address = {n: a["address"] for n, a in nodes(ray_pool).items()}
+    assert [line for line in log.splitlines() if "slots=" in line] == [
+        f"{node} slots=2" for node in placed
+    ]
+    assert f"master {address[placed[0]]}" in log and address[placed[0]].startswith("127.0.0.")
+
+
 def test_a_killed_raylet_under_a_job_restarts_it_on_the_nodes_left(
     ray_pool: ServerProcess, ray_cluster: Any
 ) -> None:
