@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuyard-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup chromium run test lint unit bench clean
+.PHONY: setup chromium run test lint unit bench clean ray-cluster
 
 # MPICH and Open MPI both ship mpirun and libmpi, so MPICH (for `mpi: mpich` jobs) lives in a
 # prefix of its own, where gpuyard's settings look for it (GPUYARD_MPI_MPICH); Open MPI comes
@@ -55,6 +55,13 @@ run: setup
 	  $(BIN)/gpuyard logs --follow $$job && \
 	  $(BIN)/gpuyard wait $$job && \
 	  echo "job $$job succeeded. Try: $(BIN)/gpuyard ls, gpuyard show $$job, gpuyard down"
+
+# A Ray test cluster on this machine (docs/cluster.md): a head on 127.0.0.1 and RAY_NODES nodes
+# on 127.0.0.2, .3, … (labels gpuyard.node=nodeN and zone, 2 fake GPUs each), in the foreground
+# until Ctrl-C, which stops every process of it (and only of it: not `ray stop`).
+RAY_NODES ?= 4
+ray-cluster: setup
+	$(BIN)/python -m gpuyard.testing.raycluster up $(RAY_NODES)
 
 lint: setup
 	$(BIN)/ruff format --check src tests bench examples

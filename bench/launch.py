@@ -34,8 +34,17 @@ home, so nothing of the user's own pool is touched. Every API call goes through
    submit ``--submissions`` jobs in all as fast as they can. Baseline: the same threads doing
    the same number of ``GET /api/v1/health`` requests, the floor of the HTTP stack.
 
+3. **``--executor ray``** (issue 13): a Ray test cluster of ``--ray-nodes`` nodes (4 by
+   default; :mod:`gpuyard.testing.raycluster`, every node on this machine, 2 fake GPUs and 1
+   CPU each) and two pools beside each other, measured one after the other: the local executor
+   with as many virtual nodes, and ``gpuyard up --executor ray`` on the cluster. For each, the
+   submit -> launched latency above (``--jobs``, with warm agents: the warm-up job has started
+   them), and a ``--ray-nodes`` x 2-slot PyTorch DDP job's (gloo, ``examples/ddp_train.py``)
+   submit -> first step time: until worker 0's log shows ``step   0``, read through the API.
+   The API throughput part is not run (it is not the executor's).
+
 No timing is asserted: the script prints figures (and optionally writes them as JSON).
-Run it as ``.venv/bin/python bench/launch.py``.
+Run it as ``.venv/bin/python bench/launch.py`` (``--executor ray`` for the Ray figures).
 """
 
 from __future__ import annotations
@@ -502,11 +511,128 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write figures as JSON")
+    parser.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: the Ray executor on a Ray test cluster, beside the local one",
+    )
+    parser.add_argument("--ray-nodes", type=int, default=4, help="Ray test nodes (default 4)")
     args = parser.parse_args(argv)
     for name in ("jobs", "submissions", "clients"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     return args
+
+
+DDP = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
+DDP_TIMEOUT = 300.0
+
+
+def ddp_first_step(client: Client, nodes: int) -> dict[str, Any]:
+    """Submit a ``nodes`` x 2-slot DDP job; seconds until worker 0's log shows its first step,
+    and until the job ends (and whether it succeeded with identical weights)."""
+    t0 = time.perf_counter()
+    job = client.submit(
+        {
+            "command": f"{sys.executable} {DDP} --steps 20",
+            "mode": "pytorch",
+            "nodes": nodes,
+            "resources": {"gpus": 2, "cpus": 1},
+            "name": "ddp-bench",
+        }
+    )
+    first_step = None
+    log = ""
+    deadline = time.monotonic() + DDP_TIMEOUT
+    while time.monotonic() < deadline:
+        view = client.job(job.id)
+        if view.state not in _NOT_LAUNCHED:
+            log = client.logs(job.id, worker=0, limit=1 << 20).data
+            if first_step is None and "step   0" in log:
+                first_step = time.perf_counter() - t0
+        if view.status.is_terminal():
+            break
+        time.sleep(0.05)
+    ended = time.perf_counter() - t0
+    log = client.logs(job.id, worker=0, limit=1 << 20).data
+    return {
+        "first_step_s": first_step,
+        "ended_s": ended,
+        "state": client.job(job.id).state.value,
+        "identical": f"{nodes * 2} ranks on {nodes} nodes: weights identical" in log,
+        "nodes": sorted({w.node for w in client.job(job.id).workers}),
+    }
+
+
+def ray_main(args: argparse.Namespace, console: Console) -> None:
+    """Local and Ray pools beside each other on a Ray test cluster of this machine."""
+    from gpuyard.testing.raycluster import ray_cluster
+
+    nodes = args.ray_nodes
+    results: dict[str, dict[str, Any]] = {}
+    started = time.monotonic()
+    with ray_cluster(nodes, gpus_per_node=2) as cluster:
+        console.print(
+            f"Ray test cluster: head {cluster.address} + {nodes} nodes, up in "
+            f"{time.monotonic() - started:.1f} s"
+        )
+        # Jobs run as the pool's own user in both (as in the tests): the DDP job runs this
+        # checkout's Python, which other accounts may not be able to reach.
+        same = {"GPUYARD_RUN_AS": "pool", "GPUYARD_INSPECT_INTERVAL": "0"}
+        pools: list[tuple[str, Sequence[str], dict[str, str]]] = [
+            ("local", ["--virtual-nodes", str(nodes), "--gpus-per-node", "2"], same),
+            (
+                "ray",
+                ["--executor", "ray", "--ray-address", cluster.address],
+                {**same, "GPUYARD_RAY_INTERFACE": "lo"},
+            ),
+        ]
+        for name, options, env in pools:
+            with running_pool(1, options=options, env=env) as pool, Client(pool.url) as client:
+                with console.status(f"{name}: latency, {args.jobs} jobs"):
+                    samples = measure_launch(client, args.jobs)
+                with console.status(f"{name}: {nodes}-node DDP"):
+                    ddp = ddp_first_step(client, nodes)
+            results[name] = {
+                "launched_client": summarize([s.client_s for s in samples]),
+                "launched_server": summarize([s.server_s for s in samples]),
+                "command_ended_server": summarize([s.done_s for s in samples]),
+                "ddp": ddp,
+                "log_problems": pool.log_problems,
+            }
+    table = Table(title=f"Submit -> launch (ms), idle pool, {args.jobs} jobs; and a DDP job")
+    for column in ("measure", "local p50", "local p99", "ray p50", "ray p99"):
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    for key, label in LATENCY_LABELS.items():
+        if key in results["local"]:
+            loc, ray = results["local"][key], results["ray"][key]
+            table.add_row(
+                label, f"{loc.p50:.1f}", f"{loc.p99:.1f}", f"{ray.p50:.1f}", f"{ray.p99:.1f}"
+            )
+    console.print(table)
+    for name in ("local", "ray"):
+        ddp = results[name]["ddp"]
+        first = ddp["first_step_s"]
+        console.print(
+            f"{name}: {nodes} nodes x 2 slots DDP on {', '.join(ddp['nodes'])}: submit -> first "
+            f"step {'-' if first is None else f'{first:.1f} s'}, -> end {ddp['ended_s']:.1f} s, "
+            f"{ddp['state']}, weights identical: {ddp['identical']}",
+            markup=False,
+        )
+        if results[name]["log_problems"]:
+            console.print(f"{name} pool.log problems:", *results[name]["log_problems"], sep="\n  ")
+    if args.json:
+        report = {
+            "machine": machine_info(),
+            "ray_nodes": nodes,
+            "pools": {
+                name: {k: asdict(v) if isinstance(v, Summary) else v for k, v in figures.items()}
+                for name, figures in results.items()
+            },
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"figures written to {args.json}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -516,6 +642,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         console.width = 120  # piped to a file: do not wrap the tables at 80 columns
     info = machine_info()
     console.print(f"machine: {info['cpus']} CPUs, Python {info['python']}, {info['platform']}")
+    if args.executor == "ray":
+        ray_main(args, console)
+        return
 
     # Baselines first, before a pool competes with them for the CPUs.
     with console.status("baselines: spawning `true` and a bare Python"):

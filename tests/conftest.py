@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,73 @@ def as_user(api_url: str, token_for: TokenFor) -> Iterator[AsUser]:
 def client(as_user: AsUser) -> Client:
     """Signed in as alice, a plain user."""
     return as_user("alice")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Ray cluster on this machine for the whole session: a head on 127.0.0.1 and nodes
+    node1..node3 on 127.0.0.2..4, 2 fake GPUs each (gpuyard.testing.raycluster). Tests that
+    use it are in the xdist group "ray", so one worker starts it once. Skipped, saying why,
+    only when Ray cannot start here."""
+    from gpuyard.testing import raycluster
+
+    reason = raycluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("ray") / "ray-start.log"
+    context = raycluster.ray_cluster(3, log=log)
+    try:
+        cluster = context.__enter__()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"a Ray test cluster cannot start here: {exc}")
+    try:
+        yield cluster
+    finally:
+        context.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def ray_agents(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One namespace of node agents and one node home for every Ray test of the session: an
+    agent (a fresh Ray worker process) costs seconds to start on this machine, so tests share
+    them (job ids differ: the pools' count from 1, the conformance suite's from far above).
+    Yields (namespace, node home); the agents are killed at the end."""
+    node_home = tmp_path_factory.mktemp("ray-node")
+    yield "gpuyard-tests", node_home
+    import ray
+
+    from gpuyard.executors.ray.executor import RayExecutor
+
+    RayExecutor(
+        node_home, address=ray_cluster.address, namespace="gpuyard-tests", connect=False
+    ).shutdown_agents()
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_nodes_up(ray_cluster: Any) -> Any:
+    """The session's Ray cluster with every node running (one a test killed is started
+    again: a new Ray node of the same name)."""
+    ray_cluster.ensure_nodes()
+    return ray_cluster
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make ``xdist_group`` marks group again under ``--dist loadgroup``: pytest-xdist 3.8
+    suffixes a grouped test's node id by setting ``item._nodeid``, which pytest 9 no longer
+    reads (the id lives in ``item._id``), so every group was spread over the workers (two
+    Ray test clusters, two distributed pools at once). Same suffix, where pytest 9 reads it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = coerce_node_id(item.nodeid + suffix)  # type: ignore[attr-defined]

@@ -137,7 +137,33 @@ class Settings(BaseSettings):
         "memory, GPUs); the realtime view shows the last 10 minutes of them "
         "(docs/monitoring.md).",
     )
-    executor: str = Field("local", description="Executor that runs workers: 'local'.")
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="Executor that runs workers: 'local' (this machine, optionally as virtual "
+        "nodes) or 'ray' (the nodes of a Ray cluster, ray_address; docs/cluster.md).",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="The Ray cluster's GCS address (HEAD:PORT) for executor 'ray'. The control "
+        "plane connects as a Ray driver: its Ray and Python versions must equal the cluster's.",
+    )
+    ray_namespace: str = Field(
+        "gpuyard",
+        min_length=1,
+        description="Ray namespace of this pool's node agents (two pools on one Ray cluster "
+        "need two namespaces).",
+    )
+    ray_node_home: Path | None = Field(
+        None,
+        description="Directory on every Ray node where its agent keeps workers (logs, control "
+        "files, supervisors): the same path on each node, on the node's own disk. Default: "
+        "<home>/node.",
+    )
+    ray_interface: str = Field(
+        "eth0",
+        description="Network interface that carries the Ray nodes' addresses (MPICH's "
+        "HYDRA_IFACE); 'lo' for a test cluster on one machine.",
+    )
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,
         description="Prefix of the Open MPI that `mpi: openmpi` jobs use (bin/mpirun, lib/); "

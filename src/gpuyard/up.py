@@ -31,6 +31,7 @@ from gpuyard.clock import SystemClock
 from gpuyard.controller.alerts import WebhookAlerts
 from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
+from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
@@ -46,6 +47,7 @@ __all__ = [
     "check_exposure",
     "ensure_owner_token",
     "launch_config",
+    "make_executor",
     "read_server_file",
     "run_as",
     "run_server",
@@ -161,20 +163,14 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
         sock = _bind(settings.host, settings.port)
         port = sock.getsockname()[1]
         url = f"{'https' if tls else 'http'}://{_url_host(settings.host)}:{port}"
-        executor = LocalExecutor(
-            home,
-            virtual_nodes=settings.virtual_nodes,
-            gpus_per_node=settings.gpus_per_node,
-            cpus_per_node=settings.cpus_per_node,
-            memory_per_node=settings.memory_per_node,
-            inject_faults=settings.inject_faults,
-        )
-        for warning in executor.warnings():
-            log.warning("%s", warning)
+        executor = make_executor(settings)
+        if isinstance(executor, LocalExecutor):
+            for warning in executor.warnings():
+                log.warning("%s", warning)
         who, warning = run_as(settings, euid=os.geteuid())
         if warning:
             log.warning("%s", warning)
-        elif who is RunAs.OWNER and (unreachable := executor.unreachable_home()):
+        elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
             # Every job would fail to start: run them as the pool's user instead, loudly. (A
             # root pool with the default home under /root lands here; `make run` too.)
             who = RunAs.POOL
@@ -231,6 +227,41 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             info = read_server_file(home)
             if info and info.get("pid") == os.getpid():
                 server_file.unlink(missing_ok=True)
+
+
+def _unreachable_home(executor: Executor) -> str:
+    """Why jobs cannot run as their owners' accounts under this executor's home ("" when they
+    can, or when the executor cannot tell): the local executor's, or a Ray node's."""
+    check = getattr(executor, "unreachable_home", None)
+    return str(check()) if callable(check) else ""
+
+
+def make_executor(settings: Settings) -> Executor:
+    """The executor the settings name: the local one, or the Ray cluster's (which connects to
+    the cluster as a Ray driver and starts a node agent on each of its nodes)."""
+    if settings.executor == "ray":
+        if not settings.ray_address:
+            raise InvalidSpec(
+                "the Ray executor needs the cluster's address: --ray-address HEAD:PORT "
+                "(GPUYARD_RAY_ADDRESS)"
+            )
+        from gpuyard.executors.ray.executor import RayExecutor  # ray itself: when it connects
+
+        return RayExecutor(
+            settings.home,
+            address=settings.ray_address,
+            namespace=settings.ray_namespace,
+            node_home=str(settings.ray_node_home or settings.home / "node"),
+            interface=settings.ray_interface,
+        )
+    return LocalExecutor(
+        settings.home,
+        virtual_nodes=settings.virtual_nodes,
+        gpus_per_node=settings.gpus_per_node,
+        cpus_per_node=settings.cpus_per_node,
+        memory_per_node=settings.memory_per_node,
+        inject_faults=settings.inject_faults,
+    )
 
 
 OWNER_TOKEN_LIFE = 366 * 86400.0

@@ -62,11 +62,20 @@ def up(
     memory_per_node: Annotated[
         str | None, typer.Option(help="Memory per virtual node, e.g. 8G.")
     ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(help="Executor: local (this machine) or ray (a Ray cluster's nodes)."),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster's address HEAD:PORT (with --executor ray)."),
+    ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Run in the background; return once ready.")
     ] = False,
 ) -> None:
-    """Start a pool on this machine: API server, controller and local executor."""
+    """Start a pool: API server, controller and an executor (this machine's, or a Ray
+    cluster's nodes with --executor ray; docs/cluster.md)."""
     from gpuyard.quantities import parse_bytes
     from gpuyard.settings import Settings
 
@@ -80,6 +89,8 @@ def up(
         "gpus_per_node": gpus_per_node,
         "cpus_per_node": cpus_per_node,
         "memory_per_node": parse_bytes(memory_per_node) if memory_per_node else None,
+        "executor": executor,
+        "ray_address": ray_address,
     }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     if detach:
@@ -129,6 +140,8 @@ def _up_detached(settings: Settings) -> None:
                 ("--memory-per-node", settings.memory_per_node),
                 ("--tls-cert", settings.tls_cert),
                 ("--tls-key", settings.tls_key),
+                ("--executor", settings.executor),
+                ("--ray-address", settings.ray_address),
             )
             if value is not None
             for arg in (flag, str(value))

@@ -61,7 +61,14 @@ from gpuyard.executors.base import Executor
 from gpuyard.models import JobState, NodeState
 from gpuyard.models.states import HOLDING
 from gpuyard.models.usage import DEFAULT_INTERVAL
-from gpuyard.models.worker import ControlState, Handle, WorkerKey, WorkerState, WorkerStatus
+from gpuyard.models.worker import (
+    ControlState,
+    Handle,
+    NodeInfo,
+    WorkerKey,
+    WorkerState,
+    WorkerStatus,
+)
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
@@ -125,6 +132,8 @@ class Controller:
         self._last_schedule = 0.0
         self._next_schedule = 0.0
         self._last_control_sync = -CONTROL_EVERY
+        self._last_nodes = 0.0
+        self._node_infos: list[NodeInfo] | None = None
         self._backoff = 0.0
         self._reported: set[tuple[int, str]] = set()
         """(worker id, problem) pairs already recorded as events."""
@@ -284,6 +293,7 @@ class Controller:
             self._look_at_all = False
         began = self.clock.monotonic()
         self.errors.begin_pass()
+        self._refresh_nodes(began)
         if full:
             self._last_full = began
         complete = full and (everything or began - self._last_complete >= COMPLETE_EVERY)
@@ -321,10 +331,35 @@ class Controller:
 
     # -- nodes ----------------------------------------------------------------------------
 
-    def register_nodes(self) -> None:
-        """Record the executor's nodes; nodes it no longer presents become ``gone``."""
+    def _refresh_nodes(self, began: float) -> None:
+        """Read the nodes again when the executor's nodes come and go (its ``node_refresh``
+        seconds, e.g. a Ray cluster's; 0 or absent: only at start), and record them when they
+        changed: a node that joins is scheduled on at the next pass, one that leaves is
+        ``gone`` and its workers are looked at now."""
+        every = float(getattr(self.executor, "node_refresh", 0.0) or 0.0)
+        if not every or began - self._last_nodes < every:
+            return
+        self._last_nodes = began
+        try:
+            infos = self.executor.nodes()
+        except Exception as exc:  # the nodes stay as last recorded; the next look may do
+            log.warning("cannot read the executor's nodes: %s", describe(exc))
+            return
+        if infos != self._node_infos:
+            left = {n.name for n in self._node_infos or ()} - {n.name for n in infos}
+            self.register_nodes(infos)
+            if left:
+                with self._lock:
+                    self._look_at_all = True
+
+    def register_nodes(self, nodes: Sequence[NodeInfo] | None = None) -> None:
+        """Record the executor's nodes (``nodes``: as just read); nodes it no longer presents
+        become ``gone``."""
         now = self.clock.now()
-        infos = {n.name: n for n in self.executor.nodes()}
+        listed = list(self.executor.nodes() if nodes is None else nodes)
+        self._node_infos = listed
+        self._last_nodes = self.clock.monotonic()
+        infos = {n.name: n for n in listed}
         with self.store.write() as session:
             existing = {row.name: row for row in session.scalars(select(NodeRow))}
             for name, info in infos.items():

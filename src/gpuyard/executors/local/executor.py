@@ -121,6 +121,8 @@ IDENTITY = ("HOME", "USER", "LOGNAME")
 """Who a process is: not in the base env; a worker gets its account's (HOME: its workspace),
 or the pool's own when it runs as the pool, unless its job sets them."""
 _RUNNING = WorkerStatus(WorkerState.RUNNING)
+ADOPT_SEARCH = 1.0
+"""Seconds a launch that adopts looks for a supervisor that has not recorded an exit."""
 
 
 class LocalExecutor:
@@ -141,6 +143,7 @@ class LocalExecutor:
         nvml: NvmlLibrary | None = None,
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
         gpu_meter: GpuMeter | None = None,
+        supervisor_prefix: Sequence[str] = (),
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
         use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
@@ -148,7 +151,9 @@ class LocalExecutor:
         ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
         for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
         ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
-        a ``machine`` whose GPUs it describes). ``disk_thresholds``: free fractions of the
+        a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
+        each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
+        supervisors to the agent's life). ``disk_thresholds``: free fractions of the
         job directories' filesystem below which the disk probe warns and is critical."""
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
@@ -158,6 +163,7 @@ class LocalExecutor:
         self.supervisors_root = home / "supervisors"
         self.machine = machine or detect_machine()
         self.pids_limit = pids_limit
+        self.supervisor_prefix = tuple(supervisor_prefix)
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
         self.isolation = isolation or cgroups.detect(self._name)
@@ -416,7 +422,7 @@ class LocalExecutor:
             os.close(fd)
         with open(sdir / "supervisor.err", "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, *self._command(key)],
+                [*self.supervisor_prefix, sys.executable, *self._command(key)],
                 stdin=subprocess.DEVNULL if terminal is None else terminal,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -447,7 +453,7 @@ class LocalExecutor:
         process running its supervisor command (none if it has ended)."""
         key = request.key
         wd = self.worker_dir(key.job_id, key.attempt, key.rank)
-        identity = procfs.oldest_running([sys.executable, *self._command(key)][1:], self._boot)
+        identity = self._find_supervisor(key)
         # Where this executor puts the worker's cgroup (not what spec.json says: a file).
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}", memory=0, mcpus=0, pids=0
@@ -463,6 +469,28 @@ class LocalExecutor:
             "spawned_at": time.time(),
             **_placed(request),
         }
+
+    def _find_supervisor(self, key: WorkerKey) -> procfs.Identity | None:
+        """The live supervisor of ``key``, found by its command line. A handle without one is
+        reported lost (and what is left of the worker killed), so a supervisor that has no
+        exit record yet is looked for a little longer: one spawned a moment ago by another
+        launch may not be seen by the first scan of a busy machine."""
+        tails = [[sys.executable, *self._command(key)][1:]]
+        if self.supervisor_prefix:
+            # Caught between the prefix's start and its exec of the supervisor (same process).
+            tails.append([*self.supervisor_prefix[1:], sys.executable, *self._command(key)])
+        deadline = time.monotonic() + ADOPT_SEARCH
+        while True:
+            for tail in tails:
+                identity = procfs.oldest_running(tail, self._boot)
+                if identity is not None:
+                    return identity
+            if (
+                time.monotonic() >= deadline
+                or self._exit_record(str(self.supervisor_dir(key))) is not None
+            ):
+                return None
+            time.sleep(0.02)
 
     # -- status ---------------------------------------------------------------------------
 
@@ -718,8 +746,10 @@ class LocalExecutor:
             finally:
                 os.close(fd)
         else:
+            # The supervisor records the command's pid in its own directory (state.json),
+            # not in the worker's: the job cannot write there.
             try:
-                fd = untrusted.open_dir(str(self.home), handle["dir"])
+                fd = untrusted.open_dir(str(self.home), str(handle.get("supervisor", "")))
             except (FileNotFoundError, untrusted.Unreadable, OSError):
                 return
             try:
