@@ -39,7 +39,14 @@ from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.executors.local.machine import Machine, detect_machine
 from gpuyard.models.health import Finding
 from gpuyard.models.usage import NodeUsage, WorkerUsage
-from gpuyard.models.worker import ControlState, Handle, Notice, WorkerLaunch, WorkerStatus
+from gpuyard.models.worker import (
+    ControlState,
+    Handle,
+    Notice,
+    SlurmStep,
+    WorkerLaunch,
+    WorkerStatus,
+)
 
 __all__ = ["NodeAgent", "agent_name"]
 
@@ -163,6 +170,9 @@ class NodeAgent:
 
     def control(self, handles: Sequence[Handle]) -> list[ControlState]:
         return self.local.control(handles)
+
+    def slurm_steps(self, handle: Handle) -> list[SlurmStep]:
+        return self.local.slurm_steps(handle)
 
     def usage(self, handles: Sequence[Handle]) -> list[WorkerUsage | None]:
         with self._lock:

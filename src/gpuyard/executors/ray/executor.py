@@ -49,6 +49,7 @@ from gpuyard.models.worker import (
     Handle,
     NodeInfo,
     Notice,
+    SlurmStep,
     Tools,
     WorkerKey,
     WorkerLaunch,
@@ -446,6 +447,11 @@ class RayExecutor:
                 for i, c in zip(idx, answer, strict=True):
                     found[i] = c
         return found
+
+    def slurm_steps(self, handle: Handle) -> list[SlurmStep]:
+        """Read on the worker's node by its agent; none while the agent cannot answer."""
+        steps = self._call(handle, "slurm_steps", timeout=LOOP_CALL_TIMEOUT)
+        return list(steps) if isinstance(steps, list) else []
 
     def usage(self, handles: Sequence[Handle]) -> list[WorkerUsage | None]:
         found: list[WorkerUsage | None] = [None] * len(handles)
