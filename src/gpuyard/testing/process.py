@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServerProcess"]
+import psutil
+
+__all__ = ["ServerProcess", "kill_workers"]
 
 
 class ServerProcess:
@@ -85,15 +88,20 @@ class ServerProcess:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def stop(self, *, workers: bool = True) -> None:
+        """Stop ``gpuyard up`` (SIGTERM, then SIGKILL). A pool that stops leaves its workers
+        running for the next one to adopt; a test's pool is not started again, so with
+        ``workers`` its supervisors and jobs are killed too, rather than left to load the
+        machine for the tests after it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if workers:
+            kill_workers(self.home)
 
     def cli(
         self, *args: str, check: bool = True, timeout: float = 60
@@ -139,3 +147,29 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise AssertionError(f"job {job_id} did not reach step {step}: {self.log_tail()}")
+
+
+def kill_workers(home: Path) -> int:
+    """SIGKILL every supervisor and job process of the pool in ``home``: those started with a
+    job directory of it in their environment, or whose command line names its supervisors'
+    directory. How many there were."""
+    root = os.path.realpath(home)
+    supervisors = os.path.join(root, "supervisors") + os.sep
+    jobs = os.path.join(root, "jobs") + os.sep
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if supervisors in cmdline or str(home) + "/supervisors/" in cmdline:
+                found.append(proc)
+                continue
+            job_dir = proc.environ().get("GPUYARD_JOB_DIR", "")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if job_dir and os.path.realpath(job_dir).startswith(jobs):
+            found.append(proc)
+    for proc in found:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.kill()
+    psutil.wait_procs(found, timeout=5)
+    return len(found)
