@@ -147,6 +147,7 @@ def job_from_scontrol(f):
         "stdin": f.get("StdIn", "/dev/null"),
         "comment": null(f.get("Comment", "")),
         "requeue": f.get("Requeue", "1") == "1",
+        "batch": f.get("BatchFlag", "1") == "1",
         "steps": [],
         "nice": int(f.get("Nice", "0")),
         "dependency": null(f.get("Dependency")),

@@ -1,0 +1,171 @@
+"""``salloc [options] command [args]``: an allocation that lives as long as its command.
+
+Slurm's salloc grants the allocation and runs the command on the submit host, where ``srun``
+reaches the nodes through slurmctld and slurmd. gpuyard's ``srun`` reaches the other nodes
+through the job's own workers: it needs the job's secret token and the workers' addresses,
+which only the job's own processes have (``executors/slurmstep.py``); a process outside the
+pool has neither, and handing the token out would let anyone who can read it run commands as
+the job. So gpuyard's salloc runs the command *inside* the allocation, as its batch step (as
+``sbatch --wrap`` would), where ``srun``, ``scontrol show hostnames`` and every ``SLURM_*``
+variable are the allocation's, and relays its output here:
+
+- stderr gets Slurm's own lines (``Pending job allocation N``, ``job N queued and waiting for
+  resources``, ``job N has been allocated resources``, ``Granted job allocation N``, ``Nodes X
+  are ready for job``, ``Relinquishing job allocation N``);
+- the command's stdout and stderr arrive on stdout, merged (there is no terminal: no stdin,
+  no job control, so no interactive shell; a command is required);
+- salloc exits with the command's exit status; Ctrl-C, SIGTERM or SIGHUP release the
+  allocation (the job is stopped) and salloc exits 128 + the signal.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
+
+from gpuyard.models import JobStatus
+from gpuyard.slurm.options import OptionError
+
+if TYPE_CHECKING:
+    from gpuyard.client import Client
+
+__all__ = ["salloc"]
+
+PENDING_AFTER = 1.0
+"""Seconds to wait for the allocation before saying it is pending, as Slurm does at once."""
+
+
+class _Released(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _say(text: str) -> None:
+    print(f"salloc: {text}", file=sys.stderr, flush=True)
+
+
+def _options(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """sbatch's options and ``--wrap`` of the command, from salloc's command line."""
+    from gpuyard.slurm.options import parse_sbatch
+
+    parsed = parse_sbatch(args, None)
+    command = [parsed.script_path, *parsed.script_args] if parsed.script_path else []
+    if not command:
+        raise OptionError(
+            "salloc needs a command: gpuyard runs it inside the allocation without a "
+            "terminal, so it cannot start your shell (give e.g. `salloc -N2 bash -c '...'`)"
+        )
+    options = list(args[: len(args) - len(command)])
+    for refused in ("--output", "-o", "--error", "-e", "--wrap", "--array", "-a"):
+        if any(a == refused or a.startswith(refused + "=") for a in options):
+            raise OptionError(f"salloc: {refused} is not an salloc option")
+    if not any(a in ("-J", "--job-name") or a.startswith("--job-name=") for a in options):
+        options.append(f"--job-name={os.path.basename(command[0])}")
+    return options, command
+
+
+def salloc(args: Sequence[str], out: TextIO) -> int:
+    """Grant, run the command inside, relinquish; the command's exit status."""
+    from gpuyard.slurm import sbatch as build
+    from gpuyard.slurm.commands import _client
+
+    options, command = _options(args)
+    sbatch_args = [
+        *options,
+        "--output=/dev/stdout",
+        "--open-mode=append",
+        f"--wrap={shlex.join(command)}",
+    ]
+    parsed, script, name = build.parse(sbatch_args, lambda: None)
+    released: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if not released:
+            released.append(signum)
+            raise _Released(signum)
+
+    previous = {
+        s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    job_id: int | None = None
+    with _client() as client:
+        try:
+            pools = [p.name for p in client.pools()]
+            spec = build.build_specs(
+                parsed,
+                script,
+                script_name=name,
+                cwd=os.getcwd(),
+                environ=os.environ,
+                pools=pools,
+                uid=os.getuid(),
+                gid=os.getgid(),
+            )[0]
+            job_id = client.submit(spec).id
+            _wait_granted(client, job_id)
+            code = _relay(client, job_id, out)
+        except _Released as exc:
+            code = 128 + exc.signum
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if job_id is not None:
+                _say(f"Relinquishing job allocation {job_id}")
+                if not client.job(job_id).status.is_terminal():
+                    client.stop(job_id)
+    return code
+
+
+def _wait_granted(client: Client, job_id: int) -> None:
+    started = time.monotonic()
+    pending = False
+    while True:
+        job = client.job(job_id)
+        if job.started_at is not None or job.status.is_terminal():
+            break
+        if not pending and time.monotonic() - started >= PENDING_AFTER:
+            pending = True
+            _say(f"Pending job allocation {job_id}")
+            _say(f"job {job_id} queued and waiting for resources")
+        time.sleep(0.1)
+    if pending:
+        _say(f"job {job_id} has been allocated resources")
+    _say(f"Granted job allocation {job_id}")
+    nodes = sorted({slot.node for slot in job.placement})
+    if nodes:
+        from gpuyard.slurm.render import nodelist
+
+        _say("Waiting for resource configuration")
+        _say(f"Nodes {nodelist(nodes)} are ready for job")
+
+
+def _relay(client: Client, job_id: int, out: TextIO) -> int:
+    """Copy the batch step's output here until it ends; its exit status."""
+    done = threading.Event()
+
+    def pump() -> None:
+        try:
+            for chunk in client.follow_logs(job_id, worker=0):
+                out.write(chunk.decode(errors="replace"))
+                out.flush()
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    job = client.job(job_id)
+    while not job.status.is_terminal():
+        time.sleep(0.2)
+        job = client.job(job_id)
+    done.wait(timeout=10)
+    if job.exit_code is not None:
+        return job.exit_code
+    return 0 if job.status is JobStatus.SUCCEEDED else 1

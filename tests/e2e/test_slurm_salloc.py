@@ -1,0 +1,118 @@
+"""``salloc`` with ``srun`` inside it, ``squeue --json`` and ``sacct --json``, against a real pool
+through the shims (docs/slurm.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuyard.slurm.shims import write_shims
+from gpuyard.testing.process import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm-salloc")]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("salloc") / "home"
+    pool = ServerProcess(
+        home, "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8"
+    ).start()
+    shims = tmp_path_factory.mktemp("shims")
+    write_shims(shims)
+    venv_bin = str(Path(sys.executable).parent)
+    yield {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
+    pool.stop()
+
+
+def test_salloc_runs_srun_steps_in_the_allocation(env: dict[str, str], tmp_path: Path) -> None:
+    command = (
+        'echo "job=$SLURM_JOB_ID nodes=$SLURM_NNODES list=$SLURM_JOB_NODELIST"; '
+        "srun bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME' | sort; "
+        "squeue --json -j $SLURM_JOB_ID > /dev/null 2>&1; exit 3"
+    )
+    done = subprocess.run(
+        ["salloc", "-N2", "--ntasks-per-node=2", "-J", "alloc", "bash", "-c", command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done
+    lines = done.stderr.splitlines()
+    job_id = lines[0].split()[-1]
+    assert lines[0] == f"salloc: Granted job allocation {job_id}", done.stderr
+    assert lines[-1] == f"salloc: Relinquishing job allocation {job_id}", done.stderr
+    out = done.stdout.splitlines()
+    assert out[0].startswith(f"job={job_id} nodes=2 list="), done.stdout
+    tasks = sorted(line.rsplit(" on ", 1)[0] for line in out if line.startswith("task "))
+    assert tasks == [f"task {i} of 4" for i in range(4)], done.stdout
+    assert len({line.rsplit(" on ", 1)[1] for line in out if line.startswith("task ")}) == 2
+
+    # the allocation is over, and both JSON listings say how it ended
+    listed = subprocess.run(
+        ["sacct", "--json", "-j", job_id], env=env, capture_output=True, text=True, check=True
+    )
+    (job,) = [j for j in json.loads(listed.stdout)["jobs"] if str(j["job_id"]) == job_id]
+    assert job["state"]["current"] == "FAILED"
+    assert job["name"] == "alloc"
+    assert job["exit_code"] == {"status": "FAILED", "return_code": 3}
+    queued = subprocess.run(
+        ["squeue", "--json", "-j", job_id], env=env, capture_output=True, text=True, check=True
+    )
+    (entry,) = json.loads(queued.stdout)["jobs"]
+    assert (entry["job_id"], entry["job_state"], entry["node_count"]) == (int(job_id), "FAILED", 2)
+
+
+def test_salloc_sigterm_releases_the_allocation(env: dict[str, str], tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        ["salloc", "sleep", "300"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("salloc: Granted job allocation "), first
+    job_id = first.split()[-1]
+    running = subprocess.run(
+        ["squeue", "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    states = {str(j["job_id"]): j["job_state"] for j in json.loads(running.stdout)["jobs"]}
+    assert states[job_id] == "RUNNING"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.splitlines()[-1] == f"salloc: Relinquishing job allocation {job_id}"
+    deadline = time.monotonic() + 60
+    while True:
+        state = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if state.startswith("CANCELLED"):
+            break
+        assert time.monotonic() < deadline, state
+        time.sleep(0.3)
+
+
+def test_salloc_without_a_command_says_why(env: dict[str, str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["salloc", "-N1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "salloc needs a command" in done.stderr
