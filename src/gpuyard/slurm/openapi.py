@@ -326,14 +326,210 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
 # --- sacct --json -------------------------------------------------------------------------
 
 
-def sacct_document(jobs: Sequence[JobRecord], *, cluster: str = CLUSTER) -> dict[str, Any]:
+_DB_META = {
+    "plugin": {"type": "openapi/dbv0.0.38", "name": "Slurm OpenAPI DB v0.0.38"},
+    "Slurm": _META["Slurm"],
+}
+
+
+def sacct_document(
+    jobs: Sequence[JobRecord], *, now: float, cluster: str = CLUSTER
+) -> dict[str, Any]:
     """The whole ``sacct --json`` document (jobs in the order given, their steps inside)."""
-    return {"meta": _META, "errors": [], "jobs": [sacct_job(j, cluster=cluster) for j in jobs]}
+    return {
+        "meta": _DB_META,
+        "errors": [],
+        "jobs": [sacct_job(j, now=now, cluster=cluster) for j in jobs],
+    }
 
 
-def sacct_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
-    raise NotImplementedError  # filled in below once the recorded shape is known
+_ZERO_TIME = {"seconds": 0, "microseconds": 0}
 
 
-def _step(job: JobRecord, step: StepRecord) -> dict[str, Any]:
-    raise NotImplementedError
+def _exit(code: int, signal: int) -> dict[str, Any]:
+    if signal:
+        name = _SIGNAL_NAMES.get(signal, f"Signal {signal}")
+        return {
+            "status": "SIGNALED",
+            "return_code": None,
+            "signal": {"signal_id": signal, "name": name},
+        }
+    if code < 0:
+        return {"status": "PENDING", "return_code": None}
+    return {"status": "FAILED" if code else "SUCCESS", "return_code": code}
+
+
+_SIGNAL_NAMES = {
+    1: "Hangup",
+    2: "Interrupt",
+    6: "Aborted",
+    9: "Killed",
+    10: "User defined signal 1",
+    12: "User defined signal 2",
+    15: "Terminated",
+}
+
+
+def _tres(kinds: Sequence[tuple[str, int, int | None]]) -> list[dict[str, Any]]:
+    return [{"type": t, "name": None, "id": i, "count": c} for t, i, c in kinds]
+
+
+def _elapsed(start: float | None, end: float | None, now: float) -> int:
+    if start is None:
+        return 0
+    return max(_epoch(end if end is not None else now) - _epoch(start), 0)
+
+
+def _array_bitmap(task: str) -> str:
+    """A pending remainder's indices (``[2-9%2]``) as 22.05's hex bitmap (``0x3FC``)."""
+    bits = 0
+    for part in task.strip("[]").split("%", 1)[0].split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            for index in range(int(low), int(high or low) + 1):
+                bits |= 1 << min(index, 4096)
+    return f"0x{bits:X}"
+
+
+def sacct_job(job: JobRecord, *, now: float, cluster: str = CLUSTER) -> dict[str, Any]:
+    """One entry of ``sacct --json``'s ``jobs``, key for key as 22.05 prints it."""
+    allocated = _allocated(job)
+    nodes = max(job.num_nodes, len(job.nodes))
+    array_job, array_task, array_string = _array(job)
+    cpus = job.num_cpus
+    return {
+        "account": job.account,
+        "comment": {"administrator": None, "job": job.comment or None, "system": None},
+        "allocation_nodes": len(job.nodes) if allocated else 0,
+        "array": {
+            "job_id": array_job,
+            "limits": {"max": {"running": {"tasks": _throttle(job) if array_string else 0}}},
+            "task": _array_bitmap(array_string) if array_string else None,
+            "task_id": array_task,
+        },
+        "association": {
+            "account": job.account,
+            "cluster": cluster,
+            "partition": None,
+            "user": job.user,
+        },
+        "cluster": cluster,
+        "constraints": "",
+        "container": None,
+        "derived_exit_code": _exit(job.exit_code, job.signal),
+        "time": {
+            "elapsed": _elapsed(job.start, job.end, now),
+            "eligible": None if array_string else _epoch(job.eligible),
+            "end": _epoch(job.end),
+            "start": _epoch(job.start),
+            "submission": _epoch(job.submit),
+            "suspended": 0,
+            "system": dict(_ZERO_TIME),
+            "limit": _minutes(job.time_limit),
+            "total": dict(_ZERO_TIME),
+            "user": dict(_ZERO_TIME),
+        },
+        "exit_code": _exit(job.exit_code, job.signal),
+        "flags": ["CLEAR_SCHEDULING", "STARTED_ON_SCHEDULE"] if allocated else [],
+        "group": job.group,
+        "het": {"job_id": 0, "job_offset": None},
+        "job_id": job.job_id,
+        "name": job.name,
+        "mcs": {"label": ""},
+        "nodes": nodelist(job.nodes) if allocated else "None assigned",
+        "partition": job.partition,
+        "priority": job.priority,
+        "qos": job.qos,
+        # --exclusive asked for one cpu a node; it was given the whole node
+        "required": {"CPUs": job.min_cpus_per_node * nodes if job.exclusive else cpus,
+                     "memory": job.memory_mb},
+        "kill_request_user": job.user if job.state == "CANCELLED" else None,
+        "reservation": {"id": 0, "name": 0},
+        "state": {"current": job.state, "reason": job.reason},
+        "steps": [_step(job, step, now) for step in job.steps],
+        "tres": {
+            "allocated": _tres(
+                [("cpu", 1, cpus), ("energy", 3, None), ("node", 4, nodes), ("billing", 5, cpus)]
+            )
+            if allocated
+            else [],
+            "requested": _tres(_requested(job)),
+        },
+        "user": job.user,
+        "wckey": {"wckey": "", "flags": []},
+        "working_directory": job.work_dir,
+    }
+
+
+def _requested(job: JobRecord) -> list[tuple[str, int, int | None]]:
+    nodes = max(job.num_nodes, 1)
+    cpus = job.min_cpus_per_node * nodes if job.exclusive else job.num_cpus
+    return [
+        ("cpu", 1, cpus),
+        ("mem", 2, job.memory_mb * nodes),
+        ("node", 4, nodes),
+        ("billing", 5, cpus),
+    ]
+
+
+def _throttle(job: JobRecord) -> int:
+    """``%2`` of an array: from the record, or from its pending remainder ``[2-9%2]``."""
+    if job.array_throttle:
+        return job.array_throttle
+    _, _, text = (job.array_task or "").strip("[]").partition("%")
+    return int(text) if text.isdigit() else 0
+
+
+def _step(job: JobRecord, step: StepRecord, now: float) -> dict[str, Any]:
+    srun = step.name not in ("batch", "extern")
+    per_node = max(job.num_cpus // max(len(job.nodes), 1), 1)
+    cpus = step.cpus if srun else (per_node if step.name == "batch" else job.num_cpus)
+    count = len(step.nodes)
+    if step.name == "extern":
+        allocated = [("cpu", 1, cpus), ("energy", 3, None), ("node", 4, count), ("billing", 5, cpus)]
+    else:
+        allocated = [("cpu", 1, cpus), ("mem", 2, 0), ("node", 4, count)]
+    empty: dict[str, list[Any]] = {"max": [], "min": [], "average": [], "total": []}
+    return {
+        "nodes": {"list": list(step.nodes), "count": count, "range": nodelist(step.nodes)},
+        "tres": {
+            "requested": {k: list(v) for k, v in empty.items()},
+            "consumed": {k: list(v) for k, v in empty.items()},
+            "allocated": _tres(allocated),
+        },
+        "time": {
+            "elapsed": _elapsed(step.start, step.end, now),
+            "end": _epoch(step.end),
+            "start": _epoch(step.start),
+            "suspended": 0,
+            "system": dict(_ZERO_TIME),
+            "total": dict(_ZERO_TIME),
+            "user": dict(_ZERO_TIME),
+        },
+        "exit_code": _exit(step.exit_code, step.signal),
+        "tasks": {"count": step.tasks},
+        "pid": None,
+        "CPU": {
+            "requested_frequency": {"min": None, "max": None} if srun else {"min": 0, "max": 0},
+            "governor": list(_GOVERNORS) if srun else [],
+        },
+        "kill_request_user": None,
+        "state": step.state,
+        "statistics": {"CPU": {"actual_frequency": 0}, "energy": {"consumed": 0}},
+        "step": {
+            "job_id": job.job_id,
+            "het": {"component": None},
+            "id": int(step.name) if step.name.isdigit() else step.name,
+            "name": step.job_name or step.name,
+        },
+        "task": {
+            "distribution": "Unknown"
+            if not srun
+            else ("Block" if step.tasks > max(count, 1) else "Cyclic")
+        },
+    }
+
+
+_GOVERNORS = ("Conservative", "Performance", "PowerSave", "OnDemand", "UserSpace")

@@ -140,11 +140,8 @@ _SACCT_FLAGS = {
 
 def sacct(args: Sequence[str], out: TextIO) -> int:
     parsed = _Args(args, _SACCT_VALUED, _SACCT_FLAGS)
-    if parsed.has("json"):
-        raise CommandError(
-            "--json and --yaml are not supported yet; use --parsable2 with -o and the fields "
-            "you need"
-        )
+    if parsed.has("json") and any(a.startswith("--yaml") for a in args):
+        raise CommandError("--yaml is not supported; --json prints the same document")
     fmt = ",".join(parsed.all("format")) or None
     if parsed.has("brief"):
         fmt = "JobID,State,ExitCode"
@@ -193,6 +190,11 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
     if states and "ALL" not in states:
         records = [r for r in records if r.state in states]
     records = _collapse_pending_arrays(records)
+    if parsed.has("json"):
+        if parsed.has("allocations"):  # -X: the jobs without their steps
+            records = [dataclasses.replace(r, steps=()) for r in records]
+        out.write(openapi.dumps(openapi.sacct_document(records, now=time.time())))
+        return 0
     out.write(
         render.render_sacct(
             records,

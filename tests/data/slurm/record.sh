@@ -186,7 +186,12 @@ def jobs_from_sacct(path):
     head = lines[0].split("|")
     jobs = []
     for line in lines[1:]:
-        row = dict(zip(head, line.split("|")))
+        parts = line.split("|")
+        extra = len(parts) - len(head)
+        if extra > 0 and "SubmitLine" in head:  # a salloc command line with pipes in it
+            k = head.index("SubmitLine")
+            parts = parts[:k] + ["|".join(parts[k:k + extra + 1])] + parts[k + extra + 1:]
+        row = dict(zip(head, parts))
         code, sig = exit_pair(row["ExitCode"])
         state = row["State"]
         by = None
