@@ -32,14 +32,22 @@ from typing import TYPE_CHECKING, TextIO
 
 from gpuyard.models import JobStatus
 from gpuyard.slurm.options import OptionError
+from gpuyard.slurm.render import nodelist
 
 if TYPE_CHECKING:
     from gpuyard.client import Client
 
-__all__ = ["salloc"]
+__all__ = ["granted_lines", "pending_lines", "relinquish_line", "salloc"]
 
 PENDING_AFTER = 1.0
 """Seconds to wait for the allocation before saying it is pending, as Slurm does at once."""
+
+
+# The batch step's task variables, which Slurm's salloc command does not have (it is no task of
+# any step; recorded in tests/data/slurm/cases/salloc_env.json): srun sets them for each task.
+# The batch step's node variables (SLURMD_NODENAME, SLURM_CPUS_ON_NODE, ...) stay: srun hands
+# them to the tasks it starts on this node.
+_BATCH_STEP_ONLY = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS")
 
 
 class _Released(Exception):
@@ -82,7 +90,7 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
         *options,
         "--output=/dev/stdout",
         "--open-mode=append",
-        f"--wrap={shlex.join(command)}",
+        f"--wrap=unset {' '.join(_BATCH_STEP_ONLY)}\nexec {shlex.join(command)}",
     ]
     parsed, script, name = build.parse(sbatch_args, lambda: None)
     released: list[int] = []
@@ -118,10 +126,30 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             if job_id is not None:
-                _say(f"Relinquishing job allocation {job_id}")
+                _say(relinquish_line(job_id))
                 if not client.job(job_id).status.is_terminal():
                     client.stop(job_id)
     return code
+
+
+def granted_lines(job_id: int, nodes: Sequence[str], *, pending: bool) -> list[str]:
+    """What Slurm's salloc says on stderr from submission until the command starts."""
+    lines = []
+    if pending:
+        lines.append(f"job {job_id} has been allocated resources")
+    lines.append(f"Granted job allocation {job_id}")
+    if nodes:
+        lines.append("Waiting for resource configuration")
+        lines.append(f"Nodes {nodelist(nodes)} are ready for job")
+    return lines
+
+
+def pending_lines(job_id: int) -> list[str]:
+    return [f"Pending job allocation {job_id}", f"job {job_id} queued and waiting for resources"]
+
+
+def relinquish_line(job_id: int) -> str:
+    return f"Relinquishing job allocation {job_id}"
 
 
 def _wait_granted(client: Client, job_id: int) -> None:
@@ -133,18 +161,12 @@ def _wait_granted(client: Client, job_id: int) -> None:
             break
         if not pending and time.monotonic() - started >= PENDING_AFTER:
             pending = True
-            _say(f"Pending job allocation {job_id}")
-            _say(f"job {job_id} queued and waiting for resources")
+            for line in pending_lines(job_id):
+                _say(line)
         time.sleep(0.1)
-    if pending:
-        _say(f"job {job_id} has been allocated resources")
-    _say(f"Granted job allocation {job_id}")
-    nodes = sorted({slot.node for slot in job.placement})
-    if nodes:
-        from gpuyard.slurm.render import nodelist
-
-        _say("Waiting for resource configuration")
-        _say(f"Nodes {nodelist(nodes)} are ready for job")
+    nodes = list(dict.fromkeys(slot.node for slot in job.placement))
+    for line in granted_lines(job_id, nodes, pending=pending):
+        _say(line)
 
 
 def _relay(client: Client, job_id: int, out: TextIO) -> int:
