@@ -37,7 +37,7 @@ def test_salloc_runs_srun_steps_in_the_allocation(env: dict[str, str], tmp_path:
     command = (
         'echo "job=$SLURM_JOB_ID nodes=$SLURM_NNODES list=$SLURM_JOB_NODELIST"; '
         "srun bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME' | sort; "
-        "squeue --json -j $SLURM_JOB_ID > /dev/null 2>&1; exit 3"
+        "exit 3"
     )
     done = subprocess.run(
         ["salloc", "-N2", "--ntasks-per-node=2", "-J", "alloc", "bash", "-c", command],
@@ -116,3 +116,42 @@ def test_salloc_without_a_command_says_why(env: dict[str, str], tmp_path: Path) 
     )
     assert done.returncode == 1
     assert "salloc needs a command" in done.stderr
+
+
+def test_salloc_waits_for_resources_and_ctrl_c_releases(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    holder = subprocess.Popen(
+        ["salloc", "-N2", "--gpus-per-node=2", "sleep", "300"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stderr is not None
+    granted = holder.stderr.readline()
+    assert granted.startswith("salloc: Granted job allocation "), granted
+    waiter = subprocess.Popen(
+        ["salloc", "--gpus-per-node=2", "echo", "hi"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiter.stderr is not None
+    first = waiter.stderr.readline()
+    assert first.startswith("salloc: Pending job allocation "), first
+    job_id = first.split()[-1]
+    assert waiter.stderr.readline() == f"salloc: job {job_id} queued and waiting for resources\n"
+    holder.send_signal(signal.SIGINT)  # Ctrl-C
+    holder.communicate(timeout=60)
+    assert holder.returncode == 128 + signal.SIGINT
+    out, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, err
+    assert out == "hi\n"
+    assert err.splitlines()[:2] == [
+        f"salloc: job {job_id} has been allocated resources",
+        f"salloc: Granted job allocation {job_id}",
+    ]

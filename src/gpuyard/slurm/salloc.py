@@ -76,7 +76,7 @@ def _options(args: Sequence[str]) -> tuple[list[str], list[str]]:
         if any(a == refused or a.startswith(refused + "=") for a in options):
             raise OptionError(f"salloc: {refused} is not an salloc option")
     if not any(a in ("-J", "--job-name") or a.startswith("--job-name=") for a in options):
-        options.append(f"--job-name={os.path.basename(command[0])}")
+        options.append("--job-name=interactive")  # what Slurm names an allocation
     return options, command
 
 

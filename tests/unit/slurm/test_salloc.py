@@ -55,7 +55,7 @@ def test_cases_recorded() -> None:
 def test_command_line() -> None:
     options, command = salloc._options(["-N2", "--ntasks-per-node=2", "bash", "-c", "srun x"])
     assert command == ["bash", "-c", "srun x"]
-    assert options == ["-N2", "--ntasks-per-node=2", "--job-name=bash"]
+    assert options == ["-N2", "--ntasks-per-node=2", "--job-name=interactive"]
     options, _ = salloc._options(["-J", "mine", "python", "-V"])
     assert options == ["-J", "mine"]
     with pytest.raises(OptionError, match="salloc needs a command"):
