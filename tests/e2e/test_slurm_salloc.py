@@ -41,6 +41,7 @@ def test_salloc_runs_srun_steps_in_the_allocation(env: dict[str, str], tmp_path:
     )
     done = subprocess.run(
         ["salloc", "-N2", "--ntasks-per-node=2", "-J", "alloc", "bash", "-c", command],
+        check=False,
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -112,7 +113,13 @@ def test_salloc_sigterm_releases_the_allocation(env: dict[str, str], tmp_path: P
 
 def test_salloc_without_a_command_says_why(env: dict[str, str], tmp_path: Path) -> None:
     done = subprocess.run(
-        ["salloc", "-N1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        ["salloc", "-N1"],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1
     assert "salloc needs a command" in done.stderr

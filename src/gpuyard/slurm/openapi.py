@@ -189,7 +189,7 @@ def _end_time(job: JobRecord) -> int:
 def _flags(job: JobRecord) -> list[str]:
     if job.state in ("RUNNING", "SUSPENDED", "COMPLETING"):
         return ["JOB_WAS_RUNNING"]
-    if job.state == "PENDING" or job.state == "TIMEOUT":
+    if job.state in {"PENDING", "TIMEOUT"}:
         return []
     return ["TRES_STR_CALC"]
 
@@ -443,8 +443,10 @@ def sacct_job(job: JobRecord, *, now: float, cluster: str = CLUSTER) -> dict[str
         "priority": job.priority,
         "qos": job.qos,
         # --exclusive asked for one cpu a node; it was given the whole node
-        "required": {"CPUs": job.min_cpus_per_node * nodes if job.exclusive else cpus,
-                     "memory": job.memory_mb},
+        "required": {
+            "CPUs": job.min_cpus_per_node * nodes if job.exclusive else cpus,
+            "memory": job.memory_mb,
+        },
         "kill_request_user": job.user if job.state == "CANCELLED" else None,
         "reservation": {"id": 0, "name": 0},
         "state": {"current": job.state, "reason": job.reason},
@@ -488,7 +490,12 @@ def _step(job: JobRecord, step: StepRecord, now: float) -> dict[str, Any]:
     cpus = step.cpus if srun else (per_node if step.name == "batch" else job.num_cpus)
     count = len(step.nodes)
     if step.name == "extern":
-        allocated = [("cpu", 1, cpus), ("energy", 3, None), ("node", 4, count), ("billing", 5, cpus)]
+        allocated = [
+            ("cpu", 1, cpus),
+            ("energy", 3, None),
+            ("node", 4, count),
+            ("billing", 5, cpus),
+        ]
     else:
         allocated = [("cpu", 1, cpus), ("mem", 2, 0), ("node", 4, count)]
     empty: dict[str, list[Any]] = {"max": [], "min": [], "average": [], "total": []}

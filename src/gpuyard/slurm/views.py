@@ -394,8 +394,13 @@ def _squeue_json(parsed: _Args, out: TextIO) -> int:
         else:
             owner = parsed.last("user") or (client.user if parsed.has("me") else None)
             jobs = _all_jobs(client, owner=owner, status=[], active_after=time.time() - 300)
-    records = _collapse_pending_arrays(sorted(_records(jobs), key=lambda r: r.job_id))
-    out.write(openapi.dumps(openapi.squeue_document(records)))
+    now = time.time()
+    records = [
+        r
+        for r in sorted(_records(jobs), key=lambda r: r.job_id)
+        if r.end is None or now - r.end < 300
+    ]
+    out.write(openapi.dumps(openapi.squeue_document(_collapse_pending_arrays(records))))
     return 0
 
 

@@ -40,6 +40,7 @@ def _build(cls: type[Any], data: dict[str, Any]) -> Any:
 def jobs_of(case: dict[str, Any]) -> list[JobRecord]:
     return [_build(JobRecord, j) for j in case.get("jobs", [])]
 
+
 # Values that depend on the Slurm installation (or on bookkeeping gpuyard has no part of);
 # their presence and JSON type are still compared.
 HOST_SPECIFIC = {

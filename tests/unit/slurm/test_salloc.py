@@ -14,10 +14,7 @@ from gpuyard.slurm import salloc
 from gpuyard.slurm.options import OptionError
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "slurm" / "cases"
-SALLOC_CASES = [
-    case
-    for case in (json.loads(p.read_text()) for p in sorted(CASES.glob("salloc_*.json")))
-]
+SALLOC_CASES = [json.loads(p.read_text()) for p in sorted(CASES.glob("salloc_*.json"))]
 
 
 def _nodes(stderr: str) -> list[str]:
@@ -38,11 +35,7 @@ def test_recorded_stderr(case: dict[str, Any]) -> None:
     lines.append(salloc.relinquish_line(job_id))
     # Slurm sometimes adds "Job allocation N has been revoked." when slurmctld's notice of the
     # end races the exit; gpuyard's allocation ends after the command, so it never does.
-    real = [
-        line
-        for line in case["stderr"].splitlines()
-        if not line.endswith("has been revoked.")
-    ]
+    real = [line for line in case["stderr"].splitlines() if not line.endswith("has been revoked.")]
     assert [f"salloc: {line}" for line in lines] == real
 
 
