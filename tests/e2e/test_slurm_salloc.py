@@ -137,7 +137,12 @@ def test_salloc_waits_for_resources_and_sigterm_releases(
     _, holder_err = holder.communicate(timeout=60)
     assert holder.returncode == 128 + signal.SIGTERM
     assert holder_err.splitlines()[-1] == f"salloc: Relinquishing job allocation {holder_id}"
-    out, err = waiter.communicate(timeout=120)
+    # read to the end through the same buffered streams as readline() (communicate() with a
+    # timeout reads the raw pipes and would lose what readline() buffered)
+    assert waiter.stdout is not None
+    err = waiter.stderr.read()
+    out = waiter.stdout.read()
+    waiter.wait(timeout=120)
     assert waiter.returncode == 0, err
     assert out == "hi\n"
     assert err.splitlines()[:2] == [

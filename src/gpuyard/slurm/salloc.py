@@ -15,7 +15,8 @@ variable are the allocation's, and relays its output here:
 - the command's stdout and stderr arrive on stdout, merged (there is no terminal: no stdin,
   no job control, so no interactive shell; a command is required);
 - salloc exits with the command's exit status; Ctrl-C, SIGTERM or SIGHUP release the
-  allocation (the job is stopped) and salloc exits 128 + the signal.
+  allocation (the job is stopped) and salloc exits 128 + the signal; an allocation cancelled
+  while it waits is ``revoked`` (exit 1).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from gpuyard.slurm.render import nodelist
 if TYPE_CHECKING:
     from gpuyard.client import Client
 
-__all__ = ["granted_lines", "pending_lines", "relinquish_line", "salloc"]
+__all__ = ["granted_lines", "pending_lines", "relinquish_line", "revoked_line", "salloc"]
 
 PENDING_AFTER = 1.0
 """Seconds to wait for the allocation before saying it is pending, as Slurm does at once."""
@@ -122,6 +123,9 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
             code = _relay(client, job_id, out)
         except _Released as exc:
             code = 128 + exc.signum
+        except _Revoked:
+            _say(revoked_line(job_id))
+            job_id, code = None, 1  # nothing to relinquish
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -152,13 +156,24 @@ def relinquish_line(job_id: int) -> str:
     return f"Relinquishing job allocation {job_id}"
 
 
+def revoked_line(job_id: int) -> str:
+    """An allocation cancelled (``scancel``) before it was granted: salloc exits 1."""
+    return f"Job allocation {job_id} has been revoked."
+
+
+class _Revoked(Exception):
+    """The allocation ended before it was granted (``scancel`` of the pending job)."""
+
+
 def _wait_granted(client: Client, job_id: int) -> None:
     started = time.monotonic()
     pending = False
     while True:
         job = client.job(job_id)
-        if job.started_at is not None or job.status.is_terminal():
+        if job.started_at is not None:
             break
+        if job.status.is_terminal():
+            raise _Revoked
         if not pending and time.monotonic() - started >= PENDING_AFTER:
             pending = True
             for line in pending_lines(job_id):

@@ -39,6 +39,12 @@ def test_recorded_stderr(case: dict[str, Any]) -> None:
     assert [f"salloc: {line}" for line in lines] == real
 
 
+def test_revoked_wording() -> None:
+    (case,) = [c for c in SALLOC_CASES if c["name"] == "salloc_env"]
+    job_id = case["job_id"]
+    assert f"salloc: {salloc.revoked_line(job_id)}" in case["stderr"].splitlines()
+
+
 def test_cases_recorded() -> None:
     assert {c["name"] for c in SALLOC_CASES} >= {"salloc_env", "salloc_srun_exit", "salloc_true"}
     assert any("Pending job allocation" in c["stderr"] for c in SALLOC_CASES)
