@@ -115,6 +115,31 @@ def test_slurm_json_layout(case: dict[str, Any]) -> None:
     assert openapi.dumps(json.loads(case["stdout"])) == case["stdout"]
 
 
+# What torchx's slurm scheduler reads (torchx/schedulers/slurm_scheduler.py: _describe_squeue,
+# _list_squeue, _list_sacct): never left out of the comparison.
+TORCHX_READS = {
+    "job_id",
+    "name",
+    "job_state",
+    "state",
+    "current",
+    "command",
+    "current_working_directory",
+    "job_resources",
+    "allocated_nodes",
+    "nodename",
+    "memory_allocated",
+    "nodes",
+    "het_job_id",
+    "array_job_id",
+    "array_task_id",
+}
+
+
+def test_torchx_fields_are_compared() -> None:
+    assert not TORCHX_READS & HOST_SPECIFIC.keys()
+
+
 def test_json_cases_recorded() -> None:
     kinds = {c["kind"] for c in JSON_CASES}
     assert kinds == {"squeue", "sacct"}
