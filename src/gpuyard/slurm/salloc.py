@@ -75,8 +75,8 @@ def _options(args: Sequence[str]) -> tuple[list[str], list[str]]:
     options = list(args[: len(args) - len(command)])
     for refused in ("--output", "-o", "--error", "-e", "--wrap", "--array", "-a"):
         if any(a == refused or a.startswith(refused + "=") for a in options):
-            raise OptionError(f"salloc: {refused} is not an salloc option")
-    if not any(a in ("-J", "--job-name") or a.startswith("--job-name=") for a in options):
+            raise OptionError(f"{refused} is not an salloc option")
+    if not any(a.startswith(("-J", "--job-name")) for a in options):
         options.append("--job-name=interactive")  # what Slurm names an allocation
     return options, command
 
@@ -95,10 +95,14 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
     ]
     parsed, script, name = build.parse(sbatch_args, lambda: None)
     released: list[int] = []
+    submitting = [True]
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if not released:
-            released.append(signum)
+        if released:
+            return
+        released.append(signum)
+        # Not in the middle of the submission: its answer says which job to release.
+        if not submitting[0]:
             raise _Released(signum)
 
     previous = {
@@ -119,12 +123,15 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
                 gid=os.getgid(),
             )[0]
             job_id = client.submit(spec).id
+            submitting[0] = False
+            if released:
+                raise _Released(released[0])
             _wait_granted(client, job_id)
             code = _relay(client, job_id, out)
         except _Released as exc:
             code = 128 + exc.signum
-        except _Revoked:
-            _say(revoked_line(job_id))
+        except _Revoked as exc:
+            _say(revoked_line(exc.job_id))
             job_id, code = None, 1  # nothing to relinquish
         finally:
             for signum, handler in previous.items():
@@ -164,6 +171,10 @@ def revoked_line(job_id: int) -> str:
 class _Revoked(Exception):
     """The allocation ended before it was granted (``scancel`` of the pending job)."""
 
+    def __init__(self, job_id: int) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
 
 def _wait_granted(client: Client, job_id: int) -> None:
     started = time.monotonic()
@@ -173,7 +184,7 @@ def _wait_granted(client: Client, job_id: int) -> None:
         if job.started_at is not None:
             break
         if job.status.is_terminal():
-            raise _Revoked
+            raise _Revoked(job_id)
         if not pending and time.monotonic() - started >= PENDING_AFTER:
             pending = True
             for line in pending_lines(job_id):
