@@ -145,6 +145,7 @@ def _job_resources(job: JobRecord) -> dict[str, Any]:
     srun_tasks = any(s.name.isdigit() and s.state == "RUNNING" for s in job.steps)
     return {
         "nodes": nodelist(job.nodes),
+        # 22.05 counts a whole node given to --exclusive as one core a node
         "allocated_cores": job.num_cpus if not job.exclusive else len(job.nodes),
         "allocated_hosts": len(job.nodes),
         "allocated_nodes": [
