@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 def slurm_shims(
     directory: Annotated[Path, typer.Argument(help="Where to write the commands.")],
 ) -> None:
-    """Write sbatch, srun, squeue, sacct, scancel, sinfo and scontrol into DIRECTORY; put it
+    """Write sbatch, srun, salloc, squeue, sacct, scancel, sinfo and scontrol into DIRECTORY; put it
     first on PATH and Slurm clients (submitit, Lightning, lab scripts) run on this pool."""
     from gpuyard.slurm.shims import write_shims
 

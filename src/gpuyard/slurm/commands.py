@@ -1,4 +1,4 @@
-"""The Slurm-compatible commands a user runs: ``sbatch squeue sacct scancel sinfo scontrol``.
+"""The Slurm-compatible commands a user runs: ``sbatch salloc squeue sacct scancel sinfo scontrol``.
 
 ``gpuyard slurm-shims DIR`` writes one small script per command into DIR; each runs
 ``python -m gpuyard.slurm COMMAND ...``, which lands in :func:`main`. They talk to the pool over

@@ -82,6 +82,8 @@ class JobRecord:
     stdin: str = "/dev/null"
     comment: str = ""
     requeue: bool = True
+    batch: bool = True
+    """False for an allocation made by ``salloc`` (no batch script, no ``.batch`` step)."""
     steps: tuple[StepRecord, ...] = field(default_factory=tuple)
     # What squeue's rarer columns and ``scontrol show job`` print (defaults: what a plain
     # ``sbatch`` job shows).

@@ -196,7 +196,8 @@ def _short_time(seconds: float | None) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def _nodelist(nodes: Iterable[str]) -> str:
+def nodelist(nodes: Iterable[str]) -> str:
+    """Slurm's node list: sorted naturally and bracketed (``n[0001-0003]``)."""
     return compress_hostlist(sorted(nodes, key=_natural_key))
 
 
@@ -426,7 +427,7 @@ def _sacct_job_value(name: str, job: JobRecord, now: float, tz: dt.tzinfo | None
         "JobIDRaw": lambda: str(job.job_id),
         "JobName": lambda: job.name,
         "NNodes": lambda: str(job.num_nodes),
-        "NodeList": lambda: _nodelist(job.nodes) if job.nodes else "None assigned",
+        "NodeList": lambda: nodelist(job.nodes) if job.nodes else "None assigned",
         "Partition": lambda: job.partition,
         "Priority": lambda: str(job.priority),
         "QOS": lambda: job.qos,
@@ -468,7 +469,7 @@ def _sacct_step_value(
         "JobIDRaw": lambda: f"{job.job_id}.{step.name}",
         "JobName": lambda: step.job_name or step.name,
         "NNodes": lambda: str(len(step.nodes)),
-        "NodeList": lambda: _nodelist(step.nodes) if step.nodes else "None assigned",
+        "NodeList": lambda: nodelist(step.nodes) if step.nodes else "None assigned",
         "NTasks": lambda: str(step.tasks),
         "ReqCPUS": lambda: str(step.cpus),
         "ReqNodes": lambda: str(len(step.nodes)),
@@ -619,7 +620,7 @@ def _squeue_value(code: str, job: JobRecord, now: float, tz: dt.tzinfo | None) -
     def reason_or_nodes() -> str:
         if job.state in ("PENDING", "TIMEOUT", "FAILED"):
             return f"({job.reason or 'None'})"
-        return _nodelist(job.nodes)
+        return nodelist(job.nodes)
 
     def time_left() -> str:
         if job.time_limit is None:
@@ -654,7 +655,7 @@ def _squeue_value(code: str, job: JobRecord, now: float, tz: dt.tzinfo | None) -
         "L": time_left,
         "m": lambda: f"{job.memory_mb}M" if job.memory_mb else "0",
         "M": lambda: _short_time(_run_seconds(job, now)),
-        "N": lambda: _nodelist(job.nodes),
+        "N": lambda: nodelist(job.nodes),
         "o": lambda: job.command or "(null)",
         "P": lambda: job.partition,
         "q": lambda: job.qos,
@@ -848,9 +849,9 @@ def _sinfo_value(code: str, row: _SinfoRow, tz: dt.tzinfo | None) -> str:
         "H": lambda: _date(first.reason_time, tz) if first else "Unknown",
         "l": limit,
         "m": lambda: str(first.memory_mb) if first else "0",
-        "n": lambda: _nodelist(n.name for n in row.nodes),
-        "N": lambda: _nodelist(n.name for n in row.nodes),
-        "o": lambda: _nodelist(n.address or n.name for n in row.nodes),
+        "n": lambda: nodelist(n.name for n in row.nodes),
+        "N": lambda: nodelist(n.name for n in row.nodes),
+        "o": lambda: nodelist(n.address or n.name for n in row.nodes),
         "P": part_name,
         "R": lambda: part.name if part else "n/a",
         "t": lambda: _NODE_COMPACT.get(words[0], words[0][:5]) if words else "n/a",
@@ -1052,7 +1053,7 @@ def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None
     limit = "UNLIMITED" if job.time_limit is None else _hms(job.time_limit)
     run = _hms(_run_seconds(job, now))
     sched = f" Scheduler={job.scheduler}" if job.scheduler else ""
-    nodes = _nodelist(job.nodes)
+    nodes = nodelist(job.nodes)
     lines = [
         head,
         f"UserId={job.user}({job.uid}) GroupId={job.group}({job.gid}) MCS_label=N/A",
@@ -1071,7 +1072,7 @@ def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None
         f"NodeList={nodes}",
     ]
     if job.nodes:
-        lines.append(f"BatchHost={job.batch_host or _nodelist(job.nodes[:1])}")
+        lines.append(f"BatchHost={job.batch_host or nodelist(job.nodes[:1])}")
     lines += [
         f"NumNodes={_num_nodes(job)} NumCPUs={job.num_cpus} NumTasks={job.num_tasks}"
         f" CPUs/Task={job.cpus_per_task} ReqB:S:C:T=0:0:*:*",

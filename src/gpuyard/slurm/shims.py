@@ -9,7 +9,7 @@ from pathlib import Path
 
 __all__ = ["SHIMS", "write_shims"]
 
-SHIMS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
+SHIMS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "sinfo", "scontrol")
 
 
 def write_shims(directory: Path, python: str = sys.executable) -> list[Path]:

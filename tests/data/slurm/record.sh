@@ -147,6 +147,7 @@ def job_from_scontrol(f):
         "stdin": f.get("StdIn", "/dev/null"),
         "comment": null(f.get("Comment", "")),
         "requeue": f.get("Requeue", "1") == "1",
+        "batch": f.get("BatchFlag", "1") == "1",
         "steps": [],
         "nice": int(f.get("Nice", "0")),
         "dependency": null(f.get("Dependency")),
@@ -185,7 +186,12 @@ def jobs_from_sacct(path):
     head = lines[0].split("|")
     jobs = []
     for line in lines[1:]:
-        row = dict(zip(head, line.split("|")))
+        parts = line.split("|")
+        extra = len(parts) - len(head)
+        if extra > 0 and "SubmitLine" in head:  # a salloc command line with pipes in it
+            k = head.index("SubmitLine")
+            parts = parts[:k] + ["|".join(parts[k:k + extra + 1])] + parts[k + extra + 1:]
+        row = dict(zip(head, parts))
         code, sig = exit_pair(row["ExitCode"])
         state = row["State"]
         by = None
@@ -332,10 +338,20 @@ for case_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
         )
         if kind == "sacct":
             case["jobs"] = jobs_from_sacct(case_dir / "sacct_all")
+        elif kind == "squeue" and "--json" in case["argv"]:
+            # 22.05's --json ignores the selection and lists every job: the facts are the jobs
+            # in the order the document lists them (by job_id, which is unique there)
+            by_raw = {j["job_id"]: j for j in jobs_from_scontrol(case_dir / "jobs")}
+            listed = [j["job_id"] for j in json.loads(case["stdout"])["jobs"]]
+            case["jobs"] = [by_raw[i] for i in listed if i in by_raw]
         elif kind == "squeue":
             by_id = {display_id(j): j for j in jobs_from_scontrol(case_dir / "jobs")}
             ids = (case_dir / "ids").read_text().split() if (case_dir / "ids").exists() else []
             case["jobs"] = [by_id[i] for i in ids if i in by_id]
+        elif kind == "salloc":
+            # the fact: the id of the allocation (from "salloc: Granted job allocation N")
+            m = re.search(r"Granted job allocation (\d+)", case["stderr"])
+            case["job_id"] = int(m.group(1)) if m else None
         elif kind == "scontrol":
             # only the job asked for (none for hostnames/hostlist/requeue)
             argv = case["argv"]
@@ -443,6 +459,7 @@ printf '#!/bin/bash\n#SBATCH -J plain_script\ntrue\n' >job.sh
 # sbatch's own outputs (jobs that just run `true`)
 rec_n=0
 rec() { # NAME KIND CMD...   run once, keep argv/stdout/stderr/rc and the second it ran in
+  # (retried until it starts and ends in one second; ONCE=1 for commands that must run once)
   local name=$1 kind=$2 i t0 t1 rc
   shift 2
   mkdir -p "$RAW/$name"
@@ -453,7 +470,7 @@ rec() { # NAME KIND CMD...   run once, keep argv/stdout/stderr/rc and the second
     rc=$?
     set -e
     t1=$(date +%s)
-    [ "$t0" = "$t1" ] && break
+    [ "$t0" = "$t1" ] || [ "${ONCE:-0}" = 1 ] && break
   done
   printf '%s\n' "$@" >"$RAW/$name/argv"
   echo "$rc" >"$RAW/$name/rc"
@@ -478,6 +495,13 @@ wait_state "$J_ENV" COMPLETED
 wait_state "$J_RQ" COMPLETED 120
 log "waiting for the TIMEOUT job (about a minute)"
 wait_state "$J_TO" TIMEOUT 180
+
+# salloc while the cluster is idle (it runs its command here, on the submit host): the
+# allocation's environment, a step launched in it, the command's exit status
+ONCE=1 rec salloc_env salloc salloc -N2 --ntasks-per-node=2 -J alloc \
+  bash -c "env | grep -E '^(SLURM|SRUN)' | sort"
+ONCE=1 rec salloc_srun_exit salloc salloc -N2 bash -c 'srun hostname | sort; exit 3'
+ONCE=1 rec salloc_true salloc salloc true
 
 # the jobs that are still there when the outputs are recorded
 J_EX=$(sub -J exclusive --exclusive -N1 --wrap 'sleep 900')
@@ -542,6 +566,10 @@ rec_sacct sacct_X_array -X -j "$J_ARR" -- -P
 rec_sacct sacct_prefix_fields -j "$J_C1,$J_F" -- -o jobn,stat,exit -P
 rec_sacct sacct_bad_field -j "$J_C1" -- -o JobID,Bogus
 rec sacct_bad_jobid sacct sacct -j abc
+# openapi v0.0.38 documents: torchx lists with `sacct --json -S1970-01-01-00:00:01`
+rec_sacct sacct_json -j "$CSV" -- --json
+rec_sacct sacct_json_torchx -S1970-01-01-00:00:01 -- --json
+rec_sacct sacct_json_X -X -j "$J_C1,$J_ARR" -- --json
 
 # squeue: the facts are `scontrol show job -o` and the ids the same selection lists, in order
 rec_squeue() {
@@ -570,6 +598,7 @@ rec_squeue squeue_header_only -j "$J_C1" -- -o '%i %j'
 rec_squeue squeue_u_root -u root --
 rec_squeue squeue_states_pd -t PD --
 rec_squeue squeue_json -j "$J_ARR" -- --json
+rec_squeue squeue_json_all -- --json
 rec squeue_no_such_job squeue squeue -j 999999
 rec_squeue squeue_bad_format -- -o '%i %!'
 
