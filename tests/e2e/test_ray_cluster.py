@@ -219,3 +219,29 @@ def test_a_killed_raylet_under_a_job_restarts_it_on_the_nodes_left(
     finally:
         ray_pool.cli("stop", str(job["id"]), check=False)
     # The next test that needs every node starts it again (ray_nodes_up, ensure_nodes).
+
+
+def test_a_tensorflow_job_on_ray_nodes_names_their_addresses_in_tf_config(
+    ray_pool: ServerProcess,
+) -> None:
+    """TF_CONFIG's cluster lists each worker at its own Ray node's address; each task knows
+    its index."""
+    job = ray_pool.cli_json(
+        "submit", "--mode", "tensorflow", "--nodes", "2", "--gpus", "1", "--cpus", "0.5",
+        "--", "bash", "-c", "echo TF_CONFIG=$TF_CONFIG",
+    )  # fmt: skip
+    done = ray_pool.wait_status(job["id"], ENDED, 60)
+    address = {n: a["address"] for n, a in nodes(ray_pool).items()}
+    configs = []
+    for rank, worker in enumerate(done["workers"]):
+        log = ray_pool.cli("logs", str(job["id"]), "--worker", str(rank)).stdout
+        [line] = [x for x in log.splitlines() if x.startswith("TF_CONFIG=")]
+        configs.append((worker["node"], json.loads(line.removeprefix("TF_CONFIG="))))
+    assert done["status"] == "succeeded", done
+    cluster = configs[0][1]["cluster"]["worker"]
+    assert [c["cluster"]["worker"] for _, c in configs] == [cluster, cluster]
+    assert [h.rsplit(":", 1)[0] for h in cluster] == [address[node] for node, _ in configs]
+    assert [c["task"] for _, c in configs] == [
+        {"type": "worker", "index": "0"},
+        {"type": "worker", "index": "1"},
+    ]
