@@ -292,16 +292,7 @@ def sbatch(args: Sequence[str], out: TextIO) -> int:
         options, script, name = build.parse(args, read_stdin)
         with _client() as client:
             pools = [p.name for p in client.pools()]
-            specs = build.build_specs(
-                options,
-                script,
-                script_name=name,
-                cwd=os.getcwd(),
-                environ=os.environ,
-                pools=pools,
-                uid=os.getuid(),
-                gid=os.getgid(),
-            )
+            specs = build.specs_from_here(options, script, script_name=name, pools=pools)
             first = client.submit(specs[0])
             for spec in specs[1:]:
                 spec["slurm"]["array"]["job_id"] = first.id

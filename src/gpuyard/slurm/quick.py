@@ -47,16 +47,7 @@ def sbatch(args: Sequence[str], out: TextIO) -> int | None:
         partition = options.values.get("partition", "").split(",")[0]
         if partition and partition != DEFAULT_POOL:
             pools = [str(p["name"]) for p in _request(url, token, "GET", "/pools")]
-        [spec] = build.build_specs(
-            options,
-            script,
-            script_name=name,
-            cwd=os.getcwd(),
-            environ=os.environ,
-            pools=pools,
-            uid=os.getuid(),
-            gid=os.getgid(),
-        )
+        [spec] = build.specs_from_here(options, script, script_name=name, pools=pools)
     except (_Elsewhere, OptionError, OSError, ValueError):
         return None
     job = _submit(url, token, spec)

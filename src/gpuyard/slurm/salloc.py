@@ -21,7 +21,6 @@ variable are the allocation's, and relays its output here:
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
@@ -112,16 +111,7 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
     with _client() as client:
         try:
             pools = [p.name for p in client.pools()]
-            spec = build.build_specs(
-                parsed,
-                script,
-                script_name=name,
-                cwd=os.getcwd(),
-                environ=os.environ,
-                pools=pools,
-                uid=os.getuid(),
-                gid=os.getgid(),
-            )[0]
+            spec = build.specs_from_here(parsed, script, script_name=name, pools=pools)[0]
             job_id = client.submit(spec).id
             submitting[0] = False
             if released:

@@ -32,7 +32,7 @@ from gpuyard.spec_limits import (
     signal_number,
 )
 
-__all__ = ["build_specs", "forwarded_environment"]
+__all__ = ["build_specs", "forwarded_environment", "specs_from_here"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"[^\w.-]")
@@ -117,6 +117,23 @@ def _count_gpus(text: str, option: str) -> int:
 
 def _absolute(path: str, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, path))
+
+
+def specs_from_here(
+    options: SbatchOptions, script: str, *, script_name: str, pools: Sequence[str]
+) -> list[dict[str, Any]]:
+    """:func:`build_specs` for a submission from this process: its working directory,
+    environment and ids."""
+    return build_specs(
+        options,
+        script,
+        script_name=script_name,
+        cwd=os.getcwd(),
+        environ=os.environ,
+        pools=pools,
+        uid=os.getuid(),
+        gid=os.getgid(),
+    )
 
 
 def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in order
