@@ -156,12 +156,15 @@ def test_kill_9_of_the_pool_loses_and_duplicates_nothing(ray_pool: ServerProcess
     assert not _job_processes(ray_pool, job["id"])
 
 
-def test_an_mpi_job_across_ray_nodes_through_rexec(ray_pool: ServerProcess) -> None:
-    """Open MPI's daemons reach the other node through gpuyard's rexec agent (no ssh), on the
-    Ray nodes' addresses."""
+@pytest.mark.parametrize("implementation", ["openmpi", "mpich"])
+def test_an_mpi_job_across_ray_nodes_through_rexec(
+    ray_pool: ServerProcess, implementation: str
+) -> None:
+    """Open MPI's and MPICH's daemons reach the other node through gpuyard's rexec agent (no
+    ssh), on the Ray nodes' addresses."""
     job = ray_pool.cli_json(
-        "submit", "--mode", "mpi", "--nodes", "2", "--gpus", "1", "--cpus", "0.5",
-        "--workdir", str(ROOT), "--max-runtime", "90s",
+        "submit", "--mode", "mpi", "--mpi", implementation, "--nodes", "2", "--gpus", "1",
+        "--cpus", "0.5", "--workdir", str(ROOT), "--max-runtime", "90s",
         "--", f"{PYTHON} examples/mpi_test.py",
     )  # fmt: skip
     done = ray_pool.wait_status(job["id"], ENDED, 120)
@@ -245,3 +248,19 @@ def test_a_tensorflow_job_on_ray_nodes_names_their_addresses_in_tf_config(
         {"type": "worker", "index": "0"},
         {"type": "worker", "index": "1"},
     ]
+
+
+def test_a_batch_job_runs_its_sub_tasks_on_ray_nodes(
+    ray_pool: ServerProcess, tmp_path: Path
+) -> None:
+    """A batch job's sub-tasks run side by side, each on a Ray node, each with its own log."""
+    tasks = "\n".join(f"  - command: sh -c 'echo task {i} on $GPUYARD_NODE_NAME'" for i in range(2))
+    job_file = tmp_path / "sweep.yaml"
+    job_file.write_text(f"name: sweep\ntype: batch\nresources: {{cpus: 0.5}}\ntasks:\n{tasks}\n")
+    job = ray_pool.cli_json("submit", "-f", str(job_file))
+    done = ray_pool.wait_status(job["id"], ENDED, 60)
+    assert done["status"] == "succeeded", done
+    assert len(done["workers"]) == 2
+    for rank, worker in enumerate(done["workers"]):
+        log = ray_pool.cli("logs", str(job["id"]), "--worker", str(rank)).stdout
+        assert f"task {rank} on {worker['node']}" in log, log
