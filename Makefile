@@ -70,7 +70,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=20 $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
