@@ -8,7 +8,7 @@ anything is written, so a rejected submission stores nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -429,23 +429,15 @@ class JobService:
         now = self.clock.now()
         result = BulkResult()
         with self.store.write() as session:
-            rows = self._rows_for_update(session, ids)
-            refused = self._refused(session, actor, rows, Action.STOP)
-            for job_id in ids:
-                row = rows.get(job_id)
-                if job_id in refused:
-                    result.failed.append(refused[job_id])
-                elif row is None:
-                    result.failed.append(_missing(job_id))
-                else:
-                    try:
-                        self._hold_row(session, row, actor=actor, held=held, now=now)
-                    except Conflict as exc:
-                        result.failed.append(
-                            JobFailure(id=job_id, detail=exc.detail, code=Conflict.code)
-                        )
-                        continue
-                    result.states[job_id] = row.state
+            for row in self._each_allowed(session, actor, ids, Action.STOP, result.failed):
+                try:
+                    self._hold_row(session, row, actor=actor, held=held, now=now)
+                except Conflict as exc:
+                    result.failed.append(
+                        JobFailure(id=row.id, detail=exc.detail, code=Conflict.code)
+                    )
+                    continue
+                result.states[row.id] = row.state
         result.done = [job_id for job_id in ids if job_id in result.states]
         if result.done:
             self.notify()
@@ -586,16 +578,10 @@ class JobService:
         result = BulkResult()
         draining: list[int] = []
         with self.store.write() as session:
-            rows = self._rows_for_update(session, ids)
-            refused = self._refused(session, actor, rows, Action.STOP)
             pending: list[JobRow] = []
-            for job_id in ids:
-                row = rows.get(job_id)
-                if job_id in refused:
-                    result.failed.append(refused[job_id])
-                elif row is None:
-                    result.failed.append(_missing(job_id))
-                elif row.state.is_terminal():
+            for row in self._each_allowed(session, actor, ids, Action.STOP, result.failed):
+                job_id = row.id
+                if row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
                             id=job_id,
@@ -681,15 +667,9 @@ class JobService:
         ids = _unique(job_ids)
         result = BulkResult()
         with self.store.write() as session:
-            rows = self._rows_for_update(session, ids)
-            refused = self._refused(session, actor, rows, Action.DELETE)
-            for job_id in ids:
-                row = rows.get(job_id)
-                if job_id in refused:
-                    result.failed.append(refused[job_id])
-                elif row is None:
-                    result.failed.append(_missing(job_id))
-                elif not row.state.is_terminal():
+            for row in self._each_allowed(session, actor, ids, Action.DELETE, result.failed):
+                job_id = row.id
+                if not row.state.is_terminal():
                     result.failed.append(
                         JobFailure(
                             id=job_id,
@@ -713,6 +693,27 @@ class JobService:
 
     def _may(self, session: Session, actor: str, job_id: int, action: Action) -> JobRow:
         return self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, action)
+
+    def _each_allowed(
+        self,
+        session: Session,
+        actor: str,
+        ids: Sequence[int],
+        action: Action,
+        failed: list[JobFailure],
+    ) -> Iterator[JobRow]:
+        """The rows of ``ids`` that ``actor`` may do ``action`` to, locked, in the order of
+        ``ids``; each job refused or missing goes to ``failed`` in its place instead."""
+        rows = self._rows_for_update(session, ids)
+        refused = self._refused(session, actor, rows, action)
+        for job_id in ids:
+            row = rows.get(job_id)
+            if job_id in refused:
+                failed.append(refused[job_id])
+            elif row is None:
+                failed.append(_missing(job_id))
+            else:
+                yield row
 
     def _refused(
         self, session: Session, actor: str, rows: dict[int, JobRow], action: Action
