@@ -362,6 +362,7 @@ _SRUN_VALUED = {
     "--signal": "",
     "--kill-on-bad-exit": "kill_on_bad_exit",
     "-K": "kill_on_bad_exit",
+    "--het-group": "het_group",
 }
 _SRUN_FLAGS = {
     "-u": "unbuffered",
@@ -455,6 +456,53 @@ class _Allocation:
         self.own = env.get("GPUYARD_REXEC_SELF", "")
         self.per_node = int(env.get("SLURM_NTASKS_PER_NODE", "1") or 1)
         self.ntasks = int(env.get("SLURM_NTASKS", str(len(self.nodes))) or 1)
+        self.het_size = int(env.get("SLURM_HET_SIZE", "0") or 0)
+        """Components of a heterogeneous job (0: a plain job)."""
+        self._env = env
+
+    def component(self, index: int) -> _Allocation:
+        """Component ``index`` of a heterogeneous job, as an allocation of its own."""
+        env = self._env
+        part = object.__new__(_Allocation)
+        part.__dict__.update(self.__dict__)
+        suffix = f"_HET_GROUP_{index}"
+        part.nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST" + suffix, ""))
+        part.per_node = int(env.get("SLURM_NTASKS_PER_NODE" + suffix, "1") or 1)
+        part.ntasks = int(env.get("SLURM_NTASKS" + suffix, str(len(part.nodes))) or 1)
+        part.het_size = 0
+        return part
+
+    def targets(self, options: dict[str, str], index: int, count: int) -> list[int | None]:
+        """The components that group ``index`` of ``count`` (``srun A : B``) runs on: those of
+        ``--het-group``, else the group's own; None: the whole (plain) allocation."""
+        if not self.het_size:
+            if count > 1 or "het_group" in options:
+                raise SlurmError(
+                    "heterogeneous steps (srun ... : ... or --het-group) run inside a "
+                    "heterogeneous job (#SBATCH hetjob) only"
+                )
+            return [None]
+        if "het_group" not in options:
+            if index >= self.het_size:
+                raise SlurmError(
+                    f"Attempt to run a job step with het group value of {index}, but the job "
+                    f"allocation has maximum value of {self.het_size - 1}"
+                )
+            return [index]
+        chosen: list[int | None] = []
+        for item in options["het_group"].split(","):
+            low, dash, high = item.partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()):
+                raise SlurmError(f"Invalid --het-group value: {options['het_group']}")
+            for value in range(int(low), int(high if dash else low) + 1):
+                if value >= self.het_size:
+                    raise SlurmError(
+                        f"Attempt to run a job step with het group value of {value}, but the "
+                        f"job allocation has maximum value of {self.het_size - 1}"
+                    )
+                if value not in chosen:
+                    chosen.append(value)
+        return chosen
 
     def resolve(self, name: str) -> str:
         if name in self.nodes:
@@ -579,9 +627,33 @@ def _exported(env: dict[str, str], export: str | None) -> dict[str, str]:
     return keep
 
 
+class _Part:
+    """What one group of a step (``srun A : B`` has two) runs, and where: a plain step is one
+    part on the whole allocation; a heterogeneous step has one per component it runs on."""
+
+    def __init__(
+        self,
+        options: dict[str, str],
+        command: list[str],
+        component: int | None,
+        nodes: list[str],
+        counts: list[int],
+        offset: int,
+    ) -> None:
+        self.options, self.command, self.component = options, command, component
+        self.nodes, self.counts, self.offset = nodes, counts, offset
+        self.forwarded: dict[str, str] = {}
+        self.gtids: dict[str, str] = {}
+
+    @property
+    def ntasks(self) -> int:
+        return sum(self.counts)
+
+
 class _Task:
-    def __init__(self, rank: int, node: str, local: int, node_index: int) -> None:
+    def __init__(self, rank: int, node: str, local: int, node_index: int, part: _Part) -> None:
         self.rank, self.node, self.local, self.node_index = rank, node, local, node_index
+        self.part = part
         self.status: int | None = None
         self.pid: int | None = None
         self.conn: socket.socket | None = None
@@ -602,31 +674,46 @@ def _load_rexec() -> ModuleType:
     return module
 
 
-def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
-    import shlex
-    import signal
-    import time
+def _groups(args: Sequence[str]) -> list[list[str]]:
+    """``srun A : B``: the words of each group (a lone ``:`` separates them, as in Slurm)."""
+    groups: list[list[str]] = [[]]
+    for arg in args:
+        if arg == ":":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    return groups
 
-    options, command = parse_srun(args)
-    env = dict(os.environ)
-    alloc = _Allocation(env)
-    nodes, counts = _layout(alloc, options)
-    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
-    step = _next_step(control_dir) if control_dir else 0
-    ntasks = sum(counts)
+
+def _plan(groups: Sequence[tuple[dict[str, str], list[str]]], alloc: _Allocation) -> list[_Part]:
+    """The step's parts, in task order (a part's tasks come after the previous part's)."""
+    parts: list[_Part] = []
+    offset = 0
+    for index, (options, command) in enumerate(groups):
+        for component in alloc.targets(options, index, len(groups)):
+            where = alloc if component is None else alloc.component(component)
+            nodes, counts = _layout(where, options)
+            parts.append(_Part(options, command, component, nodes, counts, offset))
+            offset += sum(counts)
+    return parts
+
+
+def _step_env(part: _Part, parts: Sequence[_Part], step: int, env: dict[str, str]) -> None:
+    """What every task of ``part`` gets from srun (``part.forwarded``), as Slurm's srun sets it."""
+    nodes, counts = part.nodes, part.counts
     nodelist = compress_hostlist(nodes)
-    forwarded = _exported(env, options.get("export"))
+    forwarded = _exported(env, part.options.get("export"))
     forwarded.update(
         {
             "SLURM_STEP_ID": str(step),
             "SLURM_STEPID": str(step),
-            "SLURM_NTASKS": str(ntasks),
-            "SLURM_NPROCS": str(ntasks),
+            "SLURM_NTASKS": str(part.ntasks),
+            "SLURM_NPROCS": str(part.ntasks),
             "SLURM_NNODES": str(len(nodes)),
             "SLURM_NODELIST": nodelist,
             "SLURM_STEP_NODELIST": nodelist,
             "SLURM_STEP_NUM_NODES": str(len(nodes)),
-            "SLURM_STEP_NUM_TASKS": str(ntasks),
+            "SLURM_STEP_NUM_TASKS": str(part.ntasks),
             "SLURM_STEP_TASKS_PER_NODE": tasks_text(counts),
             "SLURM_TASKS_PER_NODE": tasks_text(counts),
             "SLURM_DISTRIBUTION": "block",
@@ -636,30 +723,74 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             "SRUN_DEBUG": "3",
         }
     )
-    if "SLURM_JOB_CPUS_PER_NODE" in env:
+    if part.component is not None:
+        _het_step_env(forwarded, part, parts, env)
+    elif "SLURM_JOB_CPUS_PER_NODE" in env:
         forwarded["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = env["SLURM_JOB_CPUS_PER_NODE"]
+    options = part.options
     if "ntasks_per_node" in options:
         forwarded["SLURM_NTASKS_PER_NODE"] = options["ntasks_per_node"]
     if "cpus_per_task" in options:
         forwarded["SLURM_CPUS_PER_TASK"] = options["cpus_per_task"]
     if "job_name" in options:
         forwarded["SLURM_JOB_NAME"] = options["job_name"]
-    cwd = options.get("chdir") or os.getcwd()
+    part.forwarded = forwarded
+    tasks_on: dict[str, list[str]] = {}
+    rank = part.offset
+    for node, count in zip(nodes, counts, strict=True):
+        for _ in range(count):
+            tasks_on.setdefault(node, []).append(str(rank))
+            rank += 1
+    part.gtids = {node: ",".join(ranks) for node, ranks in tasks_on.items()}
+
+
+def _het_step_env(
+    forwarded: dict[str, str], part: _Part, parts: Sequence[_Part], env: dict[str, str]
+) -> None:
+    """A task of a heterogeneous job runs as a task of its component: the component's job
+    variables, and the whole step's ``*_HET_GROUP_<n>`` ones."""
+    suffix = f"_HET_GROUP_{part.component}"
+    for name, value in env.items():
+        if name.endswith(suffix):
+            forwarded[name[: -len(suffix)]] = value
+    forwarded["SLURM_HET_SIZE"] = str(len(parts))
+    for index, other in enumerate(parts):
+        forwarded[f"SLURM_STEP_NODELIST_HET_GROUP_{index}"] = compress_hostlist(other.nodes)
+        forwarded[f"SLURM_STEP_NUM_TASKS_HET_GROUP_{index}"] = str(other.ntasks)
+
+
+def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
+    import shlex
+    import signal
+    import time
+
+    groups = [parse_srun(words) for words in _groups(args)]
+    env = dict(os.environ)
+    alloc = _Allocation(env)
+    parts = _plan(groups, alloc)
+    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
+    step = _next_step(control_dir) if control_dir else 0
+    for part in parts:
+        _step_env(part, parts, step, env)
+    first = parts[0].options
+    cwd = first.get("chdir") or os.getcwd()
 
     tasks: list[_Task] = []
-    for index, (node, count) in enumerate(zip(nodes, counts, strict=True)):
-        for local in range(count):
-            tasks.append(_Task(len(tasks), node, local, index))
-    gtids = {node: ",".join(str(t.rank) for t in tasks if t.node == node) for node in nodes}
+    for part in parts:
+        for index, (node, count) in enumerate(zip(part.nodes, part.counts, strict=True)):
+            for local in range(count):
+                tasks.append(_Task(len(tasks), node, local, index, part))
+    step_nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
 
-    append = (options.get("open_mode") or "").lower().startswith("a") or (
-        "open_mode" not in options and env.get("SLURM_OPEN_MODE") == "a"
+    append = (first.get("open_mode") or "").lower().startswith("a") or (
+        "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"
     )
 
     def shell_command(task: _Task) -> str:
-        words = " ".join(shlex.quote(w) for w in command)
+        options = task.part.options
+        words = " ".join(shlex.quote(w) for w in task.part.command)
         values = _pattern_values(
-            {**env, "SLURMD_NODENAME": task.node},
+            {**env, **task.part.forwarded, "SLURMD_NODENAME": task.node},
             task=str(task.rank),
             node_index=str(task.node_index),
             step=str(step),
@@ -691,11 +822,11 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             "SLURM_PROCID": str(task.rank),
             "SLURM_LOCALID": str(task.local),
             "SLURM_NODEID": str(task.node_index),
-            "SLURM_GTIDS": gtids[task.node],
+            "SLURM_GTIDS": task.part.gtids[task.node],
         }
 
-    label = "label" in options
-    unbuffered = "unbuffered" in options
+    label = any("label" in part.options for part in parts)
+    unbuffered = any("unbuffered" in part.options for part in parts)
     out_lock = threading.Lock()
 
     def writer(fd: int, task: _Task) -> _TaskOutput:
@@ -707,7 +838,7 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
     def run_local(task: _Task) -> None:
         import subprocess
 
-        task_environ = {**env, **forwarded, **task_env(task)}
+        task_environ = {**env, **task.part.forwarded, **task_env(task)}
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", shell_command(task)],
@@ -747,7 +878,7 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             task.status = 1
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        remote_env = {k: v for k, v in forwarded.items() if k not in _NODE_VARIABLES}
+        remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
         remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
         remote_env.update(task_env(task))
         header = {
@@ -815,12 +946,23 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         except OSError:
             registration = ""
 
+    command = parts[0].command
     record: dict[str, object] = {
         "name": os.path.basename(command[0])[:1024] if command else "",
-        "nodes": list(nodes),
-        "tasks": ntasks,
+        "nodes": step_nodes,
+        "tasks": len(tasks),
         "start": time.time(),
     }
+    if any(part.component is not None for part in parts):
+        record["components"] = [
+            {
+                "component": part.component,
+                "name": os.path.basename(part.command[0])[:1024],
+                "nodes": list(part.nodes),
+                "tasks": part.ntasks,
+            }
+            for part in parts
+        ]
     if control_dir:
         _record_step(control_dir, step, record)
 
@@ -831,8 +973,9 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         thread.start()
         threads.append(thread)
 
-    kill_on_bad = options.get("kill_on_bad_exit", "0") not in ("0", "")
-    wait_limit = float(options["wait"]) if options.get("wait", "").isdigit() else 0.0
+    kill_on_bad = any(part.options.get("kill_on_bad_exit", "0") not in ("0", "") for part in parts)
+    waits = [float(p.options["wait"]) for p in parts if p.options.get("wait", "").isdigit()]
+    wait_limit = max(waits) if waits else 0.0
     first_end: float | None = None
     killed = False
     try:

@@ -22,7 +22,7 @@ from typing import Any
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import NetworkPreset, network_env
-from gpuyard.launch.slurm import batch_env, slurm_env
+from gpuyard.launch.slurm import batch_env, het_env, slurm_components, slurm_env
 from gpuyard.launch.topology import Role, Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
@@ -322,17 +322,23 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
     devices = (ctx.gpu_devices or {}).get(slot.node)
     gpus = [devices[i] if devices and i < len(devices) else str(i) for i in slot.gpus]
     array = slurm.array
+    all_nodes = [w.slot_of(s).node for s in w.compute]
+    r = w.spec.resources
+    components = slurm_components(slurm, all_nodes, gpus=r.gpus, cpus=r.cpus, memory=r.memory)
+    # A heterogeneous job's worker is a node of its component: the job variables are the
+    # component's (the batch shell's are component 0's), beside every component's *_HET_GROUP_n.
+    mine = next(c for c in components if w.seat.node_rank < c.first + len(c.nodes))
     env = batch_env(
-        job_id=ctx.job_id,
-        job_name=slurm.job_name,
-        nodes=[w.slot_of(s).node for s in w.compute],
-        node_rank=w.seat.node_rank,
-        ntasks=slurm.ntasks,
-        ntasks_per_node=slurm.ntasks_per_node,
-        cpus_per_task=slurm.cpus_per_task,
+        job_id=ctx.job_id + mine.index,
+        job_name=mine.job_name,
+        nodes=mine.nodes,
+        node_rank=w.seat.node_rank - mine.first,
+        ntasks=mine.ntasks,
+        ntasks_per_node=mine.ntasks_per_node,
+        cpus_per_task=mine.cpus_per_task,
         cpus=slot.cpus,
         gpus=gpus,
-        memory_mb=w.spec.resources.memory // (1 << 20) if w.spec.resources.memory else 0,
+        memory_mb=mine.memory_mb,
         submit_dir=slurm.submit_dir,
         submit_host=slurm.submit_host,
         partition=slurm.partition,
@@ -354,6 +360,22 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
             "task_step": array.step,
         },
     )
+    if len(components) > 1:
+        env.update(
+            het_env(
+                job_id=ctx.job_id,
+                components=components,
+                partition=slurm.partition,
+                account=slurm.account,
+                qos=slurm.qos,
+                submit_dir=slurm.submit_dir,
+                submit_host=slurm.submit_host,
+                user=ctx.owner,
+                uid=slurm.uid,
+                gid=slurm.gid,
+                attempt=ctx.attempt,
+            )
+        )
     env.update(
         {
             # Node names need not resolve (virtual nodes do not): Lightning and submitit's

@@ -13,10 +13,17 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuyard.models.slurm import SlurmBatch
 
 __all__ = [
+    "HET_VARIABLES",
+    "Component",
     "batch_env",
     "compress_hostlist",
+    "het_env",
+    "slurm_components",
     "slurm_env",
     "tasks_per_node",
     "tasks_per_node_text",
@@ -243,4 +250,134 @@ def batch_env(
         env["SLURM_RESTART_COUNT"] = str(attempt)
     if array is not None:
         env.update({f"SLURM_ARRAY_{k.upper()}": str(v) for k, v in array.items()})
+    return env
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One component of a Slurm job: a plain job is one, a heterogeneous job several, each
+    on its own run of the job's nodes."""
+
+    index: int
+    first: int
+    """Its first node's position among the job's nodes."""
+    nodes: tuple[str, ...]
+    job_name: str
+    ntasks: int
+    ntasks_per_node: int
+    cpus_per_task: int | None
+    cpus: float
+    """CPUs per node."""
+    gpus: int
+    """GPUs per node."""
+    memory_mb: int
+    """Memory per node (0: none asked)."""
+
+
+def slurm_components(
+    slurm: SlurmBatch, nodes: Sequence[str], *, gpus: int, cpus: float, memory: int
+) -> list[Component]:
+    """The job's components over ``nodes`` (the job's, in order); ``gpus``, ``cpus`` and
+    ``memory`` (bytes) are each node's share of a plain job."""
+    if not slurm.het:
+        return [
+            Component(
+                0,
+                0,
+                tuple(nodes),
+                slurm.job_name,
+                slurm.ntasks,
+                slurm.ntasks_per_node,
+                slurm.cpus_per_task,
+                cpus,
+                gpus,
+                memory >> 20,
+            )
+        ]
+    found, first = [], 0
+    for index, c in enumerate(slurm.het):
+        found.append(
+            Component(
+                index,
+                first,
+                tuple(nodes[first : first + c.nodes]),
+                c.job_name,
+                c.ntasks,
+                c.ntasks_per_node,
+                c.cpus_per_task,
+                c.cpus,
+                c.gpus,
+                c.memory >> 20,
+            )
+        )
+        first += c.nodes
+    return found
+
+
+HET_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_ACCOUNT",
+    "SLURM_JOB_QOS",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_NODE_ALIASES",
+)
+"""The job variables a heterogeneous job's batch shell also gets per component, each with
+``_HET_GROUP_<n>`` appended."""
+
+
+def het_env(
+    *,
+    job_id: int,
+    components: Sequence[Component],
+    partition: str,
+    account: str,
+    qos: str,
+    submit_dir: str,
+    submit_host: str,
+    user: str,
+    uid: int,
+    gid: int,
+    attempt: int,
+) -> dict[str, str]:
+    """A heterogeneous job's ``SLURM_HET_SIZE`` and ``*_HET_GROUP_<n>`` variables (its
+    components' ids are the leader's plus their index, as Slurm numbers them)."""
+    env = {"SLURM_HET_SIZE": str(len(components))}
+    for c in components:
+        one = batch_env(
+            job_id=job_id + c.index,
+            job_name=c.job_name,
+            nodes=c.nodes,
+            node_rank=0,
+            ntasks=c.ntasks,
+            ntasks_per_node=c.ntasks_per_node,
+            cpus_per_task=c.cpus_per_task,
+            cpus=c.cpus,
+            gpus=[str(i) for i in range(c.gpus)],
+            memory_mb=c.memory_mb,
+            submit_dir=submit_dir,
+            submit_host=submit_host,
+            partition=partition,
+            account=account,
+            qos=qos,
+            user=user,
+            uid=uid,
+            gid=gid,
+            attempt=attempt,
+            open_mode="truncate",
+            array=None,
+        )
+        for name in HET_VARIABLES:
+            if name in one:
+                env[f"{name}_HET_GROUP_{c.index}"] = one[name]
     return env

@@ -59,7 +59,11 @@ def seats(spec: JobSpec) -> tuple[Seat, ...]:
     ask = request_of(spec)
     ps = ask.parameter_servers
     all_members = members(
-        tasks=ask.tasks, nodes=ask.nodes, per_node=ask.per_node, parameter_servers=ps
+        tasks=ask.tasks,
+        nodes=ask.nodes,
+        per_node=ask.per_node,
+        parameter_servers=ps,
+        node_resources=ask.node_resources,
     )
     gang = spec.nodes + ps
     result = []

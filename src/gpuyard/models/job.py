@@ -463,6 +463,25 @@ class JobSpec(BaseModel):
             )
         if self.slurm is not None and (self.type is JobType.BATCH or self.elastic):
             raise ValueError("slurm: a Slurm batch job is a regular job of fixed size")
+        het = self.slurm.het if self.slurm is not None else []
+        if het:
+            if sum(c.nodes for c in het) != self.nodes:
+                raise ValueError(
+                    f"slurm.het: the components have {sum(c.nodes for c in het)} nodes in all, "
+                    f"the job {self.nodes}; nodes is their sum"
+                )
+            first = het[0]
+            if (first.gpus, first.cpus, first.memory) != (
+                self.resources.gpus,
+                self.resources.cpus,
+                self.resources.memory,
+            ):
+                raise ValueError(
+                    "slurm.het: resources are the first component's (each component's nodes "
+                    "get what it asks)"
+                )
+            if self.alternatives:
+                raise ValueError("alternatives: a heterogeneous job has no alternative specs")
 
     def _check_elastic(self) -> None:
         if self.min_nodes is None:

@@ -172,19 +172,41 @@ ANYWHERE = Constraint()
 
 
 def members(
-    *, tasks: int, nodes: int, per_node: Resources, parameter_servers: int
+    *,
+    tasks: int,
+    nodes: int,
+    per_node: Resources,
+    parameter_servers: int,
+    node_resources: tuple[Resources, ...] = (),
 ) -> tuple[Member, ...]:
     """Every worker of a job, in rank order: per (sub-)task its compute workers, then its
-    parameter servers. More than one compute worker means whole nodes."""
-    compute = Member(per_node.gpus, per_node.cpus, per_node.memory, whole_node=nodes > 1)
-    return ((compute,) * nodes + (PS_MEMBER,) * parameter_servers) * tasks
+    parameter servers. More than one compute worker means whole nodes. ``node_resources``
+    (a heterogeneous job) gives each compute worker its own amounts instead of ``per_node``."""
+    whole = nodes > 1
+    if node_resources:
+        compute = tuple(Member(r.gpus, r.cpus, r.memory, whole_node=whole) for r in node_resources)
+    else:
+        compute = (Member(per_node.gpus, per_node.cpus, per_node.memory, whole_node=whole),) * nodes
+    return (compute + (PS_MEMBER,) * parameter_servers) * tasks
 
 
 @functools.lru_cache(maxsize=4096)
-def _request(tasks: int, nodes: int, per_node: Resources, parameter_servers: int) -> Request:
+def _request(
+    tasks: int,
+    nodes: int,
+    per_node: Resources,
+    parameter_servers: int,
+    node_resources: tuple[Resources, ...] = (),
+) -> Request:
     # Requests are immutable, and a queue holds few distinct shapes: share one per shape.
     return Request(
-        members(tasks=tasks, nodes=nodes, per_node=per_node, parameter_servers=parameter_servers)
+        members(
+            tasks=tasks,
+            nodes=nodes,
+            per_node=per_node,
+            parameter_servers=parameter_servers,
+            node_resources=node_resources,
+        )
     )
 
 
@@ -223,11 +245,16 @@ class JobRequest:
     """Seconds; what backfill and prediction take as its run time."""
     exclude: frozenset[str] = frozenset()
     """Nodes it must not run on."""
+    node_resources: tuple[Resources, ...] = ()
+    """A heterogeneous job's amounts, node by node (``nodes`` of them; ``per_node`` is the
+    first's); empty: every node gets ``per_node``."""
 
     @property
     def request(self) -> Request:
         """The first choice (an elastic job's largest size)."""
-        return _request(self.tasks, self.nodes, self.per_node, self.parameter_servers)
+        return _request(
+            self.tasks, self.nodes, self.per_node, self.parameter_servers, self.node_resources
+        )
 
     @property
     def alternative_requests(self) -> tuple[Request, ...]:
@@ -253,6 +280,8 @@ def request_of(spec: JobSpec) -> JobRequest:
     def resources(r: NodeResources) -> Resources:
         return Resources.of(r.gpus, r.cpus, r.memory)
 
+    het = spec.slurm.het if spec.slurm is not None else []
+
     return JobRequest(
         nodes=spec.nodes,
         per_node=resources(spec.resources),
@@ -265,4 +294,7 @@ def request_of(spec: JobSpec) -> JobRequest:
         driver=spec.driver_version,
         max_runtime=spec.max_runtime,
         exclude=frozenset(spec.exclude_nodes),
+        node_resources=tuple(
+            Resources.of(c.gpus, c.cpus, c.memory) for c in het for _ in range(c.nodes)
+        ),
     )

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SCRIPT",
     "SlurmArray",
     "SlurmBatch",
+    "SlurmComponent",
     "SlurmSignal",
     "SlurmStepView",
     "signal_number",
@@ -66,6 +67,38 @@ class SlurmArray(BaseModel):
     spec: str = Field("", max_length=4096, description="The --array value as given.")
 
 
+class SlurmComponent(BaseModel):
+    """One component of a heterogeneous job (``#SBATCH hetjob``, ``sbatch ... : ...``): its
+    nodes come after those of the components before it, in the job's node order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    job_name: str = Field(min_length=1, max_length=1024, description="Its SLURM_JOB_NAME.")
+    nodes: int = Field(ge=1, le=100_000)
+    ntasks: int = Field(ge=1, le=1_000_000)
+    ntasks_per_node: int = Field(1, ge=1, le=4096)
+    cpus_per_task: int | None = Field(None, ge=1, le=4096)
+    gpus: int = Field(0, ge=0, le=1024, description="GPUs per node.")
+    cpus: float = Field(1.0, gt=0, le=100_000, description="CPU cores per node.")
+    memory: int = Field(0, ge=0, le=1 << 60, description="Memory per node in bytes.")
+
+    @field_validator("job_name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError("control characters (newlines, tabs, ...) are not allowed")
+        return value
+
+    @model_validator(mode="after")
+    def _fits(self) -> SlurmComponent:
+        if self.ntasks < self.nodes:
+            raise ValueError(
+                f"a component of {self.nodes} nodes runs at least one task on each "
+                f"(ntasks is {self.ntasks})"
+            )
+        return self
+
+
 class SlurmBatch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,6 +137,11 @@ class SlurmBatch(BaseModel):
     submit_host: str = Field("", max_length=256)
     uid: int = Field(0, ge=0)
     gid: int = Field(0, ge=0)
+    het: list[SlurmComponent] = Field(
+        default_factory=list,
+        max_length=128,
+        description="A heterogeneous job's components, the first included; empty otherwise.",
+    )
 
     @field_validator("script")
     @classmethod
@@ -152,6 +190,12 @@ class SlurmBatch(BaseModel):
             raise ValueError(
                 f"array: task {self.array.task_id} is outside {self.array.min}-{self.array.max}"
             )
+        if len(self.het) == 1:
+            raise ValueError("het: a heterogeneous job has at least two components")
+        if self.het and self.array is not None:
+            raise ValueError("het: a heterogeneous job cannot be a job array")
+        if self.het and sum(c.ntasks for c in self.het) != self.ntasks:
+            raise ValueError("het: ntasks is the sum of the components' tasks")
         return self
 
 

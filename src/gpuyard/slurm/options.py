@@ -22,7 +22,7 @@ __all__ = [
     "parse_memory_mb",
     "parse_sbatch",
     "parse_time",
-    "script_directives",
+    "script_components",
 ]
 
 
@@ -203,12 +203,48 @@ REFUSED = {
 """Options refused with the reason (an empty reason: refused only for some values)."""
 
 
+PROPAGATED = frozenset(
+    {
+        "account",
+        "begin",
+        "comment",
+        "dependency",
+        "error",
+        "export",
+        "exclude",
+        "hold",
+        "job-name",
+        "mail-type",
+        "mail-user",
+        "no-requeue",
+        "open-mode",
+        "output",
+        "partition",
+        "qos",
+        "requeue",
+        "reservation",
+        "signal",
+        "time",
+        "wckey",
+    }
+)
+"""Options a heterogeneous job's component takes from the one before it unless it sets them
+(Slurm's list, less what gpuyard has no use for); the others start from their defaults."""
+
+HETJOB = ("hetjob", "packjob")
+"""The ``#SBATCH`` line that ends a component of a heterogeneous job (packjob: its old name)."""
+
+
 @dataclass
 class SbatchOptions:
     values: dict[str, str] = field(default_factory=dict)
-    """Long name -> the last value given (flags: "")."""
+    """Long name -> the last value given (flags: ""): the job's own options, which are its
+    first component's."""
     script_args: list[str] = field(default_factory=list)
     script_path: str | None = None
+    components: list[dict[str, str]] = field(default_factory=list)
+    """A heterogeneous job's components, each as ``values`` (the first is ``values``); empty
+    for a plain job."""
 
 
 def _split_cli(  # noqa: PLR0912 - getopt's cases, read top to bottom
@@ -268,9 +304,10 @@ def _split_cli(  # noqa: PLR0912 - getopt's cases, read top to bottom
     return values, rest
 
 
-def script_directives(script: str) -> list[str]:
-    """The words of the script's ``#SBATCH`` lines, in order (several options per line)."""
-    words: list[str] = []
+def script_components(script: str) -> list[list[str]]:
+    """The words of the script's ``#SBATCH`` lines, in order (several options per line), per
+    component: a ``#SBATCH hetjob`` line starts the next component of a heterogeneous job."""
+    components: list[list[str]] = [[]]
     for number, line in enumerate(script.splitlines()):
         stripped = line.strip()
         if number == 0 and stripped.startswith("#!"):
@@ -282,32 +319,66 @@ def script_directives(script: str) -> list[str]:
         text = stripped[len("#SBATCH") :]
         if text and not text[0].isspace():
             continue  # "#SBATCHfoo" is a comment
-        if text.strip() == "hetjob" or text.strip() == "packjob":
-            raise OptionError(
-                "heterogeneous jobs (#SBATCH hetjob) are not supported yet; submit each "
-                "component as a job of its own"
-            )
         try:
-            words += shlex.split(text, comments=True)  # an unquoted '#' ends it, as in Slurm
+            words = shlex.split(text, comments=True)  # an unquoted '#' ends it, as in Slurm
         except ValueError as exc:
             raise OptionError(f"script line {number + 1}: {exc}: {stripped}") from None
-    return words
+        if words and words[0] in HETJOB:
+            if len(words) > 1:
+                raise OptionError(
+                    f"script line {number + 1}: {words[0]} stands alone on its line: {stripped}"
+                )
+            components.append([])
+            continue
+        components[-1] += words
+    return components
+
+
+def _cli_components(args: Sequence[str]) -> tuple[list[dict[str, str]], list[str]]:
+    """The command line's options per component (``sbatch A : B script``), and what follows
+    them (the script and its arguments)."""
+    components: list[dict[str, str]] = []
+    rest = list(args)
+    while True:
+        values, rest = _split_cli(rest, stop_at_positional=True, source="command line")
+        components.append(values)
+        if not rest or rest[0] != ":":
+            return components, rest
+        rest = rest[1:]
 
 
 def parse_sbatch(args: Sequence[str], script: str | None) -> SbatchOptions:
     """The command line (``args``: options, then the script and its arguments) over the
     script's directives. ``script`` is None while the script is not read yet (the first call
-    finds its path); the second call passes it."""
-    cli, rest = _split_cli(args, stop_at_positional=True, source="command line")
+    finds its path); the second call passes it.
+
+    A heterogeneous job's components (``:`` on the command line, ``#SBATCH hetjob`` in the
+    script) are read one by one: the command line's n-th over the script's n-th, each over
+    what the one before it propagates (:data:`PROPAGATED`)."""
+    cli, rest = _cli_components(args)
     options = SbatchOptions()
     if rest:
         options.script_path, options.script_args = rest[0], rest[1:]
+    directives: list[dict[str, str]] = []
     if script is not None:
-        directives, _ = _split_cli(
-            script_directives(script), stop_at_positional=False, source="#SBATCH"
-        )
-        options.values.update(directives)
-    options.values.update(cli)
+        directives = [
+            _split_cli(words, stop_at_positional=False, source="#SBATCH")[0]
+            for words in script_components(script)
+        ]
+    count = max(len(cli), len(directives))
+    components: list[dict[str, str]] = []
+    for index in range(count):
+        values = {}
+        if components:
+            values = {k: v for k, v in components[-1].items() if k in PROPAGATED}
+        if index < len(directives):
+            values.update(directives[index])
+        if index < len(cli):
+            values.update(cli[index])
+        components.append(values)
+    options.values = components[0] if components else {}
+    if len(components) > 1:
+        options.components = components
     return options
 
 

@@ -9,7 +9,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuyard.slurm.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
@@ -108,6 +108,79 @@ def _gpus(values: Mapping[str, str], nodes: int, per_node_tasks: int) -> int:
     return 0
 
 
+class _Layout(NamedTuple):
+    """What one job (or one component of a heterogeneous job) asks: nodes, tasks, and each
+    node's share."""
+
+    nodes: int
+    ntasks: int
+    ntasks_per_node: int
+    cpus_per_task: int | None
+    gpus: int
+    cpus: float
+    memory_mb: int
+
+
+def _layout(values: Mapping[str, str]) -> _Layout:
+    nodes = _int(values, "nodes", 1) or 1
+    ntasks = _int(values, "ntasks")
+    per_node = _int(values, "ntasks-per-node")
+    if per_node is None:
+        per_node = -(-ntasks // nodes) if ntasks else 1
+    if ntasks is None:
+        ntasks = nodes * per_node
+    if ntasks < nodes:
+        raise OptionError(
+            f"--ntasks={ntasks} is fewer than --nodes={nodes}: every node runs a task"
+        )
+    cpus_per_task = _int(values, "cpus-per-task")
+    gpus = _gpus(values, nodes, per_node)
+    cpus = float((cpus_per_task or 1) * per_node)
+    if "cpus-per-gpu" in values and gpus:
+        cpus = max(cpus, float((_int(values, "cpus-per-gpu") or 1) * gpus))
+    memory_mb = 0
+    if "mem" in values:
+        memory_mb = parse_memory_mb(values["mem"], "--mem")
+    elif "mem-per-cpu" in values:
+        memory_mb = parse_memory_mb(values["mem-per-cpu"], "--mem-per-cpu") * int(cpus)
+    elif "mem-per-gpu" in values:
+        memory_mb = parse_memory_mb(values["mem-per-gpu"], "--mem-per-gpu") * gpus
+    return _Layout(nodes, ntasks, per_node, cpus_per_task, gpus, cpus, memory_mb)
+
+
+def _components(options: SbatchOptions, script_name: str) -> list[dict[str, Any]]:
+    """A heterogeneous job's components as ``SlurmComponent`` fields. What gpuyard keeps once
+    per job (partition, QOS, array) must agree across them."""
+    first = options.values
+    if "array" in first or any("array" in c for c in options.components):
+        raise OptionError("job arrays cannot be heterogeneous jobs: submit them apart")
+    for index, component in enumerate(options.components[1:], start=1):
+        for name, what in (("partition", "partition"), ("qos", "QOS")):
+            if component.get(name, "") != first.get(name, ""):
+                raise OptionError(
+                    f"component {index} of the heterogeneous job asks for {what} "
+                    f"{component.get(name) or '(default)'!r}, component 0 for "
+                    f"{first.get(name) or '(default)'!r}: here all components run in one "
+                    f"{what}; give every component the same --{name}"
+                )
+    het = []
+    for component in options.components:
+        layout = _layout(component)
+        het.append(
+            {
+                "job_name": component.get("job-name") or script_name,
+                "nodes": layout.nodes,
+                "ntasks": layout.ntasks,
+                "ntasks_per_node": layout.ntasks_per_node,
+                "cpus_per_task": layout.cpus_per_task,
+                "gpus": layout.gpus,
+                "cpus": layout.cpus,
+                "memory": layout.memory_mb << 20,
+            }
+        )
+    return het
+
+
 def _count_gpus(text: str, option: str) -> int:
     last = text.rsplit(":", maxsplit=1)[-1]
     if not last.isdigit():
@@ -149,34 +222,25 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
 ) -> list[dict[str, Any]]:
     """The job specs: one, or one per array task (the first is the array's)."""
     values = options.values
-    for name in values:
-        reason = REFUSED.get(name)
-        if reason:
-            raise OptionError(f"--{name}: {reason}")
-    nodes = _int(values, "nodes", 1) or 1
-    ntasks = _int(values, "ntasks")
-    per_node = _int(values, "ntasks-per-node")
-    if per_node is None:
-        per_node = -(-ntasks // nodes) if ntasks else 1
-    if ntasks is None:
-        ntasks = nodes * per_node
-    if ntasks < nodes:
-        raise OptionError(
-            f"--ntasks={ntasks} is fewer than --nodes={nodes}: every node runs a task"
-        )
-    cpus_per_task = _int(values, "cpus-per-task")
-    gpus = _gpus(values, nodes, per_node)
-    cpus = float((cpus_per_task or 1) * per_node)
-    if "cpus-per-gpu" in values and gpus:
-        cpus = max(cpus, float((_int(values, "cpus-per-gpu") or 1) * gpus))
-    memory_mb = 0
-    if "mem" in values:
-        memory_mb = parse_memory_mb(values["mem"], "--mem")
-    elif "mem-per-cpu" in values:
-        memory_mb = parse_memory_mb(values["mem-per-cpu"], "--mem-per-cpu") * int(cpus)
-    elif "mem-per-gpu" in values:
-        memory_mb = parse_memory_mb(values["mem-per-gpu"], "--mem-per-gpu") * gpus
+    for component in options.components or [values]:
+        for name in component:
+            reason = REFUSED.get(name)
+            if reason:
+                raise OptionError(f"--{name}: {reason}")
+    layout = _layout(values)
+    nodes, ntasks, per_node = layout.nodes, layout.ntasks, layout.ntasks_per_node
+    cpus_per_task, gpus, cpus, memory_mb = (
+        layout.cpus_per_task,
+        layout.gpus,
+        layout.cpus,
+        layout.memory_mb,
+    )
     max_runtime = parse_time(values["time"]) if "time" in values else None
+    het = _components(options, script_name) if options.components else []
+    if het:
+        nodes, ntasks = sum(c["nodes"] for c in het), sum(c["ntasks"] for c in het)
+        limits = [parse_time(c["time"]) if "time" in c else None for c in options.components]
+        max_runtime = None if None in limits else max(x for x in limits if x is not None)
     begin = parse_begin(values["begin"], time.time()) if "begin" in values else None
 
     partition = values.get("partition", "").split(",")[0]
@@ -223,14 +287,16 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
     work_dir = _absolute(values.get("chdir", "."), cwd)
     default_output = "slurm-%A_%a.out" if array else "slurm-%j.out"
     kept = {k: v for k, v in values.items() if k in KEPT}
-    try:
-        node_names = expand_hostlist(values["nodelist"]) if "nodelist" in values else []
-    except ValueError as exc:
-        raise OptionError(f"--nodelist: {exc}") from None
-    try:
-        excluded = expand_hostlist(values["exclude"]) if "exclude" in values else []
-    except ValueError as exc:
-        raise OptionError(f"--exclude: {exc}") from None
+    # A heterogeneous job's node lists are the job's: any of its nodes may serve any component.
+    node_names: list[str] = []
+    excluded: list[str] = []
+    for component in options.components or [values]:
+        for option, into in (("nodelist", node_names), ("exclude", excluded)):
+            try:
+                found = expand_hostlist(component[option]) if option in component else []
+            except ValueError as exc:
+                raise OptionError(f"--{option}: {exc}") from None
+            into += [n for n in found if n not in into]
     env = forwarded_environment(environ, values.get("export"))
 
     slurm: dict[str, Any] = {
@@ -286,6 +352,8 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         slurm["begin"] = begin
     if options.script_args:
         slurm["script_args"] = list(options.script_args)
+    if het:
+        slurm["het"] = het
     if array is None:
         return [spec]
     specs = []

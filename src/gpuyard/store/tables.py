@@ -137,6 +137,11 @@ class JobRow(Base):
     exclude_nodes: Mapped[list[Any] | None] = mapped_column(
         JSON(none_as_null=True), nullable=True, default=None
     )
+    node_resources: Mapped[list[Any] | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True, default=None
+    )
+    """A heterogeneous job's amounts node by node, ``[[gpus, mcpus, memory], ...]``; None:
+    every node gets the job's ``gpus``, ``mcpus`` and ``memory``."""
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
     none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
@@ -193,6 +198,7 @@ class JobRow(Base):
             self.driver,
             self.max_runtime,
             self.exclude_nodes,
+            self.node_resources,
         )
 
     __table_args__ = (
@@ -361,6 +367,7 @@ REQUEST_COLUMNS = (
     JobRow.driver,
     JobRow.max_runtime,
     JobRow.exclude_nodes,
+    JobRow.node_resources,
 )
 """The columns that hold a job's request, in :func:`request_from_columns`' order."""
 
@@ -379,6 +386,7 @@ def request_columns(ask: JobRequest) -> dict[str, Any]:
         "pool": ask.pool,
         "node_names": sorted(ask.node_names) or None,
         "exclude_nodes": sorted(ask.exclude) or None,
+        "node_resources": [[r.gpus, r.mcpus, r.memory] for r in ask.node_resources] or None,
         "driver": ask.driver,
         "max_runtime": ask.max_runtime,
     }
@@ -398,6 +406,7 @@ def request_from_columns(
     driver: str | None,
     max_runtime: float | None,
     exclude_nodes: list[Any] | None = None,
+    node_resources: list[Any] | None = None,
 ) -> JobRequest:
     """The request that :func:`request_columns` stored."""
     return JobRequest(
@@ -412,6 +421,9 @@ def request_from_columns(
         driver=driver,
         max_runtime=max_runtime,
         exclude=frozenset(str(n) for n in exclude_nodes or ()),
+        node_resources=tuple(
+            Resources(int(g), int(c), int(m)) for g, c, m in node_resources or ()
+        ),
     )
 
 

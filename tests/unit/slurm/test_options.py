@@ -11,7 +11,7 @@ from gpuyard.slurm.options import (
     parse_memory_mb,
     parse_sbatch,
     parse_time,
-    script_directives,
+    script_components,
 )
 
 # --- --time ---------------------------------------------------------------------------------
@@ -131,8 +131,8 @@ echo start
 """
 
 
-def test_script_directives() -> None:
-    assert script_directives(SCRIPT) == [
+def test_script_components() -> None:
+    assert script_components(SCRIPT) == [[
         "--job-name=train",
         "-N",
         "2",
@@ -141,34 +141,39 @@ def test_script_directives() -> None:
         "--mem=4G",
         "-p",
         "gpu",
-    ]
+    ]]
 
 
 def test_script_directives_without_a_shebang_or_directives() -> None:
-    assert script_directives("#SBATCH -N3\n") == ["-N3"]
-    assert script_directives("#!/bin/sh\necho hi\n") == []
-    assert script_directives("") == []
+    assert script_components("#SBATCH -N3\n") == [["-N3"]]
+    assert script_components("#!/bin/sh\necho hi\n") == [[]]
+    assert script_components("") == [[]]
     # The first command ends the directives even when it comes first.
-    assert script_directives("#!/bin/sh\ntrue\n#SBATCH -N3\n") == []
+    assert script_components("#!/bin/sh\ntrue\n#SBATCH -N3\n") == [[]]
 
 
 @pytest.mark.parametrize("word", ["hetjob", "packjob"])
-def test_script_directives_refuse_heterogeneous_jobs(word: str) -> None:
-    with pytest.raises(OptionError, match=r"heterogeneous jobs \(#SBATCH hetjob\)"):
-        script_directives(f"#!/bin/sh\n#SBATCH -N1\n#SBATCH {word}\n#SBATCH -N2\n")
+def test_a_hetjob_line_starts_the_next_component(word: str) -> None:
+    script = f"#!/bin/sh\n#SBATCH -N1 -J a\n#SBATCH {word}\n#SBATCH -N2\n#SBATCH -c 2\n"
+    assert script_components(script) == [["-N1", "-J", "a"], ["-N2", "-c", "2"]]
+
+
+def test_a_hetjob_line_stands_alone() -> None:
+    with pytest.raises(OptionError, match=r"^script line 3: hetjob stands alone on its line"):
+        script_components("#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob -N2\n")
 
 
 def test_script_directives_refuse_an_unmatched_quote_naming_the_line() -> None:
     with pytest.raises(OptionError, match=r"^script line 3: .*#SBATCH --comment=\"open$"):
-        script_directives('#!/bin/sh\n#SBATCH -N1\n#SBATCH --comment="open\n')
+        script_components('#!/bin/sh\n#SBATCH -N1\n#SBATCH --comment="open\n')
 
 
 def test_script_directives_keep_a_quoted_hash() -> None:
-    assert script_directives('#!/bin/sh\n#SBATCH --job-name="run #3"\n') == ["--job-name=run #3"]
+    assert script_components('#!/bin/sh\n#SBATCH --job-name="run #3"\n') == [["--job-name=run #3"]]
 
 
 def test_script_directives_end_at_a_comment_after_a_tab() -> None:
-    assert script_directives("#!/bin/sh\n#SBATCH --time=5\t# five minutes\n") == ["--time=5"]
+    assert script_components("#!/bin/sh\n#SBATCH --time=5\t# five minutes\n") == [["--time=5"]]
 
 
 # --- parse_sbatch ---------------------------------------------------------------------------
@@ -265,3 +270,48 @@ def test_script_errors(script: str, message: str) -> None:
     with pytest.raises(OptionError) as caught:
         parse_sbatch(["job.sh"], script)
     assert str(caught.value) == message
+
+
+# --- heterogeneous jobs -----------------------------------------------------------------------
+
+TORCHX = (
+    "#!/bin/bash\n"
+    "#SBATCH --job-name=trainer-0 --requeue --ntasks-per-node=1 --cpus-per-task=2 --mem=1024\n"
+    "#SBATCH hetjob\n"
+    "#SBATCH --job-name=ps-0 --ntasks-per-node=1 --cpus-per-task=1 --mem=512\n"
+    "srun hostname\n"
+)
+
+
+def test_components_take_what_the_one_before_propagates() -> None:
+    options = parse_sbatch(["--time=10", "--parsable", "job.sh"], TORCHX)
+    first, second = options.components
+    assert options.values is first
+    assert first["time"] == "10" and first["parsable"] == ""
+    # --time, --job-name and --requeue propagate; resources and sbatch's own flags do not
+    assert second == {
+        "job-name": "ps-0",
+        "requeue": "",
+        "time": "10",
+        "ntasks-per-node": "1",
+        "cpus-per-task": "1",
+        "mem": "512",
+    }
+
+
+def test_command_line_components_override_the_scripts_one_by_one() -> None:
+    options = parse_sbatch(["-N2", ":", "-N3", "-c", "4", "job.sh", "arg"], TORCHX)
+    assert [c.get("nodes") for c in options.components] == ["2", "3"]
+    assert options.components[1]["cpus-per-task"] == "4"
+    assert options.script_path == "job.sh" and options.script_args == ["arg"]
+
+
+def test_command_line_components_make_a_plain_script_heterogeneous() -> None:
+    options = parse_sbatch(["-n1", ":", "-n2", "job.sh"], "#!/bin/sh\n#SBATCH -J x\n")
+    assert [c.get("ntasks") for c in options.components] == ["1", "2"]
+    assert [c.get("job-name") for c in options.components] == ["x", "x"]
+
+
+def test_a_plain_job_has_no_components() -> None:
+    options = parse_sbatch(["-N2", "job.sh"], "#!/bin/sh\n")
+    assert options.components == [] and options.values == {"nodes": "2"}
