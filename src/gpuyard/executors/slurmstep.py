@@ -699,34 +699,62 @@ def _plan(groups: Sequence[tuple[dict[str, str], list[str]]], alloc: _Allocation
 
 
 def _step_env(part: _Part, parts: Sequence[_Part], step: int, env: dict[str, str]) -> None:
-    """What every task of ``part`` gets from srun (``part.forwarded``), as Slurm's srun sets it."""
-    nodes, counts = part.nodes, part.counts
+    """What every task of ``part`` gets from srun (``part.forwarded``), as Slurm's srun sets it.
+
+    A step of several groups (``srun A : B``, a heterogeneous step) is one step to its tasks, as
+    in Slurm: the job's and the step's variables describe all its nodes and tasks, numbered
+    across the groups, with the last group's name. A step of one component of a heterogeneous
+    job (``--het-group``, or component 0 by default) sees that component as its job."""
+    nodes = list(dict.fromkeys(n for p in parts for n in p.nodes))
+    counts = [
+        sum(c for p in parts for n, c in zip(p.nodes, p.counts, strict=True) if n == node)
+        for node in nodes
+    ]
+    ntasks = sum(counts)
     nodelist = compress_hostlist(nodes)
     forwarded = _exported(env, part.options.get("export"))
+    if part.component is not None and len(parts) == 1:
+        suffix = f"_HET_GROUP_{part.component}"
+        for name, value in env.items():
+            if name.endswith(suffix):
+                forwarded[name[: -len(suffix)]] = value
     forwarded.update(
         {
             "SLURM_STEP_ID": str(step),
             "SLURM_STEPID": str(step),
-            "SLURM_NTASKS": str(part.ntasks),
-            "SLURM_NPROCS": str(part.ntasks),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_NPROCS": str(ntasks),
             "SLURM_NNODES": str(len(nodes)),
             "SLURM_NODELIST": nodelist,
             "SLURM_STEP_NODELIST": nodelist,
             "SLURM_STEP_NUM_NODES": str(len(nodes)),
-            "SLURM_STEP_NUM_TASKS": str(part.ntasks),
+            "SLURM_STEP_NUM_TASKS": str(ntasks),
             "SLURM_STEP_TASKS_PER_NODE": tasks_text(counts),
             "SLURM_TASKS_PER_NODE": tasks_text(counts),
-            "SLURM_DISTRIBUTION": "block",
+            "SLURM_DISTRIBUTION": "cyclic" if len(parts) > 1 else "block",
             "SLURM_SRUN_COMM_HOST": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
             "SLURM_LAUNCH_NODE_IPADDR": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
             "SLURM_UMASK": f"{_umask():04o}",
             "SRUN_DEBUG": "3",
         }
     )
-    if part.component is not None:
-        _het_step_env(forwarded, part, parts, env)
-    elif "SLURM_JOB_CPUS_PER_NODE" in env:
-        forwarded["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = env["SLURM_JOB_CPUS_PER_NODE"]
+    if len(parts) > 1:
+        last = f"_HET_GROUP_{parts[-1].component}"
+        cpus: list[int] = []
+        for p in parts:
+            given = _expand_counts(env.get(f"SLURM_JOB_CPUS_PER_NODE_HET_GROUP_{p.component}"))
+            cpus += [given[i] if i < len(given) else 1 for i in range(len(p.nodes))]
+        forwarded.update(
+            {
+                "SLURM_JOB_NODELIST": nodelist,
+                "SLURM_JOB_NUM_NODES": str(len(nodes)),
+                "SLURM_JOB_CPUS_PER_NODE": tasks_text(cpus[: len(nodes)]),
+                "SLURM_JOB_NAME": env.get("SLURM_JOB_NAME" + last, env.get("SLURM_JOB_NAME", "")),
+                "SLURM_NTASKS_PER_NODE": env.get("SLURM_NTASKS_PER_NODE" + last, "1"),
+            }
+        )
+    elif "SLURM_JOB_CPUS_PER_NODE" in forwarded and part.component is None:
+        forwarded["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = forwarded["SLURM_JOB_CPUS_PER_NODE"]
     options = part.options
     if "ntasks_per_node" in options:
         forwarded["SLURM_NTASKS_PER_NODE"] = options["ntasks_per_node"]
@@ -735,28 +763,25 @@ def _step_env(part: _Part, parts: Sequence[_Part], step: int, env: dict[str, str
     if "job_name" in options:
         forwarded["SLURM_JOB_NAME"] = options["job_name"]
     part.forwarded = forwarded
-    tasks_on: dict[str, list[str]] = {}
-    rank = part.offset
-    for node, count in zip(nodes, counts, strict=True):
-        for _ in range(count):
-            tasks_on.setdefault(node, []).append(str(rank))
-            rank += 1
-    part.gtids = {node: ",".join(ranks) for node, ranks in tasks_on.items()}
+    ranks: dict[str, list[str]] = {}
+    for p in parts:
+        rank = p.offset
+        for node, count in zip(p.nodes, p.counts, strict=True):
+            for _ in range(count):
+                ranks.setdefault(node, []).append(str(rank))
+                rank += 1
+    part.gtids = {node: ",".join(ranks[node]) for node in part.nodes}
 
 
-def _het_step_env(
-    forwarded: dict[str, str], part: _Part, parts: Sequence[_Part], env: dict[str, str]
-) -> None:
-    """A task of a heterogeneous job runs as a task of its component: the component's job
-    variables, and the whole step's ``*_HET_GROUP_<n>`` ones."""
-    suffix = f"_HET_GROUP_{part.component}"
-    for name, value in env.items():
-        if name.endswith(suffix):
-            forwarded[name[: -len(suffix)]] = value
-    forwarded["SLURM_HET_SIZE"] = str(len(parts))
-    for index, other in enumerate(parts):
-        forwarded[f"SLURM_STEP_NODELIST_HET_GROUP_{index}"] = compress_hostlist(other.nodes)
-        forwarded[f"SLURM_STEP_NUM_TASKS_HET_GROUP_{index}"] = str(other.ntasks)
+def _expand_counts(text: str | None) -> list[int]:
+    """``2(x3),1`` -> [2, 2, 2, 1] (Slurm's per-node lists)."""
+    out: list[int] = []
+    for item in (text or "").split(","):
+        value, _, times = item.partition("(x")
+        times = times.rstrip(")")
+        if value.isdigit():
+            out += [int(value)] * (int(times) if times.isdigit() else 1)
+    return out
 
 
 def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
@@ -775,12 +800,13 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
     first = parts[0].options
     cwd = first.get("chdir") or os.getcwd()
 
+    step_nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
     tasks: list[_Task] = []
     for part in parts:
-        for index, (node, count) in enumerate(zip(part.nodes, part.counts, strict=True)):
+        for node, count in zip(part.nodes, part.counts, strict=True):
+            earlier = sum(1 for t in tasks if t.node == node)
             for local in range(count):
-                tasks.append(_Task(len(tasks), node, local, index, part))
-    step_nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
+                tasks.append(_Task(len(tasks), node, earlier + local, step_nodes.index(node), part))
 
     append = (first.get("open_mode") or "").lower().startswith("a") or (
         "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"

@@ -22,7 +22,7 @@ from typing import Any
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import NetworkPreset, network_env
-from gpuyard.launch.slurm import batch_env, het_env, slurm_components, slurm_env
+from gpuyard.launch.slurm import HET_ONLY, batch_env, het_env, slurm_components, slurm_env
 from gpuyard.launch.topology import Role, Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
@@ -361,6 +361,8 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
         },
     )
     if len(components) > 1:
+        for name in HET_ONLY:
+            env.pop(name, None)
         env.update(
             het_env(
                 job_id=ctx.job_id,

@@ -14,10 +14,13 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpuyard.models.slurm import SlurmBatch
+if TYPE_CHECKING:  # sbatch's quick path imports this module: it must not load the models
+    from gpuyard.models.slurm import SlurmBatch
 
 __all__ = [
+    "HET_ONLY",
     "HET_VARIABLES",
     "Component",
     "batch_env",
@@ -330,10 +333,13 @@ HET_VARIABLES = (
     "SLURM_CPUS_PER_TASK",
     "SLURM_MEM_PER_NODE",
     "SLURM_GPUS_PER_NODE",
-    "SLURM_NODE_ALIASES",
 )
 """The job variables a heterogeneous job's batch shell also gets per component, each with
-``_HET_GROUP_<n>`` appended."""
+``_HET_GROUP_<n>`` appended, and again with ``_PACK_GROUP_<n>`` (their old name), as Slurm
+22.05 sets them (tests/data/slurm/cases/het_env.json)."""
+
+HET_ONLY = ("SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_PER_NODE")
+"""Set per component only: a heterogeneous job's batch shell has no plain form of these."""
 
 
 def het_env(
@@ -352,7 +358,7 @@ def het_env(
 ) -> dict[str, str]:
     """A heterogeneous job's ``SLURM_HET_SIZE`` and ``*_HET_GROUP_<n>`` variables (its
     components' ids are the leader's plus their index, as Slurm numbers them)."""
-    env = {"SLURM_HET_SIZE": str(len(components))}
+    env = {"SLURM_HET_SIZE": str(len(components)), "SLURM_PACK_SIZE": str(len(components))}
     for c in components:
         one = batch_env(
             job_id=job_id + c.index,
@@ -380,4 +386,5 @@ def het_env(
         for name in HET_VARIABLES:
             if name in one:
                 env[f"{name}_HET_GROUP_{c.index}"] = one[name]
+                env[f"{name}_PACK_GROUP_{c.index}"] = one[name]
     return env

@@ -9,6 +9,7 @@ its API with the user's credentials, like the ``gpuyard`` CLI, and print what Sl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -234,6 +235,53 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
     )
 
 
+def job_records(
+    job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] = ()
+) -> list[JobRecord]:
+    """What Slurm shows of a job: one record, or one per component of a heterogeneous job
+    (``L+0``, ``L+1``, ... whose own ids are L, L+1, ...). The components share the job's state
+    and exit code; each has its own name, nodes, sizes and ``extern`` step, the first also the
+    ``batch`` step, and each step row shows under the components whose nodes it ran on."""
+    record = job_record(job, uid, srun_steps)
+    slurm = job.spec.slurm if job.spec is not None else None
+    if slurm is None or not slurm.het:
+        return [record]
+    last = job.id + len(slurm.het) - 1
+    nodes = list(record.nodes)
+    out, first = [], 0
+    for offset, component in enumerate(slurm.het):
+        mine = tuple(nodes[first : first + component.nodes])
+        first += component.nodes
+        cpus = int(component.cpus * component.nodes)
+        steps = []
+        for step in record.steps:
+            if step.name == "batch" and offset > 0:
+                continue
+            on = tuple(n for n in step.nodes if n in mine) if step.name != "batch" else mine[:1]
+            if not on and step.name not in ("batch", "extern"):
+                continue
+            steps.append(dataclasses.replace(step, nodes=on or mine, cpus=cpus))
+        out.append(
+            dataclasses.replace(
+                record,
+                job_id=job.id + offset,
+                het_job_id=job.id,
+                het_job_offset=offset,
+                het_job_id_set=f"{job.id}-{last}",
+                name=component.job_name,
+                nodes=mine,
+                num_nodes=component.nodes,
+                num_cpus=cpus,
+                num_tasks=component.ntasks,
+                cpus_per_task=component.cpus_per_task or 1,
+                gpus_per_node=component.gpus,
+                memory_mb=component.memory >> 20,
+                steps=tuple(steps),
+            )
+        )
+    return out
+
+
 def _parse_ids(texts: Sequence[str]) -> list[tuple[int, int | None]]:
     """``17``, ``17_3``, ``17_[1-3]`` (as bare array ids) → (job or array id, task or None)."""
     out: list[tuple[int, int | None]] = []
@@ -250,6 +298,17 @@ def _parse_ids(texts: Sequence[str]) -> list[tuple[int, int | None]]:
                 out.append((int(head), int(task)))
             else:
                 out.append((int(head), None))
+    return out
+
+
+def het_components(texts: Sequence[str]) -> dict[int, set[int]]:
+    """The components that ids of the form ``L+k`` name (``sacct -j 516+1``), per job."""
+    out: dict[int, set[int]] = {}
+    for text in texts:
+        for raw in text.split(","):
+            head, plus, offset = raw.strip().split(".")[0].partition("+")
+            if plus and head.isdigit() and offset.isdigit():
+                out.setdefault(int(head), set()).add(int(offset))
     return out
 
 
@@ -366,6 +425,11 @@ def scancel(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0912, PLR0915 
         parsed = _parse_ids(ids)
     except BadJobId as exc:
         raise CommandError(render.SCANCEL_BAD_ID.format(text=exc.text), raw=True) from None
+    for job_id, offsets in het_components(ids).items():
+        raise CommandError(
+            f"Kill job error on job id {job_id}+{min(offsets)}: the components of a "
+            f"heterogeneous job stop together here; scancel {job_id} stops them all"
+        )
     with _client() as client:
         if ids:
             # An id that names no job is not an error for Slurm's scancel (it prints nothing).
@@ -422,7 +486,7 @@ def _scontrol_hold(words: Sequence[str]) -> int:
     return 0
 
 
-def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912 - one branch per subcommand
+def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912, PLR0915 - one branch per subcommand
     from gpuyard.slurm import render
 
     words = [a for a in args if a not in ("-o", "--oneliner", "-d", "--details", "-Q")]
@@ -458,7 +522,14 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
             else:
                 jobs = client.jobs(limit=1000).items
             now = time.time()
-            texts = [render.render_scontrol_show_job(job_record(j), now=now) for j in jobs]
+            wanted = het_components(words[2:3])
+            records = [
+                r
+                for j in jobs
+                for r in job_records(j)
+                if r.het_job_id not in wanted or r.het_job_offset in wanted[r.het_job_id]
+            ]
+            texts = [render.render_scontrol_show_job(r, now=now) for r in records]
         if oneliner:
             texts = [" ".join(t.split()) + "\n" for t in texts]
         out.write("\n".join(texts) if not oneliner else "".join(texts))
@@ -472,6 +543,11 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
             raise CommandError(
                 render.SCONTROL_REQUEUE_INVALID.format(text=exc.text), raw=True
             ) from None
+        for job_id, offsets in het_components(words[1:]).items():
+            # Slurm requeues a heterogeneous job whole, by its first id only.
+            raise CommandError(
+                render.SCONTROL_REQUEUE_INVALID.format(text=f"{job_id}+{min(offsets)}"), raw=True
+            )
         with _client() as client:
             for job in _jobs_for(client, ids):
                 try:

@@ -106,10 +106,17 @@ class JobRecord:
     batch_host: str = ""
     tres: str = ""
     """scontrol's TRES: ``cpu=4,node=2,billing=4`` (empty: worked out from cpus and nodes)."""
+    het_job_id: int | None = None
+    """A component of a heterogeneous job: the job's (its first component's) id."""
+    het_job_offset: int = 0
+    het_job_id_set: str = ""
+    """All the job's component ids, as scontrol's HetJobIdSet prints them (``516-517``)."""
 
     @property
     def display_id(self) -> str:
-        """``17158``, ``17159_0``, ``17166_[2-9%2]``."""
+        """``17158``, ``17159_0``, ``17166_[2-9%2]``, ``516+1``."""
+        if self.het_job_id is not None:
+            return f"{self.het_job_id}+{self.het_job_offset}"
         if self.array_job_id is None or self.array_task is None:
             return str(self.job_id)
         return f"{self.array_job_id}_{self.array_task}"

@@ -1045,6 +1045,8 @@ def _scontrol_tres(job: JobRecord) -> str:
 def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None = None) -> str:
     """``scontrol show job ID`` for one job (Slurm prints a blank line after each job)."""
     head = f"JobId={job.job_id}"
+    if job.het_job_id is not None:
+        head += f" HetJobId={job.het_job_id} HetJobOffset={job.het_job_offset}"
     if job.array_job_id is not None and job.array_task is not None:
         head += f" ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task.strip('[]')}"
         if job.array_throttle:
@@ -1056,6 +1058,7 @@ def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None
     nodes = nodelist(job.nodes)
     lines = [
         head,
+        *([f"HetJobIdSet={job.het_job_id_set}"] if job.het_job_id is not None else []),
         f"UserId={job.user}({job.uid}) GroupId={job.group}({job.gid}) MCS_label=N/A",
         f"Priority={job.priority} Nice={job.nice} Account={job.account or '(null)'} QOS={job.qos}",
         f"JobState={job.state} Reason={job.reason or 'None'}"

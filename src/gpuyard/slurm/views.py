@@ -19,7 +19,8 @@ from gpuyard.slurm.commands import (
     _client,
     _jobs_for,
     _parse_ids,
-    job_record,
+    het_components,
+    job_records,
 )
 from gpuyard.slurm.options import slurm_time
 from gpuyard.slurm.records import JobRecord, NodeRecord, PartitionRecord
@@ -68,7 +69,7 @@ class _Args:
 def _records(
     jobs: Sequence[JobView], steps: dict[int, list[SlurmStepView]] | None = None
 ) -> list[JobRecord]:
-    return [job_record(j, srun_steps=(steps or {}).get(j.id, ())) for j in jobs]
+    return [r for j in jobs for r in job_records(j, srun_steps=(steps or {}).get(j.id, ()))]
 
 
 def _srun_steps(client: Client, jobs: Sequence[JobView]) -> dict[int, list[SlurmStepView]]:
@@ -183,6 +184,13 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
             jobs.sort(key=lambda j: j.id)
         steps = None if parsed.has("allocations") else _srun_steps(client, jobs)
     records = _records(jobs, steps)
+    wanted = het_components(parsed.all("jobs"))
+    if wanted:  # -j 516+1: that component only
+        records = [
+            r
+            for r in records
+            if r.het_job_id not in wanted or r.het_job_offset in wanted[r.het_job_id]
+        ]
     names = set(parsed.all("name"))
     if names:
         records = [r for r in records if r.name in names]
