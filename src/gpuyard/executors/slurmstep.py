@@ -731,7 +731,8 @@ def _step_env(part: _Part, parts: Sequence[_Part], step: int, env: dict[str, str
             "SLURM_STEP_NUM_TASKS": str(ntasks),
             "SLURM_STEP_TASKS_PER_NODE": tasks_text(counts),
             "SLURM_TASKS_PER_NODE": tasks_text(counts),
-            "SLURM_DISTRIBUTION": "cyclic" if len(parts) > 1 else "block",
+            # In a heterogeneous step the groups after the first are laid out cyclic.
+            "SLURM_DISTRIBUTION": "cyclic" if parts.index(part) > 0 else "block",
             "SLURM_SRUN_COMM_HOST": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
             "SLURM_LAUNCH_NODE_IPADDR": env.get("GPUYARD_NODE_ADDRESS", "127.0.0.1"),
             "SLURM_UMASK": f"{_umask():04o}",
@@ -750,7 +751,9 @@ def _step_env(part: _Part, parts: Sequence[_Part], step: int, env: dict[str, str
                 "SLURM_JOB_NUM_NODES": str(len(nodes)),
                 "SLURM_JOB_CPUS_PER_NODE": tasks_text(cpus[: len(nodes)]),
                 "SLURM_JOB_NAME": env.get("SLURM_JOB_NAME" + last, env.get("SLURM_JOB_NAME", "")),
-                "SLURM_NTASKS_PER_NODE": env.get("SLURM_NTASKS_PER_NODE" + last, "1"),
+                "SLURM_NTASKS_PER_NODE": env.get(
+                    f"SLURM_NTASKS_PER_NODE_HET_GROUP_{part.component}", "1"
+                ),
             }
         )
     elif "SLURM_JOB_CPUS_PER_NODE" in forwarded and part.component is None:

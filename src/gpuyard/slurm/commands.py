@@ -531,8 +531,8 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
             ]
             texts = [render.render_scontrol_show_job(r, now=now) for r in records]
         if oneliner:
-            texts = [" ".join(t.split()) + "\n" for t in texts]
-        out.write("\n".join(texts) if not oneliner else "".join(texts))
+            texts = [" ".join(t.split()) + " \n" for t in texts]  # as Slurm: a space ends it
+        out.write("".join(texts))  # each block ends with its blank line
         return 0
     if words[:1] in (["requeue"], ["requeuehold"]):
         if len(words) < 2:

@@ -313,7 +313,7 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
         "tres_per_job": "",
         "tres_per_node": gpus,
         "tres_per_socket": "",
-        "tres_per_task": "",
+        "tres_per_task": f"gres:gpu:{job.gpus_per_task}" if job.gpus_per_task else "",
         "tres_req_str": _tres_req(job),
         "tres_alloc_str": _tres_alloc(job),
         "user_id": job.uid,

@@ -64,6 +64,8 @@ class JobRecord:
     num_tasks: int = 1
     cpus_per_task: int = 1
     gpus_per_node: int = 0
+    gpus_per_task: int = 0
+    """``--gpus-per-task`` (scontrol's TresPerTask), when the job asked that way."""
     memory_mb: int = 0
     """Per node."""
     submit: float = 0.0

@@ -413,6 +413,9 @@ def _sacct_job_value(name: str, job: JobRecord, now: float, tz: dt.tzinfo | None
         "NCPUS": lambda: str(job.num_cpus),
         "AllocNodes": lambda: str(job.num_nodes if job.nodes else 0),
         "Comment": lambda: job.comment,
+        "AllocTRES": lambda: (
+            f"billing={job.num_cpus},cpu={job.num_cpus},node={job.num_nodes}" if job.nodes else ""
+        ),
         "CPUTime": lambda: _hms(elapsed * job.num_cpus),
         "CPUTimeRAW": lambda: str(_as_int(elapsed) * job.num_cpus),
         "DerivedExitCode": lambda: "0:0",
@@ -456,6 +459,12 @@ def _sacct_step_value(
     values: dict[str, Callable[[], str]] = {
         "Account": lambda: job.account,
         "AllocCPUS": lambda: str(step.cpus),
+        # The extern step holds the allocation (billed); the others only use CPUs of it.
+        "AllocTRES": lambda: (
+            f"billing={step.cpus},cpu={step.cpus},node={len(step.nodes)}"
+            if step.name == "extern"
+            else f"cpu={step.cpus},mem=0,node={len(step.nodes)}"
+        ),
         "NCPUS": lambda: str(step.cpus),
         "AllocNodes": lambda: str(len(step.nodes)),
         "CPUTime": lambda: _hms(elapsed * step.cpus),
@@ -1081,9 +1090,8 @@ def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None
         f" CPUs/Task={job.cpus_per_task} ReqB:S:C:T=0:0:*:*",
         f"TRES={_scontrol_tres(job)}",
         f"Socks/Node=* NtasksPerN:B:S:C={job.ntasks_per_node}:0:*:* CoreSpec=*",
-        f"MinCPUsNode={job.min_cpus_per_node} MinMemoryNode="
-        + (f"{job.memory_mb}M" if job.memory_mb else "0")
-        + " MinTmpDiskNode=0",
+        f"MinCPUsNode={job.min_cpus_per_node} MinMemoryNode={_megabytes(job.memory_mb)}"
+        " MinTmpDiskNode=0",
         "Features=(null) DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if job.exclusive else 'OK'} Contiguous=0 Licenses=(null)"
         " Network=(null)",
@@ -1096,8 +1104,21 @@ def render_scontrol_show_job(job: JobRecord, *, now: float, tz: dt.tzinfo | None
     ]
     if job.gpus_per_node:
         lines.append(f"TresPerNode=gres:gpu:{job.gpus_per_node}")
+    if job.gpus_per_task:
+        lines.append(f"TresPerTask=gres:gpu:{job.gpus_per_task}")
     text = lines[0] + "\n" + "".join(f"   {line}\n" for line in lines[1:])
     return text + "   \n\n"
+
+
+def _megabytes(mb: int) -> str:
+    """Memory as scontrol prints it: ``0``, ``512M``, ``1G``, ``2T`` (the largest whole unit)."""
+    if not mb:
+        return "0"
+    if mb % (1 << 20) == 0:
+        return f"{mb >> 20}T"
+    if mb % 1024 == 0:
+        return f"{mb >> 10}G"
+    return f"{mb}M"
 
 
 def _num_nodes(job: JobRecord) -> str:

@@ -132,16 +132,18 @@ echo start
 
 
 def test_script_components() -> None:
-    assert script_components(SCRIPT) == [[
-        "--job-name=train",
-        "-N",
-        "2",
-        "--comment=two words",
-        "--output=out %j.log",
-        "--mem=4G",
-        "-p",
-        "gpu",
-    ]]
+    assert script_components(SCRIPT) == [
+        [
+            "--job-name=train",
+            "-N",
+            "2",
+            "--comment=two words",
+            "--output=out %j.log",
+            "--mem=4G",
+            "-p",
+            "gpu",
+        ]
+    ]
 
 
 def test_script_directives_without_a_shebang_or_directives() -> None:
