@@ -9,7 +9,6 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from gpuyard.slurm.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
@@ -31,6 +30,10 @@ from gpuyard.spec_limits import (
     PRIORITIES,
     signal_number,
 )
+
+TYPE_CHECKING = False  # typing is not imported at run time: sbatch's quick path runs without it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["build_specs", "forwarded_environment", "specs_from_here"]
 
