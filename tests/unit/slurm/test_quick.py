@@ -152,6 +152,34 @@ def test_a_refusal_leaves_the_submission_to_the_full_command(
     assert submit(server.url) == (None, "")
 
 
+def test_a_failed_tls_handshake_leaves_it_to_the_full_command(
+    submit: Callable[..., tuple[int | None, str]],
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as plain:  # no TLS: it hangs up at once
+        port = plain.getsockname()[1]
+
+        def refuse() -> None:
+            plain.accept()[0].close()
+
+        hang_up = threading.Thread(target=refuse, daemon=True)
+        hang_up.start()
+        assert submit(f"https://127.0.0.1:{port}") == (None, "")
+        hang_up.join()
+
+
+def test_what_the_quick_path_does_not_handle_is_never_sent(
+    serve: Callable[[Reply], Scripted],
+    submit: Callable[..., tuple[int | None, str]],
+    tmp_path: Path,
+) -> None:
+    server = serve(created(1))
+    (tmp_path / "het.sh").write_text("#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\ntrue\n")
+    assert submit(server.url, "het.sh") == (None, "")
+    assert submit(server.url, "--array=0-1", "--wrap", "true") == (None, "")
+    assert submit(server.url, "--no-such-option", "--wrap", "true") == (None, "")
+    assert server.requests == []
+
+
 def test_a_refused_connection_leaves_it_to_the_full_command(
     submit: Callable[..., tuple[int | None, str]],
 ) -> None:
