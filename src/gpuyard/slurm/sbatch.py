@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import _socket as socket  # gethostname only; socket.py would cost 3 ms of the quick path
 import os
 import re
 import shlex
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
