@@ -6,8 +6,6 @@ once. Standard library only.
 
 from __future__ import annotations
 
-import signal as _signal
-
 __all__ = [
     "DEFAULT_POOL",
     "MAX_ENV",
@@ -32,6 +30,8 @@ PRIORITIES = ("low", "normal", "high", "highest")
 
 def signal_number(name: str) -> int:
     """``USR2``, ``SIGUSR2`` or ``12`` → 12; ValueError naming the choices otherwise."""
+    import signal as _signal  # here: sbatch's quick path loads this module, rarely a signal
+
     text = name.strip().upper()
     if text.isdigit():
         number = int(text)

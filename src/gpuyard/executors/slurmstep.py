@@ -18,7 +18,6 @@ the processes registered in ``$GPUYARD_CONTROL_DIR/steps`` (``srun`` registers i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -241,10 +240,13 @@ def _pattern_values(
     job = env.get("SLURM_JOB_ID", "0")
     array_job = env.get("SLURM_ARRAY_JOB_ID")
     first = (env.get("SLURM_JOB_NODELIST") or "").split(",")[0]
-    try:
-        node = expand_hostlist(first)[0] if first else ""
-    except SlurmError:
-        node = first
+    if "[" not in first and not any(c.isspace() for c in first):
+        node = first  # what expand_hostlist gives, without loading re (the batch step's start)
+    else:
+        try:
+            node = expand_hostlist(first)[0]
+        except SlurmError:
+            node = first
     return {
         "j": job,
         "J": f"{job}.{step}" if step != "batch" else job,
@@ -561,6 +563,8 @@ def _shared(pattern: str) -> bool:
 def _next_step(control_dir: str) -> int:
     """The next step id of the job: the first free name in ``slurm-steps`` (taken with
     O_EXCL, so concurrent sruns never share one; a link planted there is not followed)."""
+    import contextlib  # here, not at the top: the batch step never needs it
+
     directory = os.path.join(control_dir, "slurm-steps")
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o700)
@@ -590,6 +594,7 @@ def _umask() -> int:
 def _record_step(control_dir: str, step: int, record: dict[str, object]) -> None:
     """Write step ``step``'s record (``slurm-steps/<step>``, what sacct shows as the
     ``<job>.<step>`` row), whole: to a temporary name, then renamed over the reservation."""
+    import contextlib
     import json
     import time
 
@@ -788,6 +793,7 @@ def _expand_counts(text: str | None) -> list[int]:
 
 
 def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
+    import contextlib
     import shlex
     import signal
     import time

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 
-from gpuyard.launch.slurm import compress_hostlist
+TYPE_CHECKING = False  # typing is not imported at run time (sbatch's quick path)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["MAX_HOSTS", "compress_hostlist", "expand_hostlist"]
 
@@ -25,6 +27,14 @@ MAX_HOSTS = 100_000
 """The most names ``expand_hostlist`` builds: ``n[0-99999999]`` from a client is refused."""
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def compress_hostlist(hosts: Sequence[str]) -> str:
+    """:func:`gpuyard.launch.slurm.compress_hostlist`, loaded when first used: ``sbatch``'s
+    quick path only expands host lists."""
+    from gpuyard.launch.slurm import compress_hostlist as compress
+
+    return compress(hosts)
 
 
 def _split_top(text: str) -> list[str]:

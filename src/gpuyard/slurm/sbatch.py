@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import _socket as socket  # gethostname only; socket.py would cost 3 ms of the quick path
 import os
 import re
 import shlex
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from gpuyard.slurm.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
@@ -31,6 +30,10 @@ from gpuyard.spec_limits import (
     PRIORITIES,
     signal_number,
 )
+
+TYPE_CHECKING = False  # typing is not imported at run time: sbatch's quick path runs without it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["build_specs", "forwarded_environment", "specs_from_here"]
 
@@ -108,17 +111,29 @@ def _gpus(values: Mapping[str, str], nodes: int, per_node_tasks: int) -> int:
     return 0
 
 
-class _Layout(NamedTuple):
+class _Layout:
     """What one job (or one component of a heterogeneous job) asks: nodes, tasks, and each
     node's share."""
 
-    nodes: int
-    ntasks: int
-    ntasks_per_node: int
-    cpus_per_task: int | None
-    gpus: int
-    cpus: float
-    memory_mb: int
+    __slots__ = ("cpus", "cpus_per_task", "gpus", "memory_mb", "nodes", "ntasks", "ntasks_per_node")
+
+    def __init__(
+        self,
+        nodes: int,
+        ntasks: int,
+        ntasks_per_node: int,
+        cpus_per_task: int | None,
+        gpus: int,
+        cpus: float,
+        memory_mb: int,
+    ) -> None:
+        self.nodes, self.ntasks, self.ntasks_per_node = nodes, ntasks, ntasks_per_node
+        self.cpus_per_task, self.gpus, self.cpus, self.memory_mb = (
+            cpus_per_task,
+            gpus,
+            cpus,
+            memory_mb,
+        )
 
 
 def _layout(values: Mapping[str, str]) -> _Layout:

@@ -421,9 +421,7 @@ def request_from_columns(
         driver=driver,
         max_runtime=max_runtime,
         exclude=frozenset(str(n) for n in exclude_nodes or ()),
-        node_resources=tuple(
-            Resources(int(g), int(c), int(m)) for g, c, m in node_resources or ()
-        ),
+        node_resources=tuple(Resources(int(g), int(c), int(m)) for g, c, m in node_resources or ()),
     )
 
 

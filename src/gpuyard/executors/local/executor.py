@@ -56,6 +56,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuyard.executors import rexec as rexec_module
+from gpuyard.executors import slurmstep as slurmstep_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
@@ -108,7 +109,8 @@ __all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
 REXEC = Path(rexec_module.__file__).resolve()
-SLURMSTEP = REXEC.with_name("slurmstep.py")
+SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("slurmstep_entry.py")
+"""Run, never imported: it imports slurmstep.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
 # Scans of /proc for a worker's processes without a cgroup, until one finds none left.
