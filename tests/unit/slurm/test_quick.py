@@ -173,8 +173,6 @@ def test_what_the_quick_path_does_not_handle_is_never_sent(
     tmp_path: Path,
 ) -> None:
     server = serve(created(1))
-    (tmp_path / "het.sh").write_text("#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\ntrue\n")
-    assert submit(server.url, "het.sh") == (None, "")
     assert submit(server.url, "--array=0-1", "--wrap", "true") == (None, "")
     assert submit(server.url, "--no-such-option", "--wrap", "true") == (None, "")
     assert server.requests == []
@@ -324,3 +322,19 @@ def test_the_shims_start_python_without_site_and_still_run_the_full_command(
         timeout=120,
     )
     assert (done.returncode, done.stdout) == (0, "slurm-wlm 22.05.8\n"), done.stderr
+
+
+def test_a_heterogeneous_job_goes_the_quick_way_whole(
+    serve: Callable[[Reply], Scripted],
+    submit: Callable[..., tuple[int | None, str]],
+    tmp_path: Path,
+) -> None:
+    server = serve(created(5))
+    (tmp_path / "het.sh").write_text(
+        "#!/bin/sh\n#SBATCH -N1 -J a\n#SBATCH hetjob\n#SBATCH -N2\ntrue\n"
+    )
+    assert submit(server.url, "--parsable", "het.sh") == (0, "5\n")
+    [request] = server.requests
+    spec = json.loads(request.partition(b"\r\n\r\n")[2])
+    assert spec["nodes"] == 3
+    assert [(c["job_name"], c["nodes"]) for c in spec["slurm"]["het"]] == [("a", 1), ("a", 2)]
