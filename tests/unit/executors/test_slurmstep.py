@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -549,3 +550,96 @@ def test_concurrent_tasks_never_split_each_others_lines(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert len(lines) == 1200
     assert all(line.count("rank=") == 1 for line in lines)
+
+
+# --- heterogeneous steps (srun A : B) ---------------------------------------------------------
+
+HET_ENV = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_JOB_NODELIST": "n1",
+    "SLURM_NTASKS": "2",
+    "SLURM_HET_SIZE": "2",
+    "SLURM_JOB_NAME": "a",
+    "SLURM_JOB_ID_HET_GROUP_0": "42",
+    "SLURM_JOB_ID_HET_GROUP_1": "43",
+    "SLURM_JOB_NAME_HET_GROUP_0": "a",
+    "SLURM_JOB_NAME_HET_GROUP_1": "b",
+    "SLURM_JOB_NODELIST_HET_GROUP_0": "n1",
+    "SLURM_JOB_NODELIST_HET_GROUP_1": "n[2-3]",
+    "SLURM_NTASKS_HET_GROUP_0": "2",
+    "SLURM_NTASKS_HET_GROUP_1": "2",
+    "SLURM_NTASKS_PER_NODE_HET_GROUP_0": "2",
+    "SLURM_NTASKS_PER_NODE_HET_GROUP_1": "1",
+    "SLURM_JOB_CPUS_PER_NODE_HET_GROUP_0": "2",
+    "SLURM_JOB_CPUS_PER_NODE_HET_GROUP_1": "2(x2)",
+}
+
+
+def het_allocation() -> Any:
+    alloc = allocation(["n1"], per_node=2)
+    alloc.het_size = 2
+    alloc._env = HET_ENV
+    alloc.hosts = {"n1": ("10.0.0.1", 1), "n2": ("10.0.0.2", 2), "n3": ("10.0.0.3", 3)}
+    return alloc
+
+
+def test_a_heterogeneous_step_is_one_step_over_its_groups() -> None:
+    groups = [step.parse_srun(g) for g in step._groups(["-l", "sh", ":", "-n2", "hostname"])]
+    parts = step._plan(groups, het_allocation())
+    assert [(p.component, p.nodes, p.counts, p.offset) for p in parts] == [
+        (0, ["n1"], [2], 0),
+        (1, ["n2", "n3"], [1, 1], 2),
+    ]
+    for part in parts:
+        step._step_env(part, parts, 0, dict(HET_ENV))
+    first, second = (p.forwarded for p in parts)
+    # as Slurm 22.05 sets them (tests/data/slurm/cases/het_env_sizes.json)
+    for env in (first, second):
+        assert env["SLURM_JOB_NODELIST"] == env["SLURM_STEP_NODELIST"] == "n[1-3]"
+        assert env["SLURM_NTASKS"] == env["SLURM_STEP_NUM_TASKS"] == "4"
+        assert env["SLURM_TASKS_PER_NODE"] == "2,1(x2)"
+        assert env["SLURM_JOB_CPUS_PER_NODE"] == "2(x3)"
+        assert env["SLURM_JOB_NAME"] == "b"  # the last group's
+        assert env["SLURM_JOB_ID"] == "42"
+    assert (first["SLURM_DISTRIBUTION"], second["SLURM_DISTRIBUTION"]) == ("block", "cyclic")
+    assert (first["SLURM_NTASKS_PER_NODE"], second["SLURM_NTASKS_PER_NODE"]) == ("2", "1")
+    assert parts[1].gtids == {"n2": "2", "n3": "3"}
+
+
+def test_one_component_is_the_steps_job() -> None:
+    groups = [step.parse_srun(["--het-group=1", "hostname"])]
+    [part] = step._plan(groups, het_allocation())
+    step._step_env(part, [part], 3, dict(HET_ENV))
+    env = part.forwarded
+    assert (env["SLURM_JOB_ID"], env["SLURM_JOB_NAME"], env["SLURM_NODELIST"]) == (
+        "43",
+        "b",
+        "n[2-3]",
+    )
+    assert env["SLURM_DISTRIBUTION"] == "block" and env["SLURM_STEP_ID"] == "3"
+    # a plain srun runs on component 0
+    [plain] = step._plan([step.parse_srun(["hostname"])], het_allocation())
+    assert (plain.component, plain.nodes, plain.counts) == (0, ["n1"], [2])
+
+
+@pytest.mark.parametrize(
+    ("args", "het", "message"),
+    [
+        (["a", ":", "b"], False, "heterogeneous steps (srun ... : ... or --het-group) run inside"),
+        (["--het-group=0", "a"], False, "heterogeneous steps"),
+        (
+            ["a", ":", "b", ":", "c"],
+            True,
+            "het group value of 2, but the job allocation has maximum value of 1",
+        ),
+        (["--het-group=0-5", "a"], True, "het group value of 2"),
+        (["--het-group=x", "a"], True, "Invalid --het-group value: x"),
+    ],
+)
+def test_heterogeneous_steps_refused_saying_why(args: list[str], het: bool, message: str) -> None:
+    alloc = het_allocation() if het else allocation(TWO)
+    if not het:
+        alloc.het_size = 0
+    groups = [step.parse_srun(g) for g in step._groups(args)]
+    with pytest.raises(step.SlurmError, match=re.escape(message)):
+        step._plan(groups, alloc)

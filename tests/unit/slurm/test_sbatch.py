@@ -775,3 +775,93 @@ def test_read_script_alone() -> None:
         "#!/bin/sh\n# This script was created by sbatch --wrap.\n\ntrue\n",
         "wrap",
     )
+
+
+# --- heterogeneous jobs ---------------------------------------------------------------------
+
+HET = (
+    "#!/bin/bash\n"
+    "#SBATCH --job-name=trainer-0 --ntasks-per-node=2 --gpus-per-node=2 --mem=4G -t 10\n"
+    "#SBATCH hetjob\n"
+    "#SBATCH --job-name=ps-0 -N2 -c 3 --mem=1G\n"
+    "srun hostname : hostname\n"
+)
+
+
+def test_a_heterogeneous_job_is_one_job_with_a_shape_per_component() -> None:
+    spec = one([], HET)
+    assert spec["nodes"] == 3
+    assert spec["resources"] == {"gpus": 2, "cpus": 2.0, "memory": 4 << 30}  # component 0's
+    assert spec["max_runtime"] == 600.0  # --time propagates
+    assert spec["slurm"]["ntasks"] == 4
+    assert spec["slurm"]["het"] == [
+        {
+            "job_name": "trainer-0",
+            "nodes": 1,
+            "ntasks": 2,
+            "ntasks_per_node": 2,
+            "cpus_per_task": None,
+            "gpus": 2,
+            "cpus": 2.0,
+            "memory": 4 << 30,
+        },
+        {
+            "job_name": "ps-0",
+            "nodes": 2,
+            "ntasks": 2,
+            "ntasks_per_node": 1,
+            "cpus_per_task": 3,
+            "gpus": 0,
+            "cpus": 3.0,
+            "memory": 1 << 30,
+        },
+    ]
+    from gpuyard.models.request import request_of
+
+    needs = [
+        (m.gpus, m.cpus, m.memory, m.whole_node)
+        for m in request_of(JobSpec(**spec)).request.members
+    ]
+    assert needs == [(2, 2.0, 4 << 30, True), (0, 3.0, 1 << 30, True), (0, 3.0, 1 << 30, True)]
+
+
+def test_a_components_longest_time_is_the_jobs() -> None:
+    assert one(["-t", "5", ":", "-t", "20"], "#!/bin/sh\n")["max_runtime"] == 1200.0
+    assert "max_runtime" not in one([":", "-t", "20"], "#!/bin/sh\n")  # component 0: no limit
+
+
+def test_node_lists_of_all_components_are_the_jobs() -> None:
+    assert one(["-w", "n1", ":", "-w", "n[2-3]"], "#!/bin/sh\n")["node_names"] == [
+        "n1",
+        "n2",
+        "n3",
+    ]
+    spec = one(["-x", "n9", ":", "-x", "n[8-9]"], "#!/bin/sh\n")
+    assert spec["exclude_nodes"] == ["n9", "n8"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-p", "gpu", ":", "-p", "cpu"],
+            "component 1 of the heterogeneous job asks for partition",
+        ),
+        ([":", "--qos=high"], "component 1 of the heterogeneous job asks for QOS 'high'"),
+        (["--array=0-3", ":", "-N1"], "job arrays cannot be heterogeneous jobs"),
+        ([":", "-n1", "-N2"], "--ntasks=1 is fewer than --nodes=2"),
+        ([":", "--gpus=abc"], "Invalid --gpus specification"),
+    ],
+)
+def test_heterogeneous_jobs_refused_saying_why(args: list[str], message: str) -> None:
+    assert message in refused(args, "#!/bin/sh\n")
+
+
+def test_many_components_are_refused_by_the_spec() -> None:
+    args = [w for _ in range(129) for w in ("-N1", ":")][:-1]
+    options = parse_sbatch(args, "#!/bin/sh\n")
+    specs = build_specs(
+        options, "#!/bin/sh\n", script_name="x", cwd=CWD, environ={}, pools=[], uid=1, gid=1
+    )
+    with pytest.raises(ValueError, match="at most 128 items"):
+        JobSpec.model_validate(specs[0])
