@@ -5,7 +5,6 @@ srun and scontrol show hostnames (and sacct's step rows for it)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.slurm.shims import write_shims
 from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
@@ -37,10 +35,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def env(pool: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    shims = tmp_path_factory.mktemp("shims")
-    write_shims(shims)
-    venv_bin = str(Path(sys.executable).parent)
-    return {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
+    return pool.slurm_env(tmp_path_factory.mktemp("shims"))
 
 
 def sbatch_and_wait(

@@ -4,16 +4,13 @@ through the shims (docs/slurm.md)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gpuyard.slurm.shims import write_shims
 from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm-salloc")]
@@ -25,10 +22,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     pool = ServerProcess(
         home, "--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8"
     ).start()
-    shims = tmp_path_factory.mktemp("shims")
-    write_shims(shims)
-    venv_bin = str(Path(sys.executable).parent)
-    yield {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
+    yield pool.slurm_env(tmp_path_factory.mktemp("shims"))
     pool.stop()
 
 

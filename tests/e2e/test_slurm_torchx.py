@@ -5,7 +5,6 @@ different resources per role, and reads the states back with ``sacct --parsable2
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.slurm.shims import write_shims
 from gpuyard.testing.process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm-torchx")]
@@ -29,10 +27,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     pool = ServerProcess(
         home, "--virtual-nodes", "3", "--gpus-per-node", "2", "--cpus-per-node", "4"
     ).start()
-    shims = tmp_path_factory.mktemp("shims")
-    write_shims(shims)
-    venv_bin = str(Path(sys.executable).parent)
-    yield {**pool.env, "PATH": f"{shims}:{venv_bin}:{os.environ.get('PATH', '')}"}
+    yield pool.slurm_env(tmp_path_factory.mktemp("shims"))
     pool.stop()
 
 

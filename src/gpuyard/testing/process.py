@@ -50,6 +50,15 @@ class ServerProcess:
         env.update(self.settings)
         return env
 
+    def slurm_env(self, shims: Path) -> dict[str, str]:
+        """:attr:`env` with the Slurm commands (``gpuyard slurm-shims``, written into
+        ``shims``) and this interpreter's directory first on PATH, as a Slurm user's shell."""
+        from gpuyard.slurm.shims import write_shims
+
+        write_shims(shims)
+        path = f"{shims}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+        return {**self.env, "PATH": path}
+
     def start(self, timeout: float = 30) -> ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home / "pool.log", "ab")  # noqa: SIM115 - handed to the child
