@@ -312,6 +312,13 @@ def het_components(texts: Sequence[str]) -> dict[int, set[int]]:
     return out
 
 
+def only_components(records: list[JobRecord], wanted: dict[int, set[int]]) -> list[JobRecord]:
+    """``records`` less the components of the jobs in ``wanted`` that it does not name."""
+    return [
+        r for r in records if r.het_job_id not in wanted or r.het_job_offset in wanted[r.het_job_id]
+    ]
+
+
 def _jobs_for(client: Client, ids: Sequence[tuple[int, int | None]]) -> list[JobView]:
     """The jobs the ids name: a plain id is a job, and also an array (all its tasks)."""
     found: dict[int, JobView] = {}
@@ -425,7 +432,8 @@ def scancel(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0912, PLR0915 
         parsed = _parse_ids(ids)
     except BadJobId as exc:
         raise CommandError(render.SCANCEL_BAD_ID.format(text=exc.text), raw=True) from None
-    for job_id, offsets in het_components(ids).items():
+    if components := het_components(ids):
+        job_id, offsets = min(components.items())
         raise CommandError(
             f"Kill job error on job id {job_id}+{min(offsets)}: the components of a "
             f"heterogeneous job stop together here; scancel {job_id} stops them all"
@@ -522,13 +530,9 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
             else:
                 jobs = client.jobs(limit=1000).items
             now = time.time()
-            wanted = het_components(words[2:3])
-            records = [
-                r
-                for j in jobs
-                for r in job_records(j)
-                if r.het_job_id not in wanted or r.het_job_offset in wanted[r.het_job_id]
-            ]
+            records = only_components(
+                [r for j in jobs for r in job_records(j)], het_components(words[2:3])
+            )
             texts = [render.render_scontrol_show_job(r, now=now) for r in records]
         if oneliner:
             texts = [" ".join(t.split()) + " \n" for t in texts]  # as Slurm: a space ends it
@@ -543,8 +547,9 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0911, PLR0912
             raise CommandError(
                 render.SCONTROL_REQUEUE_INVALID.format(text=exc.text), raw=True
             ) from None
-        for job_id, offsets in het_components(words[1:]).items():
+        if components := het_components(words[1:]):
             # Slurm requeues a heterogeneous job whole, by its first id only.
+            job_id, offsets = min(components.items())
             raise CommandError(
                 render.SCONTROL_REQUEUE_INVALID.format(text=f"{job_id}+{min(offsets)}"), raw=True
             )

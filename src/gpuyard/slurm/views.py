@@ -21,6 +21,7 @@ from gpuyard.slurm.commands import (
     _parse_ids,
     het_components,
     job_records,
+    only_components,
 )
 from gpuyard.slurm.options import slurm_time
 from gpuyard.slurm.records import JobRecord, NodeRecord, PartitionRecord
@@ -184,13 +185,7 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
             jobs.sort(key=lambda j: j.id)
         steps = None if parsed.has("allocations") else _srun_steps(client, jobs)
     records = _records(jobs, steps)
-    wanted = het_components(parsed.all("jobs"))
-    if wanted:  # -j 516+1: that component only
-        records = [
-            r
-            for r in records
-            if r.het_job_id not in wanted or r.het_job_offset in wanted[r.het_job_id]
-        ]
+    records = only_components(records, het_components(parsed.all("jobs")))  # -j 516+1
     names = set(parsed.all("name"))
     if names:
         records = [r for r in records if r.name in names]

@@ -447,3 +447,74 @@ def test_scontrol_holds_and_releases_a_list_of_jobs_in_one_request(
         err == f"scontrol: error: Job {ids[0]}: job {ids[0]} is running; only a queued or "
         f"suspended job can be held (`gpuyard suspend {ids[0]}` requeues a running one)\n"
     )
+
+
+def test_a_heterogeneous_job_shows_as_its_components(
+    slurm: Any,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "het.sh").write_text(
+        "#!/bin/bash\n#SBATCH -J trainer --gpus-per-node=2 -c 4\n#SBATCH hetjob\n"
+        "#SBATCH -J ps -c 2 --mem=1G\nsrun hostname : hostname\n"
+    )
+    job_id = int(slurm("sbatch", "--parsable", "het.sh", capsys=capsys)[1])
+    ask = client.job(job_id).spec
+    assert ask is not None and ask.nodes == 2
+    controller.tick()
+    assert client.job(job_id).state is JobState.RUNNING
+    fake_executor.workers[WorkerKey(job_id, 0, 0)].slurm_steps = [
+        SlurmStep(0, "hostname", ("fake0", "fake1"), 2, start=1.0, end=2.0, exit_code=0),
+    ]
+    # each node got its own component's share
+    placed = {s.node: (len(s.gpus), s.cpus) for s in client.job(job_id).placement}
+    assert sorted(placed.values()) == [(0, 2.0), (2, 4.0)]
+    first, second = f"{job_id}+0", f"{job_id}+1"
+    rows = slurm(
+        "sacct",
+        "-j",
+        str(job_id),
+        "-P",
+        "-o",
+        "JobID,JobIDRaw,JobName,State,AllocCPUS",
+        capsys=capsys,
+    )[1]
+    assert rows == (
+        "JobID|JobIDRaw|JobName|State|AllocCPUS\n"
+        f"{first}|{job_id}|trainer|RUNNING|4\n"
+        f"{first}.batch|{job_id}.batch|batch|RUNNING|4\n"
+        f"{first}.extern|{job_id}.extern|extern|RUNNING|4\n"
+        f"{first}.0|{job_id}.0|hostname|COMPLETED|4\n"
+        f"{second}|{job_id + 1}|ps|RUNNING|2\n"
+        f"{second}.extern|{job_id + 1}.extern|extern|RUNNING|2\n"
+        f"{second}.0|{job_id + 1}.0|hostname|COMPLETED|2\n"
+    )  # fmt: skip
+    assert slurm("sacct", "-X", "-n", "-P", "-o", "JobID", "-j", second, capsys=capsys)[1] == (
+        f"{second}\n"
+    )
+    assert slurm("squeue", "-h", "-o", "%i %j %t", "-j", str(job_id), capsys=capsys)[1] == (
+        f"{first} trainer R\n{second} ps R\n"
+    )
+    shown = slurm("scontrol", "show", "job", second, capsys=capsys)[1]
+    assert shown.startswith(f"JobId={job_id + 1} HetJobId={job_id} HetJobOffset=1 JobName=ps\n")
+    assert f"   HetJobIdSet={job_id}-{job_id + 1}\n" in shown and "MinMemoryNode=1G" in shown
+    # one component alone is neither cancelled nor requeued; the job whole is
+    assert slurm("scancel", second, capsys=capsys) == (
+        1,
+        "",
+        f"scancel: error: Kill job error on job id {second}: the components of a heterogeneous "
+        f"job stop together here; scancel {job_id} stops them all\n",
+    )
+    assert slurm("scontrol", "requeue", second, capsys=capsys) == (
+        1,
+        "",
+        f"Invalid job id specified for job {second}\n",
+    )
+    assert client.job(job_id).state is JobState.RUNNING
+    assert slurm("scancel", str(job_id), capsys=capsys)[0] == 0
+    controller.tick()
+    states = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", str(job_id), capsys=capsys)
+    assert states[1] == f"{first}|COMPLETING\n{second}|COMPLETING\n"  # stopping, together
