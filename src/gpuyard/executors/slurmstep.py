@@ -469,6 +469,12 @@ class _Allocation:
         part.__dict__.update(self.__dict__)
         suffix = f"_HET_GROUP_{index}"
         part.nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST" + suffix, ""))
+        strangers = [n for n in part.nodes if n not in self.hosts]
+        if strangers or not part.nodes:
+            raise SlurmError(
+                f"component {index} of the job has no nodes here "
+                f"(SLURM_JOB_NODELIST{suffix}={env.get('SLURM_JOB_NODELIST' + suffix, '')!r})"
+            )
         part.per_node = int(env.get("SLURM_NTASKS_PER_NODE" + suffix, "1") or 1)
         part.ntasks = int(env.get("SLURM_NTASKS" + suffix, str(len(part.nodes))) or 1)
         part.het_size = 0

@@ -643,3 +643,10 @@ def test_heterogeneous_steps_refused_saying_why(args: list[str], het: bool, mess
     groups = [step.parse_srun(g) for g in step._groups(args)]
     with pytest.raises(step.SlurmError, match=re.escape(message)):
         step._plan(groups, alloc)
+
+
+def test_a_component_whose_nodes_are_not_the_jobs_is_refused() -> None:
+    alloc = het_allocation()
+    alloc._env = {**HET_ENV, "SLURM_JOB_NODELIST_HET_GROUP_1": "elsewhere"}
+    with pytest.raises(step.SlurmError, match=r"^component 1 of the job has no nodes here"):
+        step._plan([step.parse_srun(["--het-group=1", "true"])], alloc)
