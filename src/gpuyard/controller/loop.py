@@ -56,6 +56,7 @@ from gpuyard.controller.inspection import INSPECT_EVERY, Inspector
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
 from gpuyard.controller.sampler import UsageSampler
+from gpuyard.controller.suspension import REQUEUE_ASKED
 from gpuyard.errors import IllegalTransition, StaleWrite
 from gpuyard.executors.base import Executor
 from gpuyard.models import JobState, NodeState
@@ -590,7 +591,7 @@ class Controller:
                         session,
                         row,
                         actor="job",
-                        why="the job asked to be requeued (scontrol requeue)",
+                        why=REQUEUE_ASKED,
                         now=now,
                         notice=0.0,
                     )

@@ -30,11 +30,14 @@ from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
 
-__all__ = ["EXIT_SUSPENDED", "Suspender"]
+__all__ = ["EXIT_SUSPENDED", "REQUEUE_ASKED", "Suspender"]
 
 EXIT_SUSPENDED = 75
 """The exit code of ``gpuyard.runtime.suspend()`` (sysexits' EX_TEMPFAIL)."""
 ACTOR = "controller"
+REQUEUE_ASKED = "the job asked to be requeued (scontrol requeue)"
+"""Why a job that requeued itself is suspended: Slurm ends a requeued job's steps without its
+``--signal`` (that signal is for preemption and the time limit)."""
 
 
 @dataclass
@@ -53,7 +56,8 @@ class Suspender:
         live = [w for w in workers if w.state is WorkerState.RUNNING and w.handle is not None]
         unnotified = [w for w in live if w.notice_sent_at is None]
         notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
-        slurm_signals = slurm_preemption_signals(job.spec) if unnotified else []
+        asked = job.reason == REQUEUE_ASKED
+        slurm_signals = slurm_preemption_signals(job.spec) if unnotified and not asked else []
         for w in unnotified:
             self.executor.notify(w.handle or {}, notice)
             for signum, steps in slurm_signals:

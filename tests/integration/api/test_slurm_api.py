@@ -118,14 +118,18 @@ def test_the_time_limit_signal_goes_once_that_long_before_the_limit(
 def test_a_job_that_asks_to_be_requeued_is_requeued_at_once(
     client: Client, controller: Controller, fake_executor: FakeExecutor, clock: ManualClock
 ) -> None:
-    job = client.submit(slurm_spec())
+    job = client.submit(slurm_spec(signal={"signal": 10, "seconds": 90}))
     controller.tick()
     fake_executor.report(job.id, requeue_at=clock.now())
     clock.advance(CONTROL_EVERY)
     controller.tick()
+    controller.tick()
     events = [e.reason or "" for e in client.events(job.id)]
     assert any("asked to be requeued" in reason for reason in events), events
     assert client.job(job.id).state in (JobState.SUSPENDING, JobState.SUSPENDED)
+    # Its --signal is for preemption and the time limit: a job that requeues itself (Lightning
+    # does on that very signal) does not get it again, as in Slurm.
+    assert signals(fake_executor, job.id) == []
 
 
 @pytest.mark.parametrize(
