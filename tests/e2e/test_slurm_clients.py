@@ -116,6 +116,26 @@ def test_lightning_finds_slurm_in_two_nodes_by_two_tasks(
         assert "steps=3" in line, line
 
 
+def test_lightning_requeues_itself_on_its_signal_and_resumes(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # --signal 90 s before a 2-minute limit: 30 s into each attempt Lightning saves an hpc
+    # checkpoint and runs scontrol requeue; the next attempt restores it and goes on.
+    _, output = sbatch_and_wait(
+        env,
+        tmp_path,
+        "#!/bin/bash\n#SBATCH -J requeue -t 2 --signal=SIGUSR1@90 --open-mode=append\n"
+        f"STEPS=800 srun {sys.executable} {CLIENTS / 'lightning_requeue.py'}\n",
+        timeout=400,
+    )
+    assert "attempt restart=0" in output and "attempt restart=1" in output, output
+    assert "Requeued SLURM job" in output, output
+    assert "Restored all states from the checkpoint" in output, output
+    assert "finished step=800" in output, output
+    # once per attempt: a job that requeues itself is not signalled again
+    assert output.count("Handling auto-requeue signal") == output.count("Requeued SLURM job")
+
+
 def test_lab_script_torchrun_on_every_node(env: dict[str, str], tmp_path: Path) -> None:
     train = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
     job_id, output = sbatch_and_wait(
