@@ -464,9 +464,10 @@ class _Allocation:
 
     def component(self, index: int) -> _Allocation:
         """Component ``index`` of a heterogeneous job, as an allocation of its own."""
+        import copy
+
         env = self._env
-        part = object.__new__(_Allocation)
-        part.__dict__.update(self.__dict__)
+        part = copy.copy(self)
         suffix = f"_HET_GROUP_{index}"
         part.nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST" + suffix, ""))
         strangers = [n for n in part.nodes if n not in self.hosts]

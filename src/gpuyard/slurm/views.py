@@ -82,9 +82,13 @@ def _srun_steps(client: Client, jobs: Sequence[JobView]) -> dict[int, list[Slurm
     }
 
 
-def _all_jobs(client: Client, **filters: Any) -> list[JobView]:
-    """Every job the filters match, a page of 1,000 at a time."""
+def _all_jobs(client: Client, *, status: list[str] | None, **filters: Any) -> list[JobView]:
+    """Every job the filters match, a page of 1,000 at a time (``status`` None: states no
+    gpuyard job is ever in were asked for, so none)."""
     out: list[JobView] = []
+    if status is None:
+        return out
+    filters["status"] = status
     while True:
         page = client.jobs(offset=len(out), limit=1000, **filters)
         out += page.items
@@ -171,16 +175,8 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
             since, until = _sacct_window(parsed)
             statuses = _statuses(s.upper() for s in parsed.all("state"))
             # The pool selects by owner, state and time: a long history is not paged through.
-            jobs = (
-                []
-                if statuses is None
-                else _all_jobs(
-                    client,
-                    owner=owner,
-                    status=statuses,
-                    active_after=since,
-                    created_before=until,
-                )
+            jobs = _all_jobs(
+                client, owner=owner, status=statuses, active_after=since, created_before=until
             )
             jobs.sort(key=lambda j: j.id)
         steps = None if parsed.has("allocations") else _srun_steps(client, jobs)
@@ -360,15 +356,11 @@ def squeue(args: Sequence[str], out: TextIO) -> int:
             # Only what Slurm keeps in memory: active jobs, and those ended within MinJobAge
             # (300 s) when states are asked for; the pool selects them, not this client.
             statuses = _statuses(states) if states else ["queued", "running"]
-            jobs = (
-                []
-                if statuses is None
-                else _all_jobs(
-                    client,
-                    owner=owner,
-                    status=statuses,
-                    active_after=time.time() - 300 if states else None,
-                )
+            jobs = _all_jobs(
+                client,
+                owner=owner,
+                status=statuses,
+                active_after=time.time() - 300 if states else None,
             )
     now = time.time()
     records = _squeue_select(_records(jobs), parsed, states, listed=bool(ids), now=now)
