@@ -34,7 +34,7 @@ HOST_SPECIFIC = {
     "flags": "slurmctld's internal bits (JOB_WAS_RUNNING, TRES_STR_CALC)",
     "gres_detail": "which GPU indices the node's gres plugin handed out",
     "sockets": "the recording nodes' 2-socket layout, and which of their cores were free "
-    "(gpuyard nodes have no sockets)",
+    "(gpuyard nodes have no sockets): the cores a job holds on a node are compared",
     "allocated_cores": "22.05 counts a whole-node allocation as 1 core",
     "cpus_used": "slurmd's live count of cpus used by steps",
     "tres_req_str": "the request's memory is the node's RealMemory of the recording",
@@ -54,11 +54,18 @@ def _compare(mine: Any, real: Any, path: str, problems: list[str]) -> None:
     if type(mine) is not type(real):
         problems.append(f"{path}: type {type(mine).__name__} != {type(real).__name__}")
         return
+    if key == "sockets" and isinstance(real, dict) and isinstance(mine, dict):
+        # Which socket's cores were free on a shared node is the recording's; how many cores
+        # the job holds on the node is not.
+        cores = [sum(len(s.get("cores", {})) for s in x.values()) for x in (mine, real)]
+        if cores[0] != cores[1]:
+            problems.append(f"{path}: {cores[0]} cores != {cores[1]}")
+        return
     if isinstance(real, dict):
-        if key in HOST_SPECIFIC:  # e.g. which sockets' cores were free on a shared node
-            return
         if list(mine) != list(real):
             problems.append(f"{path}: keys {list(mine)} != {list(real)}")
+            return
+        if key in HOST_SPECIFIC:
             return
         for k in real:
             _compare(mine[k], real[k], f"{path}.{k}", problems)
