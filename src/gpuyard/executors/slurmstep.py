@@ -995,16 +995,6 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         "tasks": len(tasks),
         "start": time.time(),
     }
-    if any(part.component is not None for part in parts):
-        record["components"] = [
-            {
-                "component": part.component,
-                "name": os.path.basename(part.command[0])[:1024],
-                "nodes": list(part.nodes),
-                "tasks": part.ntasks,
-            }
-            for part in parts
-        ]
     if control_dir:
         _record_step(control_dir, step, record)
 
