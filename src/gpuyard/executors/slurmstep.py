@@ -511,6 +511,8 @@ class _Allocation:
                     )
                 if value not in chosen:
                     chosen.append(value)
+        if not chosen:  # 5-2
+            raise SlurmError(f"Invalid --het-group value: {options['het_group']}")
         return chosen
 
     def resolve(self, name: str) -> str:

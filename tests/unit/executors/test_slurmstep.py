@@ -634,6 +634,7 @@ def test_one_component_is_the_steps_job() -> None:
         ),
         (["--het-group=0-5", "a"], True, "het group value of 2"),
         (["--het-group=x", "a"], True, "Invalid --het-group value: x"),
+        (["--het-group=1-0", "a"], True, "Invalid --het-group value: 1-0"),
     ],
 )
 def test_heterogeneous_steps_refused_saying_why(args: list[str], het: bool, message: str) -> None:
