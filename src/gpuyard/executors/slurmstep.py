@@ -437,6 +437,16 @@ def _int_option(options: dict[str, str], key: str, what: str) -> int | None:
     return int(text)
 
 
+def _env_count(env: dict[str, str], name: str, default: int) -> int:
+    """A count the job's environment gives srun (a script may have changed it)."""
+    text = env.get(name, "")
+    if not text:
+        return default
+    if not text.isdigit():
+        raise SlurmError(f"{name}={text!r} in the environment is not a count")
+    return int(text)
+
+
 class _Allocation:
     def __init__(self, env: dict[str, str]) -> None:
         import json
@@ -456,9 +466,9 @@ class _Allocation:
             if isinstance(entry, dict)
         }
         self.own = env.get("GPUYARD_REXEC_SELF", "")
-        self.per_node = int(env.get("SLURM_NTASKS_PER_NODE", "1") or 1)
-        self.ntasks = int(env.get("SLURM_NTASKS", str(len(self.nodes))) or 1)
-        self.het_size = int(env.get("SLURM_HET_SIZE", "0") or 0)
+        self.per_node = _env_count(env, "SLURM_NTASKS_PER_NODE", 1)
+        self.ntasks = _env_count(env, "SLURM_NTASKS", len(self.nodes))
+        self.het_size = _env_count(env, "SLURM_HET_SIZE", 0)
         """Components of a heterogeneous job (0: a plain job)."""
         self._env = env
 
@@ -476,8 +486,8 @@ class _Allocation:
                 f"component {index} of the job has no nodes here "
                 f"(SLURM_JOB_NODELIST{suffix}={env.get('SLURM_JOB_NODELIST' + suffix, '')!r})"
             )
-        part.per_node = int(env.get("SLURM_NTASKS_PER_NODE" + suffix, "1") or 1)
-        part.ntasks = int(env.get("SLURM_NTASKS" + suffix, str(len(part.nodes))) or 1)
+        part.per_node = _env_count(env, "SLURM_NTASKS_PER_NODE" + suffix, 1)
+        part.ntasks = _env_count(env, "SLURM_NTASKS" + suffix, len(part.nodes))
         part.het_size = 0
         return part
 

@@ -651,3 +651,10 @@ def test_a_component_whose_nodes_are_not_the_jobs_is_refused() -> None:
     alloc._env = {**HET_ENV, "SLURM_JOB_NODELIST_HET_GROUP_1": "elsewhere"}
     with pytest.raises(step.SlurmError, match=r"^component 1 of the job has no nodes here"):
         step._plan([step.parse_srun(["--het-group=1", "true"])], alloc)
+
+
+def test_a_count_the_script_garbled_is_refused_by_name() -> None:
+    alloc = het_allocation()
+    alloc._env = {**HET_ENV, "SLURM_NTASKS_PER_NODE_HET_GROUP_1": "two"}
+    with pytest.raises(step.SlurmError, match=r"^SLURM_NTASKS_PER_NODE_HET_GROUP_1='two' in"):
+        step._plan([step.parse_srun(["--het-group=1", "true"])], alloc)
