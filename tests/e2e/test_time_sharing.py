@@ -61,7 +61,7 @@ def test_a_high_job_takes_the_pool_and_the_low_one_resumes_with_the_same_weights
 ) -> None:
     train = [
         "--mode", "pytorch", "--nodes", "2", "--gpus", "1", "--priority", "low", "--",
-        PYTHON, str(TRAIN), "--steps", "80", "--step-time", "0.05",
+        PYTHON, str(TRAIN), "--steps", "160", "--step-time", "0.05",
     ]  # fmt: skip
     reference = submit(pool, "--name", "reference", *train)
     assert pool.wait_status(reference, ENDED, 180)["status"] == "succeeded"
