@@ -203,6 +203,13 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Users made admins when the pool starts, beside the user who starts it.",
     )
+    admin_exec: bool = Field(
+        False,
+        description="Whether admins may enter other users' jobs (gpuyard exec JOB "
+        "run/shell/kill/start, terminals), which runs code as the job's owner's OS account; "
+        "each such entry is audited as job.exec.admin. Off: only a job's owner may "
+        "(docs/security.md).",
+    )
     run_as: RunAs = Field(
         RunAs.OWNER,
         description="Which OS account runs jobs: 'owner' runs each job as its owner's account "

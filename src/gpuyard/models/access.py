@@ -27,9 +27,14 @@ Reference 002's matrix, with our actions::
     change the priority                        ✓  ✗  ✗
     stop (and suspend, which is a kind of stop) ✓  ✗  ✗
     delete                                     ✓  ✗  ✗
+    enter (exec run/shell/kill/start)          ✗  ✗  ✗   (403; 404 where it may not view)
 
-The owner and admins may do everything; when an admin turns sharing off, every job's access
-for others is none, whatever it was submitted with (and new jobs may only ask for none).
+The owner and admins may do everything else. *Entering* a job runs code as its owner's OS
+account (``gpuyard exec JOB run/shell/kill/start``, terminals): only its owner may, never a
+member of its group, whatever access it was given (read-write lets a member stop a job, not
+become its owner); admins only where the pool allows it (``GPUYARD_ADMIN_EXEC``, each entry
+audited). When an admin turns sharing off, every job's access for others is none, whatever it
+was submitted with (and new jobs may only ask for none).
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ class Action(StrEnum):
     STOP = "stop"
     SUSPEND = "suspend"
     DELETE = "delete"
+    ENTER = "enter"
+    """Run code in the job as its owner's account (exec run/shell/kill/start, terminals)."""
     # Actions on the pool.
     SUBMIT = "submit"
     READ_POOL = "read-pool"
@@ -117,18 +124,22 @@ JOB_ACTIONS = (
     Action.STOP,
     Action.SUSPEND,
     Action.DELETE,
+    Action.ENTER,
 )
 JOB_MATRIX_ACTIONS = frozenset(JOB_ACTIONS)
 OFFERED_JOB_ACTIONS = tuple(
-    a for a in JOB_ACTIONS if a not in (Action.DEV_ENVIRONMENT, Action.TENSORBOARD)
+    a for a in JOB_ACTIONS if a not in (Action.DEV_ENVIRONMENT, Action.TENSORBOARD, Action.ENTER)
 )
-"""The job actions gpuyard offers today (no dev environments or TensorBoard yet)."""
+"""The job actions gpuyard offers in job views' ``allowed`` today (no dev environments or
+TensorBoard yet; entering is its owner's, so it is not offered to anyone else)."""
 _READS = frozenset({Action.VIEW, Action.CLONE, Action.DEV_ENVIRONMENT, Action.TENSORBOARD})
 
 JOB_MATRIX: dict[tuple[Access, Action], Verdict] = {
     (access, action): (
         Verdict.HIDDEN
         if access is Access.NONE
+        else Verdict.FORBIDDEN
+        if action is Action.ENTER
         else Verdict.ALLOW
         if access is Access.READ_WRITE or action in _READS
         else Verdict.FORBIDDEN
@@ -158,6 +169,9 @@ class Caller:
     name: str
     admin: bool = False
     group: str = ""
+    group_id: int | None = None
+    """The id of its group: what a job's access for others is granted to (a group made
+    again under a deleted one's name has another id)."""
 
     @property
     def signed_in(self) -> bool:
@@ -167,16 +181,16 @@ class Caller:
 ANONYMOUS = Caller("")
 
 
-def relation_to(caller: Caller, owner: str | None, group: str | None) -> Relation:
-    """The caller's relation to a job of ``owner`` submitted in ``group`` (None: a pool
-    action, not about one job)."""
+def relation_to(caller: Caller, owner: str | None, group_id: int | None) -> Relation:
+    """The caller's relation to a job of ``owner`` submitted in the group of id ``group_id``
+    (``owner`` None: a pool action, not about one job)."""
     if not caller.signed_in:
         return Relation.ANONYMOUS
     if caller.admin:
         return Relation.ADMIN
     if owner is not None and caller.name == owner:
         return Relation.OWNER
-    if owner is not None and group and caller.group == group:
+    if owner is not None and group_id is not None and caller.group_id == group_id:
         return Relation.GROUP
     return Relation.OTHER
 
@@ -187,16 +201,24 @@ def effective_access(access: Access, *, sharing: bool) -> Access:
 
 
 def decide(
-    relation: Relation, action: Action, access: Access = Access.NONE, *, sharing: bool = True
+    relation: Relation,
+    action: Action,
+    access: Access = Access.NONE,
+    *,
+    sharing: bool = True,
+    admin_enter: bool = False,
 ) -> Verdict:
     """The verdict for a caller in ``relation`` doing ``action`` (to a job with ``access``
-    for others, where the action is on a job)."""
+    for others, where the action is on a job). ``admin_enter``: the pool lets admins enter
+    jobs (``GPUYARD_ADMIN_EXEC``)."""
     if relation is Relation.ANONYMOUS:
         return Verdict.SIGN_IN
     if action not in JOB_MATRIX_ACTIONS:
         allowed = POOL_ACTIONS[action]
         who = Relation.ADMIN if relation is Relation.ADMIN else Relation.OTHER
         return Verdict.ALLOW if who in allowed else Verdict.FORBIDDEN
+    if relation is Relation.ADMIN and action is Action.ENTER:
+        return Verdict.ALLOW if admin_enter else Verdict.FORBIDDEN
     if relation in (Relation.ADMIN, Relation.OWNER):
         return Verdict.ALLOW
     if relation is Relation.OTHER:

@@ -49,6 +49,7 @@ __all__ = [
     "Role",
     "SignalRequest",
     "TailSetting",
+    "TokenKind",
     "TokenSpec",
     "TokenView",
     "UserSpec",
@@ -524,6 +525,13 @@ class JobChange(BaseModel):
 # -- sign-in, settings, audit -------------------------------------------------------------
 
 
+class TokenKind(StrEnum):
+    API = "api"
+    """A token a person or program sends as ``Authorization: Bearer``."""
+    SESSION = "session"
+    """A web UI session's: made at sign-in, carried by its cookie, revoked at sign-out."""
+
+
 class TokenSpec(BaseModel):
     """A new API token. Only admins create tokens for other users."""
 
@@ -558,6 +566,14 @@ class TokenView(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
+    kind: TokenKind = Field(
+        TokenKind.API, description="api, or session: a web sign-in's (the web UI only)."
+    )
+    parent: int | None = Field(
+        None,
+        description="The token it was made with: it expires no later, and goes when that "
+        "one is revoked.",
+    )
 
 
 class IssuedToken(TokenView):

@@ -76,7 +76,7 @@ def create_app(
         openapi_url="/api/v1/openapi.json",
     )
     audit = Audit(clock)
-    policy = Policy(store, clock, audit)
+    policy = Policy(store, clock, audit, admin_exec=settings.admin_exec)
     account_service = AccountService(
         store,
         clock=clock,

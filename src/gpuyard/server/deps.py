@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
-from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.auth import Policy, SignedIn, TokenService
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -21,7 +21,16 @@ from gpuyard.services.shell import ShellService
 from gpuyard.services.slurm_steps import SlurmStepService
 from gpuyard.services.usage import UsageService
 
-__all__ = ["INT64_MAX", "MAX_ID", "JobId", "Services", "ServicesDep", "UserDep"]
+__all__ = [
+    "INT64_MAX",
+    "MAX_ID",
+    "AuthorizationDep",
+    "JobId",
+    "Services",
+    "ServicesDep",
+    "SignedInDep",
+    "UserDep",
+]
 
 INT64_MAX = (1 << 63) - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
@@ -60,11 +69,29 @@ async def _user(
     """The signed-in user's name; 401 without a valid token. Resolved tokens are cached, so
     this costs a dictionary lookup on most requests (and a read when it is not cached)."""
     services: Services = request.app.state.services
-    caller = services.tokens.authenticate_cached(authorization)
-    if caller is None:  # a read (and now and then a write): not on the event loop
-        caller = await run_in_threadpool(services.tokens.authenticate, authorization)
-    return caller.name
+    signed = services.tokens.signed_in_cached(authorization)
+    if signed is None:  # a read (and now and then a write): not on the event loop
+        signed = await run_in_threadpool(services.tokens.signed_in, authorization)
+    request.state.signed_in = signed
+    return signed.caller.name
+
+
+async def _signed_in(request: Request, _user_name: Annotated[str, Depends(_user)]) -> SignedIn:
+    """The caller and the token it signed in with (what a token it makes is bounded by)."""
+    signed: SignedIn = request.state.signed_in
+    return signed
+
+
+async def _authorization(
+    _user_name: Annotated[str, Depends(_user)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> str | None:
+    """The request's (valid) ``Authorization`` header, for a stream to check again as it
+    goes: a stream ends when its token is revoked."""
+    return authorization
 
 
 ServicesDep = Annotated[Services, Depends(_services)]
 UserDep = Annotated[str, Depends(_user)]
+SignedInDep = Annotated[SignedIn, Depends(_signed_in)]
+AuthorizationDep = Annotated[str | None, Depends(_authorization)]

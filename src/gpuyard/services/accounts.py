@@ -385,7 +385,7 @@ class AccountService:
                 f"group:{spec.name}",
                 spec.model_dump_json(exclude_none=True),
             )
-            if session.get(GroupRow, spec.name) is not None:
+            if self.group_row(session, spec.name) is not None:
                 raise Conflict(f"group {spec.name} exists already")
             row = GroupRow(
                 name=spec.name, urgent_limit=spec.urgent_limit, created_at=self.clock.now()
@@ -432,7 +432,7 @@ class AccountService:
             session.delete(row)
 
     def _existing_group(self, session: Session, name: str, *, found: int = 422) -> GroupRow:
-        row: GroupRow | None = session.get(GroupRow, name)
+        row = self.group_row(session, name)
         if row is not None:
             return row
         names = session.scalars(select(GroupRow.name).order_by(GroupRow.name)).all()
@@ -441,6 +441,11 @@ class AccountService:
             f"creates it with `gpuyard groups add {name}`"
         )
         raise NotFound(message) if found == 404 else InvalidSpec(message)
+
+    @staticmethod
+    def group_row(session: Session, name: str) -> GroupRow | None:
+        """The group of this name now (its id is what jobs' access refers to)."""
+        return session.scalars(select(GroupRow).where(GroupRow.name == name)).one_or_none()
 
     def _group_view_of(self, session: Session, row: GroupRow) -> GroupView:
         members = session.scalars(

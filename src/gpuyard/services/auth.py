@@ -3,7 +3,10 @@ and the audit trail.
 
 Tokens are 32 random bytes (``gy_`` + URL-safe base64); the store keeps only their SHA-256
 digest, so a copy of the database signs no one in. A token belongs to one user, has an
-expiry (at most :data:`MAX_TOKEN_LIFE`), and can be listed and revoked. Resolving a token is
+expiry (at most :data:`MAX_TOKEN_LIFE`), and can be listed and revoked. A token made with
+another (``POST /tokens`` signed in with it, a web sign-in) is its child: it expires no later
+than its parent and is revoked with it. A web session is a token of its own
+(:attr:`TokenKind.SESSION`), which signs in only the web UI, never the API. Resolving a token is
 on every request's path, so resolved tokens are cached while no user, group or token changes
 in this process (``Store.generation``) and for at most :data:`CACHE_AGE` seconds (changes by
 another server process).
@@ -42,11 +45,12 @@ from gpuyard.models.accounts import (
     PoolSettings,
     PoolSettingsUpdate,
     Role,
+    TokenKind,
     TokenSpec,
     TokenView,
 )
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import AuditRow, JobRow, SettingRow, TokenRow, UserRow
+from gpuyard.store.tables import AuditRow, GroupRow, JobRow, SettingRow, TokenRow, UserRow
 
 __all__ = [
     "CACHE_AGE",
@@ -54,6 +58,7 @@ __all__ = [
     "MAX_TOKEN_LIFE",
     "Audit",
     "Policy",
+    "SignedIn",
     "TokenService",
     "digest",
 ]
@@ -163,6 +168,17 @@ class _Resolved:
     expires_at: float | None
     last_used_at: float | None
     cached_at: float
+    kind: TokenKind
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """Who a token signs in, and the token itself (by id): what a token made with it is
+    bounded by."""
+
+    caller: Caller
+    token_id: int
+    expires_at: float | None
 
 
 class Policy:
@@ -170,10 +186,14 @@ class Policy:
 
     SHARING = "sharing"
 
-    def __init__(self, store: Store, clock: Clock, audit: Audit) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, audit: Audit, *, admin_exec: bool = False
+    ) -> None:
         self.store = store
         self.clock = clock
         self.audit = audit
+        self.admin_exec = admin_exec
+        """Admins may enter others' jobs (``GPUYARD_ADMIN_EXEC``; docs/security.md)."""
         self._sharing: tuple[tuple[int, ...], float, bool] | None = None
 
     # -- the caller -----------------------------------------------------------------------
@@ -186,7 +206,17 @@ class Policy:
         row = session.get(UserRow, name)
         if row is None:
             return Caller(name)
-        return Caller(name, admin=row.role == Role.ADMIN.value, group=row.group_name or "")
+        group_id = (
+            session.scalar(select(GroupRow.id).where(GroupRow.name == row.group_name))
+            if row.group_name
+            else None
+        )
+        return Caller(
+            name,
+            admin=row.role == Role.ADMIN.value,
+            group=row.group_name or "",
+            group_id=group_id,
+        )
 
     # -- the sharing switch ---------------------------------------------------------------
 
@@ -264,8 +294,14 @@ class Policy:
         return caller
 
     def verdict(self, caller: Caller, row: JobRow, action: Action, *, sharing: bool) -> Verdict:
-        relation = relation_to(caller, row.owner, row.group_name)
-        return decide(relation, action, Access(row.access or "none"), sharing=sharing)
+        relation = relation_to(caller, row.owner, row.group_id)
+        return decide(
+            relation,
+            action,
+            Access(row.access or "none"),
+            sharing=sharing,
+            admin_enter=self.admin_exec,
+        )
 
     def check_job(
         self, session: Session, actor: str, row: JobRow | None, job_id: int, action: Action
@@ -283,6 +319,8 @@ class Policy:
             raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
         if verdict is Verdict.HIDDEN:
             raise NotFound(f"job {job_id} does not exist")
+        if action is Action.ENTER:
+            raise PermissionDenied(_refused_entry(job_id, caller, row))
         raise PermissionDenied(
             f"your access to job {job_id} is read-only: you may view and clone it; its owner "
             f"or an admin may {action.value.replace('-', ' ')} it (or give its group "
@@ -301,11 +339,11 @@ class Policy:
         if caller.admin:
             return None
         mine = JobRow.owner == caller.name
-        if not sharing or not caller.group:
+        if not sharing or caller.group_id is None:
             return mine
         return or_(
             mine,
-            and_(JobRow.group_name == caller.group, JobRow.access != Access.NONE.value),
+            and_(JobRow.group_id == caller.group_id, JobRow.access != Access.NONE.value),
         )
 
     def check_access_choice(self, access: Access, session: Session | None = None) -> None:
@@ -315,6 +353,20 @@ class Policy:
                 f"access: an admin has turned sharing off, so access for others can only be "
                 f"none (got {access.value})"
             )
+
+
+def _refused_entry(job_id: int, caller: Caller, row: JobRow) -> str:
+    """Why ``caller`` may not enter job ``job_id`` (roles, never names)."""
+    what = (
+        f"only its owner may run commands, shells or its workers in job {job_id}: they run as "
+        "the owner's OS account"
+    )
+    if caller.admin:
+        return (
+            f"{what}; this pool does not let admins enter others' jobs (an admin who runs the "
+            "pool sets GPUYARD_ADMIN_EXEC=true to allow it, audited)"
+        )
+    return f"{what}; your access to it is {row.access or 'none'}, which lets you stop it at most"
 
 
 class TokenService:
@@ -329,20 +381,54 @@ class TokenService:
 
     # -- on every request -----------------------------------------------------------------
 
-    def authenticate_cached(self, authorization: str | None) -> Caller | None:
+    def authenticate_cached(
+        self, authorization: str | None, *, kind: TokenKind = TokenKind.API
+    ) -> Caller | None:
         """:meth:`authenticate` when the answer needs no database (a token resolved lately, or
         a malformed header); None when it does. For an event loop, which must not block."""
+        signed = self.signed_in_cached(authorization, kind=kind)
+        return None if signed is None else signed.caller
+
+    def signed_in_cached(
+        self, authorization: str | None, *, kind: TokenKind = TokenKind.API
+    ) -> SignedIn | None:
+        """:meth:`signed_in` when the answer needs no database; None when it does."""
         resolved = self._cached(self._key(authorization))
         if resolved is None:
             return None
-        return self._check_expiry(resolved)
+        return self._check(resolved, kind)
 
-    def authenticate(self, authorization: str | None) -> Caller:
+    def authenticate(self, authorization: str | None, *, kind: TokenKind = TokenKind.API) -> Caller:
         """The caller an ``Authorization`` header names; Unauthenticated, saying how to sign
-        in, when it is absent, malformed, unknown, revoked or expired."""
+        in, when it is absent, malformed, unknown, revoked or expired, or a token of another
+        ``kind`` (a web session's is no API token)."""
+        return self.signed_in(authorization, kind=kind).caller
+
+    def signed_in(self, authorization: str | None, *, kind: TokenKind = TokenKind.API) -> SignedIn:
+        """:meth:`authenticate`, with the token that signed the caller in."""
         key = self._key(authorization)
         resolved = self._cached(key) or self._resolve(key, self.clock.now())
-        return self._check_expiry(resolved)
+        return self._check(resolved, kind)
+
+    def still_valid(self, authorization: str | None, *, kind: TokenKind = TokenKind.API) -> bool:
+        """Whether the token still signs its caller in (not revoked, not expired): what an
+        open stream asks now and then, so that revoking a token ends its streams. Costs a
+        dictionary lookup while nothing changed, a read after a change of tokens."""
+        try:
+            self.signed_in(authorization, kind=kind)
+        except Unauthenticated:
+            return False
+        return True
+
+    def _check(self, resolved: _Resolved, kind: TokenKind) -> SignedIn:
+        caller = self._check_expiry(resolved)
+        if resolved.kind is not kind:
+            raise Unauthenticated(
+                f"that is a {resolved.kind.value} token, not an {kind.value} token: {SIGN_IN_HELP}"
+                if kind is TokenKind.API
+                else f"that is not a web session: sign in on the web UI's page ({SIGN_IN_HELP})"
+            )
+        return SignedIn(caller, resolved.token_id, resolved.expires_at)
 
     def _key(self, authorization: str | None) -> str:
         if not authorization:
@@ -383,7 +469,12 @@ class TokenService:
                 raise Unauthenticated(f"that token is unknown or was revoked: {SIGN_IN_HELP}")
             caller = self.policy.caller(session, row.user_name)
             resolved = _Resolved(
-                caller, row.id, row.expires_at, row.last_used_at, self.clock.monotonic()
+                caller,
+                row.id,
+                row.expires_at,
+                row.last_used_at,
+                self.clock.monotonic(),
+                TokenKind(row.kind or TokenKind.API),
             )
         if resolved.last_used_at is None or now - resolved.last_used_at > _TOUCH_EVERY:
             # At most every _TOUCH_EVERY seconds per token: it is a write (and empties the
@@ -400,9 +491,18 @@ class TokenService:
 
     # -- managing tokens ------------------------------------------------------------------
 
-    def issue(self, spec: TokenSpec, *, actor: str) -> IssuedToken:
+    def issue(
+        self,
+        spec: TokenSpec,
+        *,
+        actor: str,
+        parent: SignedIn | None = None,
+        kind: TokenKind = TokenKind.API,
+    ) -> IssuedToken:
         """A new token for ``spec.user`` (default: the actor). Only admins issue tokens for
-        others. The token is in the answer only: the store keeps its digest."""
+        others. The token is in the answer only: the store keeps its digest. Made with the
+        token ``parent``: it expires no later than that one (its life is cut short to fit)
+        and is revoked with it."""
         user = spec.user or actor
         with self.store.write() as session:
             if user != actor:
@@ -415,13 +515,15 @@ class TokenService:
                     f"{user}`"
                 )
             self._make_room(session, user)
-            view = self._insert(session, user, spec.label, spec.expires_in)
+            view = self._insert(session, user, spec.label, spec.expires_in, parent, kind)
+            made_with = f", made with token {parent.token_id}" if parent is not None else ""
             self.audit.record(
                 session,
                 f"user:{actor}",
-                "token.create",
+                "token.create" if kind is TokenKind.API else "session.create",
                 f"user:{user}",
-                f"token {view.id} ({spec.label or 'no label'}), expires {view.expires_at}",
+                f"token {view.id} ({spec.label or 'no label'}), expires {view.expires_at}"
+                + made_with,
             )
         return view
 
@@ -448,15 +550,31 @@ class TokenService:
             self.audit.record(session, "pool", "token.create", f"user:{user}", label)
         return view
 
-    def _insert(self, session: Session, user: str, label: str, life: float | None) -> IssuedToken:
+    def _insert(
+        self,
+        session: Session,
+        user: str,
+        label: str,
+        life: float | None,
+        parent: SignedIn | None = None,
+        kind: TokenKind = TokenKind.API,
+    ) -> IssuedToken:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self.clock.now()
+        expires_at = now + (life if life is not None else DEFAULT_TOKEN_LIFE)
+        if parent is not None:
+            if session.get(TokenRow, parent.token_id) is None:
+                raise Unauthenticated(f"that token is unknown or was revoked: {SIGN_IN_HELP}")
+            if parent.expires_at is not None:
+                expires_at = min(expires_at, parent.expires_at)
         row = TokenRow(
             digest=digest(token),
             user_name=user,
             label=label,
             created_at=now,
-            expires_at=now + (life if life is not None else DEFAULT_TOKEN_LIFE),
+            expires_at=expires_at,
+            parent_id=parent.token_id if parent is not None else None,
+            kind=kind,
         )
         session.add(row)
         session.flush()
@@ -484,19 +602,50 @@ class TokenService:
             return [self._view(r) for r in session.scalars(query)]
 
     def revoke(self, token_id: int, *, actor: str) -> None:
+        """Revoke a token and every token made with it (and so on down): their open streams
+        end at their next check."""
         with self.store.write() as session:
             row = session.get(TokenRow, token_id)
             caller = self.policy.caller(session, actor)
             if row is None or (row.user_name != actor and not caller.admin):
                 raise NotFound(f"token {token_id} does not exist (see `gpuyard tokens list`)")
-            session.execute(delete(TokenRow).where(TokenRow.id == token_id))
+            gone = self._delete_with_children(session, token_id)
+            children = f" and the {len(gone) - 1} made with it" if len(gone) > 1 else ""
             self.audit.record(
                 session,
                 f"user:{actor}",
                 "token.revoke",
                 f"user:{row.user_name}",
-                f"token {token_id}",
+                f"token {token_id}{children}",
             )
+
+    def end_session(self, token: str) -> None:
+        """Revoke the web session of this token (sign-out); nothing when it is gone already."""
+        with self.store.write() as session:
+            row = session.scalars(
+                select(TokenRow).where(
+                    TokenRow.digest == digest(token), TokenRow.kind == TokenKind.SESSION
+                )
+            ).one_or_none()
+            if row is None:
+                return
+            self._delete_with_children(session, row.id)
+            self.audit.record(
+                session, f"user:{row.user_name}", "session.end", f"user:{row.user_name}", ""
+            )
+
+    @staticmethod
+    def _delete_with_children(session: Session, token_id: int) -> list[int]:
+        """Delete the token and its descendants, explicitly (the foreign key's cascade does
+        it too; this does not depend on it) and say which went."""
+        found, frontier = [token_id], [token_id]
+        while frontier:
+            frontier = list(
+                session.scalars(select(TokenRow.id).where(TokenRow.parent_id.in_(frontier)))
+            )
+            found.extend(frontier)
+        session.execute(delete(TokenRow).where(TokenRow.id.in_(found)))
+        return found
 
     @staticmethod
     def _view(row: TokenRow) -> TokenView:
@@ -507,4 +656,6 @@ class TokenService:
             created_at=datetime.fromtimestamp(row.created_at, UTC),
             expires_at=_when(row.expires_at),
             last_used_at=_when(row.last_used_at),
+            kind=TokenKind(row.kind or TokenKind.API),
+            parent=row.parent_id,
         )

@@ -6,8 +6,11 @@ workers) with a usercall entry in the job's fault-tolerance log, and pokes the c
 does the rest (:mod:`gpuyard.controller.hold`). So ``run`` answers at once, as ``jmt run`` does:
 what the command printed is in its workers' logs (``gpuyard logs JOB --worker RANK``).
 
-Whoever may stop the job may do all of it (:data:`EXEC_ACTION`): exec runs code in the job's
-context, which is the job's own to decide. A request that is refused (403, 404, 409, 422)
+Whoever may stop the job may hold it and read its exec status (:data:`HOLD_ACTION`); what
+runs code as the job's owner (``run``, ``kill``, ``start``, shells) is its owner's alone
+(:data:`EXEC_ACTION`, ``Action.ENTER``), and admins' only where the pool allows it
+(``GPUYARD_ADMIN_EXEC``): each such entry by an admin is also in the audit trail as
+``job.exec.admin`` (docs/security.md). A request that is refused (403, 404, 409, 422)
 changes nothing and is not logged; every accepted one is an entry of kind ``usercall`` with its
 actor, its command and, once known, its outcome.
 """
@@ -47,10 +50,22 @@ from gpuyard.store.engine import Store
 from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import FaultRow, JobRow, WorkerRow
 
-__all__ = ["DEFAULT_HOLD", "EXEC_ACTION", "USERCALL", "ExecService", "stop_held", "usercall"]
+__all__ = [
+    "DEFAULT_HOLD",
+    "EXEC_ACTION",
+    "HOLD_ACTION",
+    "USERCALL",
+    "ExecService",
+    "stop_held",
+    "usercall",
+]
 
-EXEC_ACTION = Action.STOP
-"""What a caller must be allowed to do to a job to exec into it."""
+EXEC_ACTION = Action.ENTER
+"""What a caller must be allowed to do to a job to run code in it (as its owner)."""
+HOLD_ACTION = Action.STOP
+"""What a caller must be allowed to do to a job to hold it (``exec stop``) or read its status."""
+ADMIN_ENTRY = "job.exec.admin"
+"""The audit action of an admin entering another user's job."""
 DEFAULT_HOLD = 3600.0
 """How long ``gpuyard exec JOB stop`` holds a job when neither it nor the job says."""
 USERCALL = "usercall"
@@ -72,7 +87,7 @@ class ExecService:
         """The job's state and every worker of its current attempt (its own, its checks, its
         exec workers), with each one's supervisor pid where it has one."""
         with self.store.read() as session:
-            row = self._may(session, actor, job_id)
+            row = self._may(session, actor, job_id, HOLD_ACTION)
             workers = _workers(session, row)
             return ExecStatus(
                 job_id=row.id,
@@ -92,7 +107,7 @@ class ExecService:
         (and with ``hold``, hold it that long from now)."""
         now = self.clock.now()
         with self.store.write() as session:
-            row = self._may(session, actor, job_id)
+            row = self._may(session, actor, job_id, HOLD_ACTION)
             state = row.state
             command = "exec stop" + (f" --hold {format_duration(hold)}" if hold else "")
             if state is JobState.HALTING:
@@ -337,10 +352,17 @@ class ExecService:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _may(self, session: Session, actor: str, job_id: int) -> JobRow:
-        return self.policy.check_job(
-            session, actor, session.get(JobRow, job_id), job_id, EXEC_ACTION
-        )
+    def _may(
+        self, session: Session, actor: str, job_id: int, action: Action = EXEC_ACTION
+    ) -> JobRow:
+        """The job, if ``actor`` may do ``action`` to it; an admin entering another user's job
+        (which the pool allowed, or it would have been refused) is audited as such."""
+        row = self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, action)
+        if action is EXEC_ACTION and row.owner != actor:
+            self.policy.audit.record(
+                session, f"user:{actor}", ADMIN_ENTRY, f"job:{job_id}", f"owner {row.owner}"
+            )
+        return row
 
     def _require_held(self, row: JobRow, what: str) -> None:
         state = row.state

@@ -148,6 +148,7 @@ class JobSearch:
                     JobRow.started_at,
                     JobRow.finished_at,
                     JobRow.access,
+                    JobRow.group_id,
                 ),
                 wanted,
             )
@@ -158,7 +159,7 @@ class JobSearch:
             ).all()
         items = []
         for r in rows:
-            relation = relation_to(caller, r.owner, r.group_name)
+            relation = relation_to(caller, r.owner, r.group_id)
             access = Access(r.access or Access.NONE.value)
             allowed = frozenset(
                 a

@@ -51,6 +51,7 @@ from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import (
     EventRow,
     FaultRow,
+    GroupRow,
     JobRow,
     SignalRow,
     UserRow,
@@ -188,8 +189,10 @@ class JobService:
                     continue
                 urgent[group] += asks
             accepted.append((index, part))
+        group_ids = self._group_ids(session, {groups[part.owner] for _, part in accepted})
         values = [
             _job_values(spec, part.owner, groups[part.owner], part.at)
+            | {"group_id": group_ids.get(groups[part.owner])}
             for _, part in accepted
             for spec in part.specs
         ]
@@ -542,6 +545,12 @@ class JobService:
             view = job_view(row)
         self.notify(job_id)
         return view
+
+    @staticmethod
+    def _group_ids(session: Session, names: set[str]) -> dict[str, int]:
+        """The ids of the groups of these names now: what the new jobs' access refers to."""
+        query = select(GroupRow.name, GroupRow.id).where(GroupRow.name.in_(names))
+        return dict(session.execute(query).all())
 
     @staticmethod
     def _group_of(session: Session, user: str) -> str:

@@ -1,9 +1,14 @@
-"""Worker logs: a slice by byte offset, or a stream that follows the log as it grows."""
+"""Worker logs: a slice by byte offset, or a stream that follows the log as it grows.
+
+A stream asks again, at most every :data:`RECHECK` seconds, whether the caller may still see
+the job and whether the token it was opened with still signs it in: revoking the token (or
+taking the caller's access) ends the stream within about that long."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +27,8 @@ __all__ = ["LogService", "complete_utf8"]
 
 MAX_CHUNK = 1 << 20
 FOLLOW_POLL = 0.2
+RECHECK = 1.0
+"""Seconds between checks that a stream's token is still valid."""
 
 
 def complete_utf8(data: bytes) -> bytes:
@@ -117,20 +124,41 @@ class LogService:
         worker: int = 0,
         attempt: int | None = None,
         offset: int = 0,
+        still_valid: Callable[[], bool] | None = None,
     ) -> AsyncIterator[bytes]:
-        """Bytes of the log from ``offset`` as they are written, until the worker has ended."""
+        """Bytes of the log from ``offset`` as they are written, until the worker has ended,
+        or until ``still_valid`` (the token the stream was opened with) says no."""
+        valid = _Recheck(still_valid)
         while True:
+            if not await valid():
+                return
             job, row = await run_in_threadpool(self._worker, job_id, worker, attempt, actor)
             finished = _finished(job, row)
             while True:
                 data, size = await run_in_threadpool(self._read, row, offset, MAX_CHUNK)
                 if not data:
                     break
+                if not await valid():  # a log that never stops growing is checked too
+                    return
                 offset += len(data)
                 yield data
             if finished and offset >= size:
                 return
             await asyncio.sleep(FOLLOW_POLL)
+
+
+class _Recheck:
+    """Asks ``still_valid`` at most every :data:`RECHECK` seconds; True in between."""
+
+    def __init__(self, still_valid: Callable[[], bool] | None) -> None:
+        self.still_valid = still_valid
+        self.checked = time.monotonic()
+
+    async def __call__(self) -> bool:
+        if self.still_valid is None or time.monotonic() - self.checked < RECHECK:
+            return True
+        self.checked = time.monotonic()
+        return await run_in_threadpool(self.still_valid)
 
 
 def _finished(job: JobRow, row: WorkerRow | None) -> bool:

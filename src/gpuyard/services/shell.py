@@ -40,7 +40,13 @@ from sqlalchemy import update
 from starlette.concurrency import run_in_threadpool
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, ServerUnavailable
+from gpuyard.errors import (
+    Conflict,
+    GpuyardError,
+    InvalidSpec,
+    ServerUnavailable,
+    Unauthenticated,
+)
 from gpuyard.executors.base import Executor, LaunchError, Terminal
 from gpuyard.launch.accounts import AccountRefused
 from gpuyard.models.worker import Handle, WorkerLaunch, WorkerState, WorkerStatus
@@ -59,6 +65,10 @@ MAX_CONTROL = 1024
 MAX_SIZE = 1000
 READ_CHUNK = 64 * 1024
 EXIT_WAIT = 15.0
+RECHECK = 1.0
+"""Seconds between checks that the token a shell was opened with is still valid: revoking it
+(or its expiry) ends the shell."""
+REVOKED = "the token this shell was opened with was revoked or has expired: the shell is ended"
 """Seconds to wait for the shell's supervisor to record its exit once its terminal closed."""
 
 PlanShell = Callable[[JobRow, int, str], WorkerLaunch]
@@ -171,9 +181,12 @@ class ShellService:
 
     # -- relaying -------------------------------------------------------------------------
 
-    async def relay(self, shell: Shell, channel: ShellChannel) -> None:
+    async def relay(
+        self, shell: Shell, channel: ShellChannel, still_valid: Callable[[], bool] | None = None
+    ) -> None:
         """Relay the shell's terminal to ``channel`` until the shell exits (then send its exit
-        code) or the client goes (then kill the shell). The terminal is closed either way."""
+        code), the client goes, or ``still_valid`` (its token) says no (then kill the shell).
+        The terminal is closed either way."""
         fd = shell.terminal.fileno()
         tasks: list[asyncio.Task[None]] = []
         ended = False
@@ -183,7 +196,12 @@ class ShellService:
             output = asyncio.create_task(self._pump_out(fd, channel))
             inputs = asyncio.create_task(self._pump_in(fd, shell.terminal, channel))
             tasks = [output, inputs]
+            if still_valid is not None:
+                tasks.append(asyncio.create_task(_until_invalid(still_valid)))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if len(tasks) > 2 and tasks[2] in done and tasks[2].exception() is None:
+                await _tell(channel, {"error": REVOKED, "code": Unauthenticated.code})
+                return
             if output in done and output.exception() is None:
                 # The terminal closed: the shell has ended (or let go of it).
                 inputs.cancel()
@@ -265,6 +283,12 @@ class ShellService:
             elif loop.time() > deadline:
                 return WorkerStatus(WorkerState.LOST, message="its exit was not recorded in time")
             await asyncio.sleep(0.05)
+
+
+async def _until_invalid(still_valid: Callable[[], bool]) -> None:
+    """Return once ``still_valid`` says no (asked every :data:`RECHECK` seconds)."""
+    while await run_in_threadpool(still_valid):
+        await asyncio.sleep(RECHECK)
 
 
 async def _tell(channel: ShellChannel, message: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gpuyard.models.accounts import TokenKind
 from gpuyard.models.node import NodeState
 from gpuyard.models.request import JobRequest
 from gpuyard.models.resources import Resources
@@ -94,6 +95,10 @@ class JobRow(Base):
     """A secret of the current attempt, shared by its workers (e.g. MPI's remote launch)."""
     group_name: Mapped[str] = mapped_column(String(64), default="")
     """The owner's group when the job was submitted (quotas and the urgent limit count it)."""
+    group_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """The id of that group: what access for others is granted to. A group deleted and made
+    again under the same name has a new id, so its members get nothing of the old one's jobs
+    (ids are never reused)."""
     seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Queue position (the id at submission); kept across suspensions."""
     wait_code: Mapped[str | None] = mapped_column(String(16), nullable=True)
@@ -206,6 +211,9 @@ class JobRow(Base):
         Index("ix_jobs_owner", "owner"),
         Index("ix_jobs_name", "name"),
         Index("ix_jobs_array", "array_id"),
+        # Ids are never reused (SQLite's AUTOINCREMENT; PostgreSQL's sequences never go
+        # back): a new job with a deleted one's id would inherit what refers to it.
+        {"sqlite_autoincrement": True},
     )
 
 
@@ -295,12 +303,17 @@ class NodeRow(Base):
 
 
 class GroupRow(Base):
+    """A group. Jobs' access for others refers to its ``id``, which is never reused."""
+
     __tablename__ = "groups"
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
     urgent_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Most running + queued jobs of the group at the urgent tier (None: no limit)."""
     created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
 
 class UserRow(Base):
@@ -426,7 +439,8 @@ def request_from_columns(
 
 
 class TokenRow(Base):
-    """An API token: only its SHA-256 digest is stored (the token is 32 random bytes)."""
+    """An API token: only its SHA-256 digest is stored (the token is 32 random bytes). A token
+    made with another (its ``parent``) never outlives it and goes when it is revoked."""
 
     __tablename__ = "api_tokens"
 
@@ -437,8 +451,17 @@ class TokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"), nullable=True, default=None
+    )
+    """The token it was made with, if any: revoking that one revokes this one."""
+    kind: Mapped[TokenKind] = mapped_column(EnumText(TokenKind), default=TokenKind.API)
 
-    __table_args__ = (Index("ix_api_tokens_user", "user_name"),)
+    __table_args__ = (
+        Index("ix_api_tokens_user", "user_name"),
+        Index("ix_api_tokens_parent", "parent_id"),
+        {"sqlite_autoincrement": True},
+    )
 
 
 class SettingRow(Base):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gpuyard.client import Client
 from gpuyard.clock import SystemClock
@@ -39,7 +39,7 @@ def user_token(app: Any, name: str, *, admin: bool = False, group: str | None = 
     with store.write() as session:
         services.accounts.register(session, name)
         if group is not None:
-            if session.get(GroupRow, group) is None:
+            if session.scalars(select(GroupRow).where(GroupRow.name == group)).first() is None:
                 session.add(GroupRow(name=group, urgent_limit=None, created_at=now))
                 session.flush()
             session.execute(update(UserRow).where(UserRow.name == name).values(group_name=group))

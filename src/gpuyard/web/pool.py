@@ -12,14 +12,15 @@ from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import GpuyardError, InvalidSpec, PermissionDenied
 from gpuyard.models import NodeView
-from gpuyard.models.accounts import PoolSettingsUpdate
+from gpuyard.models.accounts import IssuedToken, PoolSettingsUpdate, TokenKind, TokenSpec
 from gpuyard.models.ids import MAX_ID
 from gpuyard.models.usage import NodeNow
+from gpuyard.services.auth import TokenService
 from gpuyard.services.nodes import NodeHolder
 from gpuyard.web.context import services
 from gpuyard.web.render import page
 from gpuyard.web.routing import CallerDep, WebRoute, back_to
-from gpuyard.web.session import COOKIE, check_post, read_form, signed_in
+from gpuyard.web.session import COOKIE, check_post, read_form, session_token, signed_in
 
 __all__ = ["router", "usage_notation"]
 
@@ -51,7 +52,7 @@ async def login(request: Request) -> Response:
     target = _safe_next((form.get("next") or ["/jobs"])[-1])
     tokens = services(request).tokens
     try:
-        caller = await run_in_threadpool(tokens.authenticate, f"Bearer {token}")
+        session = await run_in_threadpool(_open_session, tokens, token)
     except GpuyardError as exc:
         return page(
             request,
@@ -62,10 +63,10 @@ async def login(request: Request) -> Response:
             error=exc.detail,
             status_code=401,
         )
-    response = back_to(target, f"signed in as {caller.name}")
+    response = back_to(target, f"signed in as {session.user}")
     response.set_cookie(
         COOKIE,
-        token,
+        session.token,
         max_age=SESSION_LIFE,
         httponly=True,
         samesite="strict",
@@ -79,9 +80,20 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     form = await read_form(request)
     check_post(request, form)
+    token = session_token(request)
+    if token:
+        await run_in_threadpool(services(request).tokens.end_session, token)
     response = back_to("/login", "signed out")
     response.delete_cookie(COOKIE, path="/")
     return response
+
+
+def _open_session(tokens: TokenService, api_token: str) -> IssuedToken:
+    """A web session made with ``api_token`` (a child of it: it expires no later and goes
+    when that one is revoked); the cookie carries the session's token, never the API one."""
+    signed = tokens.signed_in(f"Bearer {api_token}")
+    spec = TokenSpec(label="web session", expires_in=SESSION_LIFE)
+    return tokens.issue(spec, actor=signed.caller.name, parent=signed, kind=TokenKind.SESSION)
 
 
 # -- nodes ----------------------------------------------------------------------------------

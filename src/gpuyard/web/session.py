@@ -1,10 +1,13 @@
 """Signing in to the web UI with a pool token, and keeping forms safe from other sites.
 
 The sign-in form takes an API token (the same ``gy_…`` token ``gpuyard login`` stores) and
-puts it in a cookie that scripts cannot read (``HttpOnly``) and that the browser sends only
-with requests made from the UI's own pages (``SameSite=Strict``); ``Secure`` when the page
-came over HTTPS. Each request resolves it exactly as the API resolves a bearer token
-(:meth:`TokenService.authenticate`), so revoking a token signs its web sessions out too.
+makes a session: a token of its own (kind ``session``), a child of the API token (it expires
+no later and is revoked with it), that signs in the web UI only, never the API. The cookie
+carries the session's token, never the API token; scripts cannot read it (``HttpOnly``) and
+the browser sends it only with requests made from the UI's own pages (``SameSite=Strict``);
+``Secure`` when the page came over HTTPS. Each request resolves it as the API resolves a
+bearer token (:meth:`TokenService.authenticate`), and signing out revokes it, so a copied
+cookie signs no one in after sign-out.
 
 State-changing forms carry a CSRF token derived from the session's token (a digest another
 site cannot compute), and a POST is refused unless its ``Origin`` (when the browser sends
@@ -24,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import GpuyardError, PermissionDenied
 from gpuyard.models.access import Caller
+from gpuyard.models.accounts import TokenKind
 from gpuyard.web.context import services
 
 __all__ = [
@@ -53,9 +57,11 @@ async def signed_in(request: Request) -> Caller | None:
     tokens = services(request).tokens
     header = f"Bearer {token}"
     try:
-        caller = tokens.authenticate_cached(header)
+        caller = tokens.authenticate_cached(header, kind=TokenKind.SESSION)
         if caller is None:
-            caller = await run_in_threadpool(tokens.authenticate, header)
+            caller = await run_in_threadpool(
+                lambda: tokens.authenticate(header, kind=TokenKind.SESSION)
+            )
     except GpuyardError:
         return None
     return caller

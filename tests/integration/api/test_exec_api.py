@@ -1,5 +1,6 @@
 """/api/v1/jobs/{id}/exec over real HTTP, on both databases: who may (those who may stop the
-job), what a refusal says, and bad input refused before anything is stored."""
+job hold it; only its owner runs code in it), what a refusal says, and bad input refused before
+anything is stored."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def act(call: Call, who: str | None, action: str, job_id: int) -> httpx.Response
 
 
 @pytest.mark.parametrize("action", list(ACTIONS))
-def test_only_those_who_may_stop_the_job_may_exec_into_it(
+def test_only_those_who_may_stop_the_job_may_hold_it_and_only_its_owner_enters_it(
     call: Call, controller: Controller, action: str
 ) -> None:
     job_id = held_job(call, controller, access="read-only")
@@ -91,17 +92,24 @@ def test_only_those_who_may_stop_the_job_may_exec_into_it(
     # Nothing of theirs was recorded.
     faults = call(OWNER, "GET", f"/jobs/{job_id}/faults").json()
     assert [f["cause"] for f in faults] == ["exec stop"]
-    # Its owner and an admin may (one run at a time: the admin runs nothing after her).
-    for who in (OWNER, ADMIN) if action in ("status", "stop", "kill") else (OWNER,):
+    # Its owner may; an admin may hold it, and enters it only where the pool allows it
+    # (test_exec_entry.py).
+    for who in (OWNER, ADMIN) if action in ("status", "stop") else (OWNER,):
         response = act(call, who, action, job_id)
         assert response.status_code == 200, (who, response.text)
 
 
-def test_a_member_with_read_write_access_may_and_every_call_is_a_usercall(
+def test_a_member_with_read_write_access_holds_but_never_enters_and_every_call_is_a_usercall(
     call: Call, controller: Controller
 ) -> None:
+    """Read-write lets a member stop the job, never run code as its owner (issue 24, 1)."""
     job_id = held_job(call, controller, access="read-write")
-    ran = act(call, WRITER, "run", job_id)
+    for action in ("run", "checker", "kill", "start"):
+        refused = act(call, WRITER, action, job_id)
+        assert refused.status_code == 403, (action, refused.text)
+        assert "only its owner may" in refused.json()["detail"]
+    assert act(call, WRITER, "stop", job_id).status_code == 200
+    ran = act(call, OWNER, "run", job_id)
     assert ran.status_code == 200, ran.text
     assert ran.json()["ranks"] == [200_000]
     controller.tick()
@@ -111,18 +119,20 @@ def test_a_member_with_read_write_access_may_and_every_call_is_a_usercall(
         (200_000, "exec", ["hostname"]),
     ]
     assert status["state"] == "held" and status["held_until"] is not None
-    assert act(call, WRITER, "kill", job_id).status_code == 200
+    assert act(call, OWNER, "kill", job_id).status_code == 200
     entries = call(OWNER, "GET", f"/jobs/{job_id}/faults").json()
     assert [(e["kind"], e["cause"], e["actor"]) for e in entries] == [
         ("usercall", "exec stop", f"user:{OWNER}"),
-        ("usercall", "exec run hostname", f"user:{WRITER}"),
-        ("usercall", "exec kill 0", f"user:{WRITER}"),
+        ("usercall", "exec stop --hold 10m00s", f"user:{WRITER}"),
+        ("usercall", "exec run hostname", f"user:{OWNER}"),
+        ("usercall", "exec kill 0", f"user:{OWNER}"),
     ]
     trail = call(ADMIN, "GET", "/audit", params={"action": "job.exec"}).json()
     assert [(e["actor"], e["detail"]) for e in trail] == [
         (f"user:{OWNER}", "exec stop"),
-        (f"user:{WRITER}", "exec run hostname"),
-        (f"user:{WRITER}", "exec kill 0"),
+        (f"user:{WRITER}", "exec stop --hold 10m00s"),
+        (f"user:{OWNER}", "exec run hostname"),
+        (f"user:{OWNER}", "exec kill 0"),
     ]
 
 

@@ -188,6 +188,15 @@ def test_who_may_not_exec_into_a_job_gets_no_shell(
     reader = Client(api_url, token=token_for("rita", group="lab"))
     with pytest.raises(PermissionDenied, match="read-only"):
         reader.open_shell(job_id)
+    # Read-write access lets a member stop the job, never be its owner in a shell.
+    writer_job = held_job(olga, controller, access="read-write")
+    writer = Client(api_url, token=token_for("wanda", group="lab"))
+    with pytest.raises(PermissionDenied, match="only its owner may"):
+        writer.open_shell(writer_job)
+    admin = Client(api_url, token=token_for("ada", admin=True))
+    with pytest.raises(PermissionDenied, match="GPUYARD_ADMIN_EXEC"):
+        admin.open_shell(writer_job)
+    assert [e.cause for e in olga.faults(writer_job)] == ["exec stop"]
     outsider = Client(api_url, token=token_for("otto", group="elsewhere"))
     with pytest.raises(NotFound, match=f"job {job_id} does not exist"):
         outsider.open_shell(job_id)
@@ -215,3 +224,22 @@ def test_a_server_without_the_pools_workers_opens_no_shell(
     token = user_token(plain, "olga")
     with serve(plain) as url, pytest.raises(ServerUnavailable, match="cannot open a shell"):
         Client(url, token=token).open_shell(1)
+
+
+def test_revoking_the_token_a_shell_was_opened_with_ends_the_shell(
+    api_url: str, olga: Client, controller: Controller, fake_executor: FakeExecutor
+) -> None:
+    """Issue 24, point 9: an open shell is no way around a revoked token."""
+    job_id = held_job(olga, controller)
+    made = olga.create_token(label="shell")
+    holder = Client(api_url, token=made.token)
+    conn = holder.open_shell(job_id)
+    olga.revoke_token(made.id)
+    with pytest.raises(Unauthenticated, match="revoked or has expired"):
+        read_until(conn, b"never printed", timeout=60)
+    conn.close()
+    deadline = time.monotonic() + 60
+    while not fake_executor.workers[WorkerKey(job_id, 0, SHELL)].killed:
+        assert time.monotonic() < deadline, "the shell outlived its revoked token"
+        time.sleep(0.05)
+    os.close(slave_of(fake_executor, job_id))

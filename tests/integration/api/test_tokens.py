@@ -3,6 +3,8 @@ pool owner's token made by `gpuyard up`'s start-up step, and the network default
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ from sqlalchemy import select
 
 from gpuyard.client import Client
 from gpuyard.clock import ManualClock
+from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, Unauthenticated
+from gpuyard.executors.fake import FakeExecutor
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import TokenRow
@@ -140,3 +144,62 @@ def test_a_user_cannot_pile_up_tokens_and_expired_ones_are_dropped(
     with store.read() as session:
         held = session.scalars(select(TokenRow).where(TokenRow.user_name == "bob")).all()
     assert len(held) == 3
+
+
+def test_a_token_made_with_a_token_never_outlives_it_and_goes_with_it(
+    api_url: str, as_user: AsUser, clock: ManualClock
+) -> None:
+    """Issue 24, point 9: a 2-second token minted a 366-day token that outlived it."""
+    admin = as_user("ada", admin=True)
+    admin.create_user("bob")
+    short = admin.create_token(user="bob", label="short", expires_in=60)
+    bob = Client(api_url, token=short.token)
+    child = bob.create_token(label="long", expires_in="366d")
+    assert child.expires_at == short.expires_at  # cut short to its parent's
+    assert child.parent == short.id
+    grandchild = Client(api_url, token=child.token).create_token(label="deeper")
+    assert grandchild.parent == child.id and grandchild.expires_at == short.expires_at
+    # Revoking the parent revokes every token made with it, all the way down.
+    admin.revoke_token(short.id)
+    for gone in (short, child, grandchild):
+        with pytest.raises(Unauthenticated, match="unknown or was revoked"):
+            Client(api_url, token=gone.token).user_info()
+    # And an expired parent's children have expired with it.
+    parent = admin.create_token(user="bob", expires_in=60)
+    kid = Client(api_url, token=parent.token).create_token(expires_in="30d")
+    clock.advance(61)
+    with pytest.raises(Unauthenticated, match="expired"):
+        Client(api_url, token=kid.token).user_info()
+
+
+def test_a_log_stream_ends_when_its_token_is_revoked(
+    api_url: str, as_user: AsUser, store: Store, clock: ManualClock, fake_executor: FakeExecutor
+) -> None:
+    """Issue 24, point 9: `logs?follow` kept streaming after its token was revoked."""
+    controller = Controller(store, fake_executor, clock=clock)
+    controller.register_nodes()
+    alice = as_user("alice")
+    job_id = alice.submit({"command": "sleep 100"}).id
+    controller.tick()
+    fake_executor.write_log(job_id, b"step 1\n")
+    made = alice.create_token(label="follow")
+    stream = Client(api_url, token=made.token).follow_logs(job_id)
+    got: list[bytes] = []
+    ended = threading.Event()
+
+    def read() -> None:
+        for data in stream:
+            got.append(data)
+        ended.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not got:
+        assert time.monotonic() < deadline, "the stream sent nothing"
+        time.sleep(0.05)
+    assert not ended.is_set()  # the job runs: the stream stays open
+    alice.revoke_token(made.id)
+    assert ended.wait(60), "the stream went on after its token was revoked"
+    assert b"".join(got) == b"step 1\n"
+    assert alice.job(job_id).state.value == "running"  # the job itself goes on

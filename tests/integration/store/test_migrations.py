@@ -294,3 +294,80 @@ def test_going_down_to_the_first_migration_keeps_every_worker_of_every_job(
             )
     finally:
         store.close()
+
+
+def test_0017_gives_groups_ids_jobs_their_groups_id_and_never_reuses_ids(
+    database_url: str,
+) -> None:
+    """Issue 24, point 6, on a database with data: groups are numbered in the order they were
+    made; a job gets the id of the group of its name that existed when it was submitted
+    (none if the group came later: a group made again under an old name); tokens are API
+    tokens without a parent; a deleted job's, group's or token's id is not given again; going
+    down keeps every row."""
+    store = Store(database_url)
+    try:
+        with store.migrating() as connection:
+            command.upgrade(alembic_config(connection), "0016")
+            connection.execute(
+                text(
+                    "INSERT INTO groups (name, created_at) VALUES ('ops', 5.0), ('lab', 1.0), "
+                    "('gone', 1.0)"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO users (name, group_name, role, share, created_at) VALUES "
+                    "('ann', 'lab', 'user', 1.0, 1.0)"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO api_tokens (id, digest, user_name, label, created_at) "
+                    "VALUES (1, 'a', 'ann', '', 1.0), (2, 'b', 'ann', '', 1.0)"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, owner, state, version, priority, spec, attempt, "
+                    "created_at, group_name) VALUES "
+                    "(1, 'a', 'ann', 'queued', 0, 'normal', '{}', 0, 2.0, 'lab'), "
+                    "(2, 'b', 'ann', 'queued', 0, 'normal', '{}', 0, 3.0, 'ops'), "
+                    "(3, 'c', 'ann', 'queued', 0, 'normal', '{}', 0, 4.0, 'lab')"
+                )
+            )
+            command.upgrade(alembic_config(connection), "0017")
+            groups = connection.execute(text("SELECT name, id FROM groups ORDER BY id")).all()
+            assert [tuple(g) for g in groups] == [("gone", 1), ("lab", 2), ("ops", 3)]
+            jobs = connection.execute(text("SELECT id, group_id FROM jobs ORDER BY id")).all()
+            assert [tuple(j) for j in jobs] == [(1, 2), (2, None), (3, 2)]
+            tokens = connection.execute(text("SELECT id, kind, parent_id FROM api_tokens"))
+            assert sorted(tuple(t) for t in tokens) == [(1, "api", None), (2, "api", None)]
+            # Ids are never given again: delete the newest row, insert one more.
+            for table, columns, values in [
+                (
+                    "jobs",
+                    "name, owner, state, version, priority, spec, attempt, created_at",
+                    "'d', 'ann', 'queued', 0, 'normal', '{}', 0, 9.0",
+                ),
+                ("groups", "name, created_at", "'new', 9.0"),
+                ("api_tokens", "digest, user_name, label, created_at", "'c', 'ann', '', 9.0"),
+            ]:
+                newest = connection.execute(text(f"SELECT max(id) FROM {table}")).scalar_one()  # noqa: S608
+                connection.execute(text(f"DELETE FROM {table} WHERE id = {newest}"))  # noqa: S608
+                if database_url.startswith("postgresql") and table != "groups":
+                    # The rows above were given their ids by hand: move the sequence past them.
+                    connection.execute(text(f"SELECT setval('{table}_id_seq', {newest})"))
+                connection.execute(text(f"INSERT INTO {table} ({columns}) VALUES ({values})"))  # noqa: S608
+                again = connection.execute(text(f"SELECT max(id) FROM {table}")).scalar_one()  # noqa: S608
+                assert again > newest, table
+            command.downgrade(alembic_config(connection), "0016")
+        inspector = inspect(store.engine)
+        assert "group_id" not in {c["name"] for c in inspector.get_columns("jobs")}
+        assert "id" not in {c["name"] for c in inspector.get_columns("groups")}
+        with store.migrating() as connection:
+            kept = connection.execute(text("SELECT name FROM groups ORDER BY name")).all()
+            assert [k[0] for k in kept] == ["gone", "lab", "new"]
+            assert connection.execute(text("SELECT count(*) FROM jobs")).scalar() == 3
+            assert connection.execute(text("SELECT group_name FROM users")).scalar() == "lab"
+    finally:
+        store.close()

@@ -189,3 +189,25 @@ def test_priority_and_runtime_change_from_the_job_page(
     bulk = web.post("/jobs/bulk", data={"csrf": csrf, "ids": [str(job)], "action": "stop"})
     assert bulk.is_redirect and "stop%3A%201%20done" in bulk.headers["location"]
     assert alice.job(job).status.value == "stopped"
+
+
+def test_a_web_session_is_a_token_of_its_own_that_sign_out_revokes(
+    web: httpx.Client, api_url: str, token_for: TokenFor
+) -> None:
+    """Issue 24, point 9: the cookie was the raw API token, and sign-out left it valid."""
+    token = token_for("alice")
+    csrf = signed_in(web, token)
+    cookie = web.cookies.get("gpuyard_session")
+    assert cookie and cookie != token  # the session's own token, never the API token
+    # The session signs in the web UI only, not the API.
+    bearer = {"Authorization": f"Bearer {cookie}"}
+    assert httpx.get(f"{api_url}/api/v1/jobs", headers=bearer).status_code == 401
+    assert web.post("/logout", data={"csrf": csrf}).status_code == 303
+    # A copy of the cookie kept from before signs no one in after sign-out.
+    with httpx.Client(base_url=api_url, timeout=10, follow_redirects=False) as copy:
+        copy.cookies.set("gpuyard_session", cookie)
+        answer = copy.get("/jobs")
+        assert answer.status_code == 303
+        assert answer.headers["location"].startswith("/login")
+    # The API token itself is untouched by the sign-out.
+    assert Client(api_url, token=token).user_info().name == "alice"

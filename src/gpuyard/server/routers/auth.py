@@ -14,16 +14,17 @@ from gpuyard.models import (
     TokenSpec,
     TokenView,
 )
-from gpuyard.server.deps import MAX_ID, ServicesDep, UserDep
+from gpuyard.server.deps import MAX_ID, ServicesDep, SignedInDep, UserDep
 
 router = APIRouter(tags=["access"])
 
 
 @router.post("/tokens", status_code=201)
-def create_token(spec: TokenSpec, services: ServicesDep, user: UserDep) -> IssuedToken:
+def create_token(spec: TokenSpec, services: ServicesDep, signed: SignedInDep) -> IssuedToken:
     """A new API token (for yourself; admins may name another user). The token is in this
-    answer only."""
-    return services.tokens.issue(spec, actor=user)
+    answer only. It is a child of the token this request signs in with: it expires no later
+    (its life is cut short to fit) and is revoked with it."""
+    return services.tokens.issue(spec, actor=signed.caller.name, parent=signed)
 
 
 @router.get("/tokens")

@@ -77,7 +77,11 @@ async def shell(
             await websocket.send_text(json.dumps({"error": exc.detail, "code": exc.code}))
             await websocket.close(code=4000 + exc.status_code)
         return
-    await services.shells.relay(opened, _Channel(websocket))
+    authorization = websocket.headers.get("authorization")
+    tokens = services.tokens
+    await services.shells.relay(
+        opened, _Channel(websocket), still_valid=lambda: tokens.still_valid(authorization)
+    )
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client may have gone
         await websocket.close()
 

@@ -30,7 +30,14 @@ from gpuyard.models import (
 )
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, Window
-from gpuyard.server.deps import INT64_MAX, MAX_ID, JobId, ServicesDep, UserDep
+from gpuyard.server.deps import (
+    INT64_MAX,
+    MAX_ID,
+    AuthorizationDep,
+    JobId,
+    ServicesDep,
+    UserDep,
+)
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -230,6 +237,7 @@ def logs(
     job_id: JobId,
     services: ServicesDep,
     user: UserDep,
+    authorization: AuthorizationDep,
     worker: Annotated[int, Query(ge=0, le=1 << 20)] = 0,
     attempt: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
@@ -239,8 +247,14 @@ def logs(
     if follow:
         # 404 now, not mid-stream.
         services.logs.check(job_id, actor=user, worker=worker, attempt=attempt)
+        tokens = services.tokens
         stream = services.logs.follow(
-            job_id, actor=user, worker=worker, attempt=attempt, offset=offset
+            job_id,
+            actor=user,
+            worker=worker,
+            attempt=attempt,
+            offset=offset,
+            still_valid=lambda: tokens.still_valid(authorization),
         )
         return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
     return services.logs.read(
