@@ -221,3 +221,58 @@ def test_a_shell_runs_as_its_jobs_account_and_reaches_nothing_of_anyone_else(
             client.stop(job.id)
             client.wait(job.id, timeout=30)
         subprocess.run(["userdel", f"gpy-{mallory}"], check=False, capture_output=True)
+
+
+def test_a_read_write_group_member_holds_a_job_but_never_runs_as_its_owner(
+    pool: OwnerPool,
+) -> None:
+    """Issue 24, point 1: `exec JOB stop` then `exec JOB run` by a read-write member of the
+    job's group ran as the owner's account. Now holding is all it may do: running, killing,
+    starting and shells are the owner's, on a real pool whose jobs run as their owners."""
+    from gpuyard.client import Client, PermissionDenied
+
+    suffix = secrets.token_hex(4)
+    group, owner, member = f"g{suffix}", f"o{suffix}", f"w{suffix}"
+    pool.cli("groups", "add", group)
+    clients = {}
+    for name in (owner, member):
+        pool.cli("users", "add", name, "--group", group)
+        token = json.loads(pool.cli("tokens", "create", name, "--json").stdout)["token"]
+        clients[name] = Client(url=pool.url, token=token)
+    alice, wanda = clients[owner], clients[member]
+    job = alice.submit(
+        {
+            "command": "sleep 600",
+            "workdir": str(pool.home.parent),
+            "graceful_shutdown": 1,
+            "access": "read-write",
+        }
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while alice.job(job.id).state.value != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        wanda.exec_stop(job.id)  # a read-write member may hold it
+        while alice.job(job.id).state.value != "held":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        with pytest.raises(PermissionDenied, match="only its owner may"):
+            wanda.exec_run(job.id, ["id", "-un"])
+        with pytest.raises(PermissionDenied, match="only its owner may"):
+            wanda.open_shell(job.id)
+        with pytest.raises(PermissionDenied, match="only its owner may"):
+            wanda.exec_start(job.id)
+        assert [w.rank for w in alice.exec_status(job.id).workers] == [0]  # nothing ran
+        ran = alice.exec_run(job.id, ["id", "-un"])  # its owner may
+        deadline = time.monotonic() + 60
+        while "gpy-" not in alice.logs(job.id, worker=ran.ranks[0]).data:
+            assert time.monotonic() < deadline, "the owner's command did not run"
+            time.sleep(0.2)
+        assert alice.logs(job.id, worker=ran.ranks[0]).data.strip() == f"gpy-{owner}"
+    finally:
+        with contextlib.suppress(Exception):
+            alice.stop(job.id)
+            alice.wait(job.id, timeout=30)
+        for name in (owner, member):
+            subprocess.run(["userdel", f"gpy-{name}"], check=False, capture_output=True)
