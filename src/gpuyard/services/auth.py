@@ -366,7 +366,10 @@ def _refused_entry(job_id: int, caller: Caller, row: JobRow) -> str:
             f"{what}; this pool does not let admins enter others' jobs (an admin who runs the "
             "pool sets GPUYARD_ADMIN_EXEC=true to allow it, audited)"
         )
-    return f"{what}; your access to it is {row.access or 'none'}, which lets you stop it at most"
+    access = row.access or Access.NONE.value
+    if access == Access.READ_WRITE.value:
+        return f"{what}; your access to it is read-write, which lets you stop or hold it"
+    return f"{what}; your access to it is {access}"
 
 
 class TokenService:
