@@ -178,7 +178,7 @@ class Settings(BaseSettings):
     network: Network = Field(
         Network.NONE,
         description="The pool's network preset: 'roce' or 'ib' give jobs the NCCL variables "
-        "of reference 000 for that fabric; 'none' gives none.",
+        "of docs/distributed.md, 'Network presets', for that fabric; 'none' gives none.",
     )
     network_iface: str = Field(
         "eth0", description="NCCL_SOCKET_IFNAME of the network preset: the nodes' interface."
@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         1000,
         ge=1,
         description="From this many GPUs in one job, the network preset adds NCCL_ALGO "
-        "(reference 000's advice for thousands of GPUs).",
+        "(docs/distributed.md, 'Network presets': advice for thousands of GPUs).",
     )
     user_tiers: list[str] = Field(
         default_factory=lambda: ["low", "normal", "high"],
@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     urgent_tier: str = Field(
         "high",
         description="The tier whose running + queued jobs a group's urgent_limit counts "
-        "(reference 002's 紧急).",
+        "(docs/jobs.md, 'Priority tiers').",
     )
     admins: list[str] = Field(
         default_factory=list,

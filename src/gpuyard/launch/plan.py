@@ -121,7 +121,7 @@ class _Worker:
 
     @property
     def slots_per_node(self) -> int:
-        """SLOTS: GPUs per node, 1 on CPU (reference 002)."""
+        """SLOTS: GPUs per node, 1 on CPU (docs/distributed.md)."""
         return self.spec.resources.gpus or 1
 
     @property
@@ -262,7 +262,7 @@ def mpirun_shim_dir(files_dir: str) -> str:
 
 
 MPIRUN_SHIM = """#!/bin/sh
-# gpuyard: Open MPI up to 4 read single-dash long options, as references 000 and 002 write them
+# gpuyard: Open MPI up to 4 read single-dash long options, as docs/distributed.md writes them
 # (mpirun -bind-to none -map-by slot ...); Open MPI 5's mpirun loses their values ("Executable:
 # none"). Give them two dashes, then run the real mpirun (this directory leaves PATH).
 for a; do

@@ -13,7 +13,7 @@ __all__ = ["CordonRequest", "Network", "NodeState", "NodeView"]
 
 
 class Network(StrEnum):
-    """The fabric between a pool's nodes (reference 000): it decides the NCCL variables."""
+    """The fabric between a pool's nodes (docs/distributed.md): it decides the NCCL variables."""
 
     NONE = "none"
     ROCE = "roce"

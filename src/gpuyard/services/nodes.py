@@ -105,7 +105,7 @@ class NodeService:
 
     def holders(self) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
-        page writes in reference 002's ``1(1):application-name`` notation."""
+        page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages")."""
         with self.store.read() as session:
             gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
             rows = session.execute(

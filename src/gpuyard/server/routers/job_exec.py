@@ -1,4 +1,5 @@
-"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``, reference 000's jmt),
+"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``; docs/jobs.md,
+"Debugging a job: gpuyard exec"),
 and the shell's WebSocket over ShellService."""
 
 from __future__ import annotations
