@@ -1,5 +1,4 @@
-"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``; docs/jobs.md,
-"Debugging a job: gpuyard exec"),
+"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``, docs/jobs.md),
 and the shell's WebSocket over ShellService."""
 
 from __future__ import annotations
