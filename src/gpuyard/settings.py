@@ -191,8 +191,8 @@ class Settings(BaseSettings):
     )
     user_tiers: list[str] = Field(
         default_factory=lambda: ["low", "normal", "high"],
-        description="Priority tiers a plain user may choose; admins may choose any (reference "
-        "002: users pick normal or urgent, admins also very urgent).",
+        description="Priority tiers a plain user may choose; admins may choose any (docs/jobs.md, "
+        "'Priority tiers': users pick normal or urgent, admins also very urgent).",
     )
     urgent_tier: str = Field(
         "high",

@@ -566,8 +566,8 @@ class IssuedToken(TokenView):
 
 class PoolSettings(BaseModel):
     sharing: bool = Field(
-        description="Whether jobs may give their group's other members access (reference "
-        "002): off, every job's access for others is none."
+        description="Whether jobs may give their group's other members access (docs/accounts.md, "
+        "他人访问权限): off, every job's access for others is none."
     )
 
 
