@@ -161,8 +161,9 @@ class Settings(BaseSettings):
     )
     ray_interface: str = Field(
         "eth0",
-        description="Network interface that carries the Ray nodes' addresses (MPICH's "
-        "HYDRA_IFACE); 'lo' for a test cluster on one machine.",
+        description="Network interface that carries the Ray nodes' addresses, where jobs' "
+        "MPI, gloo, NCCL and UCX are told to talk (docs/security.md, 'Network exposure'); "
+        "'lo' for a test cluster on one machine.",
     )
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,
