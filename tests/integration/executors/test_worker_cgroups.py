@@ -394,12 +394,3 @@ def test_a_fork_bomb_stops_at_the_nodes_ceiling_and_the_machine_keeps_answering(
     assert ex.status([handle])[0].state is WorkerState.RUNNING
     ex.kill(handle)
     assert ended(ex, handle, timeout=30).signal == "SIGKILL"
-
-
-def test_the_pids_ceiling_defaults_to_half_of_what_the_host_can_number(tmp_path: Path) -> None:
-    (tmp_path / "pid_max").write_text("32768\n")
-    (tmp_path / "threads-max").write_text("192731\n")
-    assert cgroups.default_pids_ceiling(str(tmp_path)) == 16384
-    (tmp_path / "threads-max").write_text("1000\n")
-    assert cgroups.default_pids_ceiling(str(tmp_path)) == 500
-    assert cgroups.default_pids_ceiling(str(tmp_path / "missing")) == 0
