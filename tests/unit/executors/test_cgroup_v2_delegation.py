@@ -7,11 +7,14 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from gpuyard.executors.local import cgroups
+from gpuyard.executors.local.systemd import Systemd
 from gpuyard.models.node import IsolationMode, KillMethod, NodeIsolation
 
 PROCS = "cgroup.procs"
@@ -192,3 +195,94 @@ def test_what_is_enforced_travels_in_the_nodes_labels(
 def test_labels_of_another_executor_say_nothing_about_isolation() -> None:
     assert NodeIsolation.from_labels({"executor": "ray"}) is None
     assert NodeIsolation.from_labels({"isolation": "cgroup-v9"}) is None
+
+
+class FakeSystemd(Systemd):
+    """systemd as PID 1 on the fake tree: a delegated scope is a cgroup under system.slice with
+    every controller the root has; the process moves into it and its /proc cgroup file says so.
+    ``refuse``: what busctl would answer instead."""
+
+    def __init__(self, fs: FakeCgroupFs, refuse: str = "") -> None:
+        super().__init__()
+        self.fs = fs
+        self.refuse = refuse
+        self.units: list[str] = []
+
+    def available(self) -> bool:
+        return True
+
+    def delegated_scope(self, unit: str, pid: int, cgroup_file: str) -> str:
+        self.units.append(unit)
+        if self.refuse:
+            return self.refuse
+        offered = (self.fs.root / CONTROLLERS).read_text().split()
+        slice_ = self.fs.root / "system.slice"
+        self.fs.mkdir(str(slice_))
+        self.fs.write(str(slice_ / SUBTREE), " ".join(f"+{c}" for c in offered))
+        self.fs.mkdir(str(slice_ / unit))
+        self.fs.write(str(slice_ / unit / PROCS), str(pid))
+        Path(cgroup_file).write_text(f"0::/system.slice/{unit}\n")
+        return ""
+
+
+def systemd_host(tmp_path: Path, refuse: str = "") -> tuple[cgroups.Isolation, FakeSystemd]:
+    """A systemd host: our process shares a session scope, which systemd owns and which
+    delegates nothing, with two others."""
+    fs = FakeCgroupFs(tmp_path / "cgroup", ["memory", "pids", "cpu"])
+    fs.write(str(fs.root / SUBTREE), "+memory +pids +cpu")
+    fs.mkdir(str(fs.root / "session"))
+    (fs.root / "session" / PROCS).write_text(f"100\n101\n{os.getpid()}")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "mountinfo").write_text(f"26 25 0:23 / {fs.root} rw,nosuid - cgroup2 cgroup2 rw\n")
+    (proc / "cgroup").write_text("0::/session\n")
+    systemd = FakeSystemd(fs, refuse)
+    return cgroups.detect("gpuyard-pool0", proc=str(proc), fs=fs, systemd=systemd), systemd
+
+
+def test_under_systemd_the_pool_asks_for_a_delegated_scope_of_its_own(tmp_path: Path) -> None:
+    found, systemd = systemd_host(tmp_path)
+    [unit] = systemd.units
+    scope = tmp_path / "cgroup" / "system.slice" / unit
+    assert unit == f"gpuyard-pool0-{os.getpid()}.scope"
+    assert found.mode == cgroups.CGROUP_V2
+    assert found.controllers == {"memory", "pids", "cpu"}
+    assert found.parents == {"unified": str(scope / "gpuyard-pool0")}
+    assert found.notes[0] == f"systemd: the pool runs in the delegated scope {unit}"
+    # Only this process left the session, whose other processes systemd's cgroup keeps.
+    assert (tmp_path / "cgroup" / "session" / PROCS).read_text().split() == ["100", "101"]
+    assert (scope / "gpuyard-pool" / PROCS).read_text().split() == [str(os.getpid())]
+    assert found.warnings == []
+
+
+def test_where_systemd_refuses_the_processes_move_into_a_leaf(tmp_path: Path) -> None:
+    found, _ = systemd_host(tmp_path, refuse="systemd: cannot start it: Access denied")
+    session = tmp_path / "cgroup" / "session"
+    assert found.controllers == {"memory", "pids", "cpu"}
+    assert found.parents == {"unified": str(session / "gpuyard-pool0")}
+    assert found.notes[0] == "systemd: cannot start it: Access denied"
+    assert "moved 3 process(es)" in found.notes[1]
+
+
+def test_a_scope_is_asked_of_systemd_over_its_bus_with_delegation(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    cgroup_file = tmp_path / "cgroup"
+    cgroup_file.write_text("0::/user.slice/session-1.scope\n")
+
+    def busctl(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        cgroup_file.write_text("0::/user.slice/gpuyard-x-1.scope\n")
+        return subprocess.CompletedProcess(argv, 0, "o /org/freedesktop/systemd1/job/1", "")
+
+    assert Systemd(busctl).delegated_scope("gpuyard-x-1.scope", 4242, str(cgroup_file)) == ""
+    [argv] = calls
+    assert argv[0] == "busctl" and "StartTransientUnit" in argv
+    text = " ".join(argv)
+    assert "gpuyard-x-1.scope fail" in text
+    assert "PIDs au 1 4242" in text and "Delegate b true" in text
+
+    def refused(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", "Access denied")
+
+    why = Systemd(refused).delegated_scope("gpuyard-x-2.scope", 4242, str(cgroup_file))
+    assert why == "systemd: cannot start gpuyard-x-2.scope: Access denied"

@@ -33,6 +33,8 @@ TYPE_CHECKING = False  # typing itself costs an import in the supervisor
 if TYPE_CHECKING:
     import signal as _signal
     from collections.abc import Iterable
+
+    from gpuyard.executors.local.systemd import Systemd
 else:
     import _signal
 
@@ -627,16 +629,27 @@ def _enable(directory: str, controllers: list[str], fs: CgroupFs | None = None) 
             pass
 
 
-def detect(name: str, *, proc: str = "/proc/self", fs: CgroupFs | None = None) -> Isolation:
+def detect(
+    name: str,
+    *,
+    proc: str = "/proc/self",
+    fs: CgroupFs | None = None,
+    systemd: Systemd | None = None,
+) -> Isolation:
     """The isolation this process may give workers: cgroup v2 if it can delegate ``memory``
-    and ``pids`` to its children (moving the processes of its own cgroup into a leaf if that
-    is what it takes), else cgroup v1 if ``memory`` and ``freezer`` are writable,
-    else none. ``name`` is the pool's parent cgroup (``gpuyard-<digest>``); it exists only
-    while the pool has workers."""
+    and ``pids`` to its children (in a delegated scope systemd gives it, or by moving the
+    processes of its own cgroup into a leaf, if that is what it takes), else cgroup v1 if
+    ``memory`` and ``freezer`` are writable, else none. ``name`` is the pool's parent cgroup
+    (``gpuyard-<digest>``); it exists only while the pool has workers. ``fs`` and ``systemd``
+    are seams for tests: systemd is asked only on the real cgroupfs unless one is given."""
     mounts = _mounts(os.path.join(proc, "mountinfo"))
     own = _own_cgroups(os.path.join(proc, "cgroup"))
+    if systemd is None and fs is None:
+        from gpuyard.executors.local.systemd import Systemd  # the executor's side only
+
+        systemd = Systemd()
     fs = fs or CgroupFs()
-    v2 = _detect_v2(name, mounts, own, fs)
+    v2 = _detect_v2(name, mounts, own, fs, systemd, proc)
     # v2 with memory and pids first; else v1 where it has them (a hybrid host's v2 often has
     # no controller); else v2 with what it has: its cgroup.kill still ends a worker whole.
     if isinstance(v2, Isolation) and all(c in v2.controllers for c in V2_REQUIRED):
@@ -669,7 +682,12 @@ def _made(found: Isolation, fs: CgroupFs) -> Isolation:
 
 
 def _detect_v2(
-    name: str, mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str], fs: CgroupFs
+    name: str,
+    mounts: list[tuple[str, str, str, set[str]]],
+    own: dict[str, str],
+    fs: CgroupFs,
+    systemd: Systemd | None,
+    proc: str,
 ) -> Isolation | str:
     unified = [m for m in mounts if m[2] == "cgroup2"]
     if not unified or "" not in own:
@@ -678,9 +696,17 @@ def _detect_v2(
     base = _own_dir(mountpoint, root, own[""])
     if base is None:
         return "cgroup v2: our cgroup is not visible"
+    scope_note = ""
+    subtree = fs.words(os.path.join(base, "cgroup.subtree_control"))
+    delegates = all(c in subtree for c in V2_REQUIRED)
+    if systemd is not None and not delegates and systemd.available():
+        # systemd owns our cgroup: ask it for one of our own rather than rearrange its own
+        scope_note, base = _into_scope(name, base, (root, mountpoint), systemd, proc)
     found = Isolation.unified(os.path.join(base, name), base, fs)
     if isinstance(found, str):
         return found
+    if scope_note:
+        found.notes.insert(0, scope_note)
     for controller in V2_WANTED:
         if controller not in found.controllers:
             found.warnings.append(
@@ -693,6 +719,22 @@ def _detect_v2(
             "cgroup v2: no cgroup.kill (Linux < 5.14); a worker is killed by freezing it"
         )
     return found
+
+
+def _into_scope(
+    name: str, base: str, mount: tuple[str, str], systemd: Systemd, proc: str
+) -> tuple[str, str]:
+    """Move this process into a transient scope with ``Delegate=yes``: what happened, and our
+    cgroup's directory afterwards (``base`` unchanged where systemd would not)."""
+    unit = f"{name}-{os.getpid()}.scope"
+    cgroup_file = os.path.join(proc, "cgroup")
+    why = systemd.delegated_scope(unit, os.getpid(), cgroup_file)
+    if why:
+        return why, base
+    moved = _own_dir(mount[1], mount[0], _own_cgroups(cgroup_file).get("", ""))
+    if moved is None:
+        return f"systemd: the scope {unit} is not visible under {mount[1]}", base
+    return f"systemd: the pool runs in the delegated scope {unit}", moved
 
 
 def _detect_v1(
