@@ -4,8 +4,11 @@ limits, kill everything in it, and tell whether the OOM killer struck.
 Both cgroup versions are supported, because both are still deployed:
 
 - **v2** (the unified hierarchy): one directory per worker; it is used when ``memory`` and
-  ``pids`` can be delegated to our cgroup's children. Killing uses ``cgroup.kill`` (Linux 5.14),
-  else ``cgroup.freeze``.
+  ``pids`` can be delegated to our cgroup's children, or with whatever it has where v1 is not
+  writable. Where our cgroup holds processes it cannot delegate ("no internal processes"): the
+  pool then asks systemd for a delegated scope (:mod:`.systemd`) or moves those processes into
+  the leaf ``gpuyard-pool`` and enables what the parent offers. Killing uses ``cgroup.kill``
+  (Linux 5.14), else ``cgroup.freeze``.
 - **v1**: one directory per worker in each of the ``memory``, ``freezer`` (both required),
   ``pids``, ``cpu`` and ``cpuacct`` hierarchies (``cpuacct`` only where it is mounted apart
   from ``cpu``; it counts the CPU time). Killing freezes the cgroup, SIGKILLs every member,
@@ -14,7 +17,8 @@ Both cgroup versions are supported, because both are still deployed:
   worker's process group, which a process that calls ``setsid`` leaves.
 
 Worker cgroups live under ``gpuyard-<digest of the pool's home>`` inside the cgroup of the
-process that detects them (``gpuyard up``), so two pools on one machine never collide.
+process that detects them (``gpuyard up``), so two pools on one machine never collide; that
+parent holds the machine's ceilings (``pids.max``, ``memory.max``) for all workers together.
 
 The executor uses this module to detect what it may use, to read what a worker uses (its CPU
 time and memory: :meth:`Cgroup.cpu_seconds`, :meth:`Cgroup.memory_in_use`), and to kill the
