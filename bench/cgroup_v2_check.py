@@ -19,6 +19,8 @@ It uses the pool's own detection (:func:`gpuyard.executors.local.cgroups.detect`
 4. with ``pids``: caps a worker at 16 processes and checks a fork loop stops there;
 5. with ``cpu``: writes ``cpu.max`` for half a CPU and reads it back.
 
+On a v1 host it checks the same with v1's files (a sanity check of the script itself).
+
 Each line says HELD, FAILED or SKIPPED (the controller is not delegated here). The exit status
 is 1 when anything failed. It measures nothing: it is the check to run where the test machines
 cannot go (they have cgroup v1 only), and its output belongs in the issue.
@@ -66,6 +68,16 @@ def run_in(cgroup: cgroups.Cgroup, code: str, *, wait: bool = True) -> subproces
     return proc
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended; only its parent's wait is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def check_memory(found: cgroups.Isolation) -> tuple[str, str]:
     cgroup = found.cgroup(f"check-mem-{uuid.uuid4().hex[:6]}", memory=64 << 20, mcpus=0, pids=0)
     if cgroup is None or not cgroup.memory:
@@ -98,7 +110,7 @@ def check_kill(found: cgroups.Isolation) -> tuple[str, str]:
         )
         cgroup.kill()
         proc.wait(timeout=30)
-        alive = [pid for pid in members if os.path.exists(f"/proc/{pid}")]
+        alive = [pid for pid in members if running(pid)]
         held = len(members) >= 2 and not alive and not cgroup.procs()
         detail = f"{len(members)} processes (setsid one included) killed by {how}; left {alive}"
         return ("HELD" if held else "FAILED"), detail
@@ -129,9 +141,13 @@ def check_cpu(found: cgroups.Isolation) -> tuple[str, str]:
         return "SKIPPED", "cpu is not delegated to workers"
     cgroup.create()
     try:
-        with open(os.path.join(cgroup.main, "cpu.max")) as fh:
+        if cgroup.version == 2:
+            name, directory, want = "cpu.max", cgroup.main, "50000 100000"
+        else:
+            name, directory, want = "cpu.cfs_quota_us", cgroup.dirs["cpu"], "50000"
+        with open(os.path.join(directory, name)) as fh:
             written = fh.read().strip()
-        return ("HELD" if written == "50000 100000" else "FAILED"), f"cpu.max {written}"
+        return ("HELD" if written == want else "FAILED"), f"{name} {written}"
     finally:
         cgroup.remove()
 
