@@ -265,8 +265,8 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         "MEMORY",
         "GPU MODEL",
         "JOBS",
-        "HEALTH",
         "ISOLATION",
+        "HEALTH",
         box=None,
     )
     for n in items:
@@ -279,8 +279,8 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
             ",".join(map(str, n.jobs)) or "-",
-            Text(health_summary(n.health)),
             Text(_isolation_cell(n.isolation)),
+            Text(health_summary(n.health)),
         )
     out = console()
     out.print(table)
