@@ -65,7 +65,8 @@ _PREFIX = "isolation."
 class NodeIsolation(BaseModel):
     """What a node enforces for each worker, exactly: carried in the node's labels
     (``isolation``, ``isolation.enforced``, ``isolation.kill``, ``isolation.pids-ceiling``,
-    ``isolation.memory-ceiling``) so that it travels with the node from any executor."""
+    ``isolation.memory-ceiling``; ``enforced`` as ``memory+pids+cpu``) so that it travels with
+    the node from any executor."""
 
     mode: IsolationMode
     enforced: list[str] = Field(
@@ -82,7 +83,8 @@ class NodeIsolation(BaseModel):
     def to_labels(self) -> dict[str, str]:
         return {
             "isolation": self.mode.value,
-            f"{_PREFIX}enforced": ",".join(self.enforced),
+            # "+", not ",": labels become Slurm features, a comma-separated list
+            f"{_PREFIX}enforced": "+".join(self.enforced),
             f"{_PREFIX}kill": self.kill.value,
             f"{_PREFIX}pids-ceiling": str(self.pids_ceiling),
             f"{_PREFIX}memory-ceiling": str(self.memory_ceiling),
@@ -98,7 +100,7 @@ class NodeIsolation(BaseModel):
             memory = int(labels.get(f"{_PREFIX}memory-ceiling", "0"))
         except ValueError:
             return None
-        words = labels.get(f"{_PREFIX}enforced", "").split(",")
+        words = labels.get(f"{_PREFIX}enforced", "").replace(",", "+").split("+")
         enforced = [c for c in CONTROLLERS if c in words]
         return cls(
             mode=mode, enforced=enforced, kill=kill, pids_ceiling=pids, memory_ceiling=memory

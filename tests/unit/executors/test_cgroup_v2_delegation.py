@@ -186,6 +186,8 @@ def test_what_is_enforced_travels_in_the_nodes_labels(
 ) -> None:
     report = NodeIsolation(mode=mode, enforced=enforced, kill=kill, pids_ceiling=7)
     assert NodeIsolation.from_labels(report.to_labels()) == report
+    # Labels become Slurm features, a comma-separated list: no value may hold a comma.
+    assert not any("," in value for value in report.to_labels().values())
     line = report.describe()
     assert line.startswith(mode.value) and kill.value in line
     missing = line.partition(" NOT enforced")[0].rpartition(";")[2]
