@@ -394,3 +394,18 @@ def test_a_fork_bomb_stops_at_the_nodes_ceiling_and_the_machine_keeps_answering(
     assert ex.status([handle])[0].state is WorkerState.RUNNING
     ex.kill(handle)
     assert ended(ex, handle, timeout=30).signal == "SIGKILL"
+
+
+def test_workers_together_stay_below_the_nodes_memory_ceiling(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    """A worker without a memory limit of its own is still held to the machine's ceiling."""
+    ex = make_executor(memory_ceiling=64 << 20)
+    if "memory" not in ex.isolation.controllers:
+        pytest.skip("the memory controller is not available here")
+    code = "x = bytearray(300 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')"
+    handle = launch(ex, [sys.executable, "-c", code])
+    status = ended(ex, handle, timeout=60)
+    assert (status.exit_code, status.signal) == (137, "SIGKILL")
+    assert "survived" not in log(ex, handle)
+    assert ex.enforced().memory_ceiling == 64 << 20
