@@ -33,9 +33,12 @@ class FakeCgroupFs(cgroups.CgroupFs):
     - a cgroup is removed only when it holds no process and no child (EBUSY).
     """
 
-    def __init__(self, root: Path, offered: list[str], *, kill: bool = True) -> None:
+    def __init__(self, root: Path, offered: list[str] | None, *, kill: bool = True) -> None:
+        """``offered``: what the root offers; None for a tree made before (left as it is)."""
         self.root = root
         self.kill = kill
+        if offered is None:
+            return
         root.mkdir(parents=True, exist_ok=True)
         (root / CONTROLLERS).write_text(" ".join(offered) + "\n")
         (root / SUBTREE).write_text("")
@@ -135,6 +138,20 @@ def test_a_cgroup_holding_processes_moves_them_into_a_leaf_and_delegates_what_it
     cgroup = found.cgroup("1-0-0", memory=256 << 20, mcpus=500, pids=64, ceiling_pids=1000)
     assert cgroup is not None
     assert (cgroup.memory, cgroup.mcpus, cgroup.pids, cgroup.ceiling_pids) == (256 << 20, 0, 0, 0)
+
+
+def test_a_second_detection_finds_the_leaf_and_its_parent_as_they_were(tmp_path: Path) -> None:
+    """A pool restarted in the same process (the Ray node agent, tests) or a child of the pool
+    detects again from inside the leaf: it uses the parent that delegates, nesting nothing."""
+    first = host(tmp_path, ["memory", "pids"], session=["100", str(os.getpid())])
+    session = tmp_path / "cgroup" / "session"
+    fs = FakeCgroupFs(tmp_path / "cgroup", None)
+    (tmp_path / "proc" / "cgroup").write_text("0::/session/gpuyard-pool\n")
+    again = cgroups.detect("gpuyard-pool0", proc=str(tmp_path / "proc"), fs=fs)
+    assert again.parents == first.parents == {"unified": str(session / "gpuyard-pool0")}
+    assert again.controllers == {"memory", "pids"}
+    assert again.notes == []
+    assert not (session / "gpuyard-pool" / "gpuyard-pool").exists()
 
 
 def test_every_offered_controller_is_delegated(tmp_path: Path) -> None:

@@ -700,6 +700,8 @@ def _detect_v2(
     base = _own_dir(mountpoint, root, own[""])
     if base is None:
         return "cgroup v2: our cgroup is not visible"
+    if os.path.basename(base) == POOL_LEAF:  # moved there by an earlier detection: its parent
+        base = os.path.dirname(base)  # delegates already; a second leaf would nest in it
     scope_note = ""
     subtree = fs.words(os.path.join(base, "cgroup.subtree_control"))
     delegates = all(c in subtree for c in V2_REQUIRED)
