@@ -283,6 +283,21 @@ def test_where_systemd_refuses_the_processes_move_into_a_leaf(tmp_path: Path) ->
     assert "moved 3 process(es)" in found.notes[1]
 
 
+def test_a_hybrid_host_does_not_ask_systemd_for_a_scope(tmp_path: Path) -> None:
+    """Its v2 hierarchy has no controller to give, scope or not; v1 has them."""
+    fs = FakeCgroupFs(tmp_path / "cgroup", [])
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "mountinfo").write_text(
+        f"26 25 0:23 / {fs.root} rw,nosuid - cgroup2 cgroup2 rw\n"
+        f"28 25 0:25 / {tmp_path / 'memory'} rw,nosuid - cgroup cgroup rw,memory\n"
+    )
+    (proc / "cgroup").write_text("0::/\n")
+    systemd = FakeSystemd(fs)
+    cgroups.detect("gpuyard-pool0", proc=str(proc), fs=fs, systemd=systemd)
+    assert systemd.units == []
+
+
 def test_a_scope_is_asked_of_systemd_over_its_bus_with_delegation(tmp_path: Path) -> None:
     calls: list[list[str]] = []
     cgroup_file = tmp_path / "cgroup"

@@ -705,7 +705,9 @@ def _detect_v2(
     scope_note = ""
     subtree = fs.words(os.path.join(base, "cgroup.subtree_control"))
     delegates = all(c in subtree for c in V2_REQUIRED)
-    if systemd is not None and not delegates and systemd.available():
+    # A hybrid host (v1 has the memory controller) gives v2 no controller, scope or not.
+    hybrid = any(m[2] == "cgroup" and "memory" in m[3] for m in mounts)
+    if systemd is not None and not delegates and not hybrid and systemd.available():
         # systemd owns our cgroup: ask it for one of our own rather than rearrange its own
         scope_note, base = _into_scope(name, base, (root, mountpoint), systemd, proc)
     found = Isolation.unified(os.path.join(base, name), base, fs)
