@@ -105,6 +105,27 @@ class Settings(BaseSettings):
     memory_per_node: int | None = Field(
         None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."
     )
+    pids_per_worker: int = Field(
+        4096,
+        ge=0,
+        le=4_194_304,
+        description="Processes (threads count too) one worker may have at once, its cgroup's "
+        "pids.max: a fork bomb stops there. 0: no limit (docs/security.md).",
+    )
+    pids_ceiling: int | None = Field(
+        None,
+        ge=0,
+        le=4_194_304,
+        description="Processes all workers of this machine may have together, pids.max of the "
+        "pool's cgroup (default: half of the host's kernel.pid_max or kernel.threads-max, "
+        "whichever is lower, so jobs cannot exhaust the host's pids; 0: none).",
+    )
+    memory_ceiling: int | None = Field(
+        None,
+        gt=0,
+        description="Memory bytes all workers of this machine may use together, memory.max of "
+        "the pool's cgroup (default: none, only each worker's own limit).",
+    )
     alert_webhook: str | None = Field(
         None,
         pattern=r"^https?://",

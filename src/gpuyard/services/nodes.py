@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, undefer
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
 from gpuyard.models.health import Finding, Probe, newly_critical
+from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
 from gpuyard.services.transitions import record_event
 from gpuyard.services.views import to_datetime
@@ -99,6 +100,7 @@ class NodeService:
                 cordoned_at=to_datetime(n.cordoned_at),
                 health=stored_findings(n.health),
                 inspected_at=to_datetime(n.inspected_at),
+                isolation=NodeIsolation.from_labels(n.effective_labels()),
             )
             for n in nodes
         ]
