@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, undefer
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
 from gpuyard.models.health import Finding, Probe, newly_critical
+from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
 from gpuyard.services.transitions import record_event
 from gpuyard.services.views import to_datetime
@@ -99,13 +100,14 @@ class NodeService:
                 cordoned_at=to_datetime(n.cordoned_at),
                 health=stored_findings(n.health),
                 inspected_at=to_datetime(n.inspected_at),
+                isolation=NodeIsolation.from_labels(n.effective_labels()),
             )
             for n in nodes
         ]
 
     def holders(self) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
-        page writes in reference 002's ``1(1):application-name`` notation."""
+        page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages")."""
         with self.store.read() as session:
             gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
             rows = session.execute(

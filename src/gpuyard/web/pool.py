@@ -100,7 +100,7 @@ def _open_session(tokens: TokenService, api_token: str) -> IssuedToken:
 
 
 def usage_notation(holders: list[NodeHolder]) -> list[str]:
-    """Reference 002's ``1(1):application-name``: the card's place in the node, the virtual
+    """docs/web.md's ``1(1):application-name``: the card's place in the node, the virtual
     card's number (gpuyard does not split cards, so it is the card itself), the job. A job
     holding CPUs only is ``cpu(N):name``."""
     found: list[str] = []
