@@ -186,10 +186,10 @@ def relation_to(caller: Caller, owner: str | None, group_id: int | None) -> Rela
     (``owner`` None: a pool action, not about one job)."""
     if not caller.signed_in:
         return Relation.ANONYMOUS
+    if owner is not None and caller.name == owner:
+        return Relation.OWNER  # an admin's own job is its own: it enters it as its owner
     if caller.admin:
         return Relation.ADMIN
-    if owner is not None and caller.name == owner:
-        return Relation.OWNER
     if owner is not None and group_id is not None and caller.group_id == group_id:
         return Relation.GROUP
     return Relation.OTHER

@@ -88,3 +88,16 @@ def test_admins_enter_only_where_the_pool_allows_it_and_are_audited(
     assert call(OWNER, "POST", f"/jobs/{job_id}/exec/kill", json={"ranks": [0]}).status_code == 200
     again = call(ADMIN, "GET", "/audit", params={"action": "job.exec.admin"}).json()
     assert len(again) == len(entries)
+
+
+def test_an_admin_enters_its_own_jobs_as_their_owner(
+    call: Call, controller: Controller, settings: Settings
+) -> None:
+    job_id = int(call(ADMIN, "POST", "/jobs", json={"command": "sleep 1"}).json()["id"])
+    controller.tick()
+    assert call(ADMIN, "POST", f"/jobs/{job_id}/exec/stop").status_code == 200
+    controller.tick()
+    controller.tick()
+    ran = call(ADMIN, "POST", f"/jobs/{job_id}/exec/run", json={"command": ["id"]})
+    assert ran.status_code == 200, ran.text
+    assert call(ADMIN, "GET", "/audit", params={"action": "job.exec.admin"}).json() == []

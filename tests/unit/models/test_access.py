@@ -54,6 +54,8 @@ def test_relations() -> None:
     assert relation_to(Caller(""), "alice", lab) is Relation.ANONYMOUS
     assert relation_to(Caller("root", admin=True), "alice", lab) is Relation.ADMIN
     assert relation_to(alice, "alice", lab) is Relation.OWNER
+    # An admin's own job is its own (entering it needs no GPUYARD_ADMIN_EXEC).
+    assert relation_to(Caller("root", admin=True), "root", lab) is Relation.OWNER
     assert relation_to(Caller("gina", group="lab", group_id=lab), "alice", lab) is Relation.GROUP
     assert relation_to(Caller("otto", group="ops", group_id=ops), "alice", lab) is Relation.OTHER
     # The group is its id, not its name: a group made again under the name is another.
