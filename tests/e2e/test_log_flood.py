@@ -29,20 +29,20 @@ from gpuyard.testing.process import ServerProcess
 MiB = 1 << 20
 SIZE = 160 * MiB
 LOG_MAX = 4 * MiB
-RESERVE = 4 * MiB
+RESERVE = 3 * MiB
 FLOOD = "import sys\nwhile True:\n    sys.stdout.write('x' * 1023 + '\\n')\n"
 FILL = (
     "import os, time\n"
     "path = os.path.join(os.environ['GPUYARD_JOB_DIR'], 'outputs', 'fill')\n"
-    "with open(path, 'wb') as fh:\n"
-    "    try:\n"
-    "        while True:\n"
-    "            fh.write(b'\\0' * (1 << 20))\n"
-    "            fh.flush()\n"
-    "    except OSError as exc:\n"
-    "        print('full:', exc, flush=True)\n"
+    "fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)\n"
+    "try:\n"
+    "    while True:\n"
+    "        os.write(fd, b'\\0' * (1 << 20))\n"
+    "except OSError as exc:\n"
+    "    print('full:', exc, flush=True)\n"
     "time.sleep(3600)\n"
 )
+"""Unbuffered: a buffered file would fail again when it is closed, and the job with it."""
 
 
 @pytest.fixture
@@ -109,7 +109,6 @@ def test_a_flood_of_output_and_a_full_disk_leave_the_pool_answering(
     owner = Api(pool.url, (small_home / "owner.token").read_text().strip())
     pool.cli("users", "add", "bob")
     bob = Api(pool.url, json.loads(pool.cli("tokens", "create", "bob", "--json").stdout)["token"])
-    assert owner.http.get("/health").json()["disk"]["reserve_held"] is True
 
     # A job prints far more than the whole filesystem holds: its log stays under the cap.
     scripts = small_home.parent
@@ -125,7 +124,8 @@ def test_a_flood_of_output_and_a_full_disk_leave_the_pool_answering(
     assert log.stat().st_size <= LOG_MAX
     head = owner.http.get(f"/jobs/{flood}/logs", params={"limit": 300}).json()
     assert head["offset"] > 0 and "bytes of the oldest output were dropped" in head["data"]
-    assert owner.http.get("/health").json()["status"] == "ok"
+    health = owner.http.get("/health").json()
+    assert health["status"] == "ok" and health["disk"]["reserve_held"] is True
     assert owner.http.post(f"/jobs/{flood}/stop").status_code == 200
     wait("the flood stopped", lambda: owner.status(flood) == "stopped")
 
@@ -147,6 +147,8 @@ def test_a_flood_of_output_and_a_full_disk_leave_the_pool_answering(
     )
     assert health["disk"]["status"] == "full" and "full" in health["reason"]
     assert not (small_home / "disk.reserve").exists()
+    shown = pool.cli("health", check=False)
+    assert shown.returncode == 1 and "RELEASED" in shown.stdout, shown.stdout
     node = wait(
         "the node is cordoned for its disk",
         lambda: [
