@@ -98,6 +98,10 @@ class CappedLog:
         self.dropped = 0
         self.marker_size = 0
         self.lost = 0
+        self.consumed = 0
+        """Bytes taken from the pipe so far."""
+        self.busy = False
+        """Between taking bytes from the pipe and writing them."""
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -138,10 +142,14 @@ class CappedLog:
                 break
             if not data:
                 break
+            self.busy = True
             try:
                 self.write(data)
             except OSError:  # whatever went wrong, the job must not block on its output
                 self.lost += len(data)
+            finally:
+                self.consumed += len(data)
+                self.busy = False
         os.close(read_fd)
 
     def close(self) -> None:

@@ -583,7 +583,7 @@ class Supervisor:
                         "cgroup", exc.errno or errno.EPERM, exc.strerror or ""
                     ) from None
             binder.prepare()
-            pid, drained = self._spawn(child, binder, log)
+            pid, drained, pipe = self._spawn(child, binder, log)
         except SpawnError as exc:
             return self._cannot_start(log, exc)
         self.pgid = pid
@@ -602,9 +602,7 @@ class Supervisor:
             "started_at": started_at,
             **self._end(),
         }
-        # Every process of the worker is gone, so the pipe ends soon; a process that escaped
-        # (no cgroup) and holds it open does not hold up the exit record.
-        if drained.acquire(True, DRAIN_WAIT):
+        if self._drained(drained, pipe, log):
             log.close()  # else its thread still holds it: it goes with this process
         self._record_exit({**record, "finished_at": time.time()})
         return 0
@@ -624,12 +622,13 @@ class Supervisor:
 
     def _spawn(
         self, child: Child, binder: Binder, log: logcap.CappedLog
-    ) -> tuple[int, _thread.LockType]:
+    ) -> tuple[int, _thread.LockType, int]:
         """Start the command with its output on a pipe that a thread drains into ``log``;
-        the lock is released when the pipe has ended. (A terminal is the command's output.)"""
+        the lock is released when the pipe has ended. (A terminal is the command's output:
+        no pipe, -1.)"""
         drained = _thread.allocate_lock()
         if child.terminal:
-            return child.spawn(-1, binder), drained
+            return child.spawn(-1, binder), drained, -1
         read_fd, write_fd = os.pipe()
         try:
             pid = child.spawn(write_fd, binder)
@@ -640,7 +639,29 @@ class Supervisor:
             os.close(write_fd)
         drained.acquire()
         _thread.start_new_thread(self._drain, (log, read_fd, drained))
-        return pid, drained
+        return pid, drained, read_fd
+
+    def _drained(self, drained: _thread.LockType, pipe: int, log: logcap.CappedLog) -> bool:
+        """Wait for the rest of the worker's output. With a cgroup every process of the worker
+        is gone, so the pipe ends at once. Without one, a process that escaped the group
+        (``setsid``) may hold it open for ever: take what is in the pipe now, then stop
+        waiting (the executor kills that process when it reports the end)."""
+        if self.cgroup is not None or pipe < 0:
+            return drained.acquire(True, DRAIN_WAIT)
+        import fcntl  # only here: it costs an import
+        import termios
+
+        deadline, seen, count = time.monotonic() + DRAIN_WAIT, -1, bytearray(4)
+        while not drained.acquire(True, 0.05):
+            try:
+                fcntl.ioctl(pipe, termios.FIONREAD, count)
+            except OSError:  # its thread has just closed it: the pipe ended
+                return drained.acquire(True, DRAIN_WAIT)
+            idle = not int.from_bytes(count, sys.byteorder) and not log.busy
+            if (idle and log.consumed == seen) or time.monotonic() > deadline:
+                return False
+            seen = log.consumed if idle else -1
+        return True
 
     @staticmethod
     def _drain(log: logcap.CappedLog, read_fd: int, drained: _thread.LockType) -> None:
