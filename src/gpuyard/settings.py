@@ -138,6 +138,21 @@ class Settings(BaseSettings):
         '(burn or collective), e.g. GPUYARD_INJECT_FAULTS=\'{"node1": "burn"}\'. Local '
         "executor only; leave empty in production.",
     )
+    log_max: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="Bytes each worker's log may have (stdout and stderr together). Past them "
+        "the oldest half is dropped, behind a line saying how many bytes were, so one job's "
+        "output cannot fill the disk (docs/security.md#logs-and-disk-space).",
+    )
+    disk_reserve: int = Field(
+        64 << 20,
+        ge=0,
+        description="Bytes of <home>/disk.reserve, a file the pool removes when the disk of "
+        "its home fills, so that the database can still write, and makes again once twice "
+        "as much is free; /health says degraded meanwhile (docs/security.md#logs-and-disk-"
+        "space). 0: no reserve.",
+    )
     controller_interval: float = Field(
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
     )

@@ -212,8 +212,9 @@ def down(
 
 
 def health(as_json: JsonOpt = False) -> None:
-    """Whether the pool works: its database, and whether its controller makes progress
-    (exit code 1 while it does not, with its recent errors)."""
+    """Whether the pool works: its database, whether its controller makes progress, and its
+    disk (exit code 1 while the controller stalls, with its recent errors, or the disk is
+    full)."""
     from datetime import UTC, datetime
 
     from gpuyard.cli.output import console, print_json
@@ -236,8 +237,24 @@ def health(as_json: JsonOpt = False) -> None:
             for error in loop.get("recent_errors", [])[-5:]:
                 job = f"job {error['job']}: " if error.get("job") else ""
                 out.print(f"  error: {job}{error['error']}", markup=False)
+        _print_disk(out, report.get("disk"))
     if report["status"] != "ok":
         raise typer.Exit(1)
+
+
+def _print_disk(out: Any, disk: dict[str, Any] | None) -> None:
+    """The pool's disk: free space, its reserve, and why it is full (docs/security.md)."""
+    from gpuyard.quantities import format_bytes
+
+    if not disk:
+        return
+    reserve = f", reserve {format_bytes(disk['reserve'])}" if disk.get("reserve") else ""
+    held = "" if disk.get("reserve_held") or not disk.get("reserve") else " RELEASED"
+    out.print(
+        f"disk: {format_bytes(disk['free'])} free of {format_bytes(disk['total'])}{reserve}{held}"
+    )
+    if disk.get("reason"):
+        out.print(f"  {disk['reason']}", markup=False)
 
 
 def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:

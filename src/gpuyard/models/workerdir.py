@@ -210,6 +210,8 @@ class SupervisorSpec(_Record):
     cwd: str
     grace: Annotated[float, Field(ge=0)]
     log: str
+    log_max: Count = 0
+    """Bytes the log may have; past them its oldest part is dropped (0: no cap)."""
     files: dict[str, FileSpec] = Field(default_factory=dict)
     binds: list[BindSpec] = Field(default_factory=list)
     notify: str = ""

@@ -59,8 +59,10 @@ def create_app(
     notify: Notify = nobody,
     controller_health: Callable[[], dict[str, Any]] | None = None,
     plan_shell: PlanShell | None = None,
+    disk_health: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
+    ``disk_health``: the ``disk`` section of ``/health`` (the pool's disk reserve).
     ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
     without it, or without ``executor``, this server opens no shells."""
     if store is None:
@@ -123,6 +125,7 @@ def create_app(
         slurm_steps=SlurmStepService(store, executor, policy),
     )
     app.state.controller_health = controller_health
+    app.state.disk_health = disk_health
     app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)
     install_error_handlers(app)
     install_openapi(app)

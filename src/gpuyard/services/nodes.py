@@ -4,7 +4,10 @@
 the latest findings are stored with the node, a *new* critical finding
 (:func:`gpuyard.models.health.newly_critical`) cordons a schedulable node with
 ``cordoned_by="inspection"``, and a GPU's Xid is attributed to the jobs placed on that GPU (an
-event of each). Nothing here uncordons: an admin decides that.
+event of each). A node cordoned because its job area is nearly full (the disk probe critical,
+alone or with the heartbeat whose write a full disk fails: ``cordoned_by="inspection (disk)"``)
+is uncordoned by the inspection that finds nothing critical on it; every other cordon is lifted
+by an admin only.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from sqlalchemy.orm import Session, undefer
 
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
-from gpuyard.models.health import Finding, Probe, newly_critical
+from gpuyard.models.health import Finding, Probe, ProbeStatus, newly_critical
 from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
 from gpuyard.services.transitions import record_event
@@ -29,6 +32,7 @@ from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, NodeRow
 
 __all__ = [
+    "DISK_INSPECTION",
     "INSPECTION",
     "NodeHolder",
     "NodeService",
@@ -41,6 +45,9 @@ __all__ = [
 _HOLDING = HOLDING
 INSPECTION = "inspection"
 """Who cordons a node for a critical finding (``cordoned_by``), and the actor of its events."""
+DISK_INSPECTION = "inspection (disk)"
+"""Who cordons a node whose job area is nearly full: the inspection lifts this cordon itself
+once the disk is no longer critical (docs/node-health.md)."""
 
 
 class NodeService:
@@ -205,10 +212,23 @@ def record_inspection(
         row.inspected_at = now
         if new and row.state is NodeState.READY:
             reason = "; ".join(f.describe() for f in new)
-            cordon_node(session, row.name, reason=f"critical {reason}", by=INSPECTION, now=now)
+            # A full disk also fails the heartbeat's write: still the disk's cordon.
+            disk_only = any(f.probe is Probe.DISK for f in new) and all(
+                f.probe in (Probe.DISK, Probe.HEARTBEAT) for f in new
+            )
+            by = DISK_INSPECTION if disk_only else INSPECTION
+            if disk_only:
+                reason += " (the job area is nearly full; lifted when space is freed)"
+            cordon_node(session, row.name, reason=f"critical {reason}", by=by, now=now)
             cordoned[row.name] = new
+        elif row.cordoned_by == DISK_INSPECTION and not _critical(findings):
+            uncordon_node(session, row.name)  # its own cordon, for a disk that has room again
         _tell_jobs(session, row.name, findings, now)
     return cordoned
+
+
+def _critical(findings: Sequence[Finding]) -> bool:
+    return any(f.status is ProbeStatus.CRITICAL for f in findings)
 
 
 def _attributed(

@@ -297,3 +297,26 @@ def test_gpuyard_nodes_shows_the_health_and_why_a_node_is_cordoned(
             assert client.node("node1").state is NodeState.READY
             with pytest.raises(NotFound, match="node nope does not exist"):
                 client.node("nope")
+
+
+def test_a_nearly_full_job_area_cordons_the_node_until_space_returns(pool: Pool) -> None:
+    from gpuyard.executors.probes.host import DiskThresholds
+
+    pool.inspect()
+    # The real disk probe, told that all free space is "nearly full": critical on every node.
+    pool.executor.disk_thresholds = DiskThresholds(warning=1.0, critical=1.0)
+    assert sorted(pool.inspect()) == ["node0", "node1"]
+    for name in ("node0", "node1"):
+        view = pool.nodes.get_node(name)
+        assert (view.state, view.cordoned_by) == (NodeState.CORDONED, "inspection (disk)")
+        assert view.cordon_reason is not None and view.cordon_reason.startswith("critical disk")
+        assert "nearly full" in view.cordon_reason
+    with pool.store.write() as session:  # an admin's cordon is the admin's to lift
+        cordon_node(session, "node1", reason="maintenance", by="user:ada", now=1.0)
+    assert pool.inspect() == {}  # still full: both stay cordoned
+    assert pool.nodes.get_node("node0").state is NodeState.CORDONED
+    pool.executor.disk_thresholds = DiskThresholds()  # space is freed
+    assert pool.inspect() == {}
+    node0, node1 = pool.nodes.get_node("node0"), pool.nodes.get_node("node1")
+    assert (node0.state, node0.cordoned_by, node0.cordon_reason) == (NodeState.READY, None, None)
+    assert (node1.state, node1.cordoned_by) == (NodeState.CORDONED, "user:ada")

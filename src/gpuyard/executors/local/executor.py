@@ -58,7 +58,7 @@ from pydantic import ValidationError
 from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors import slurmstep as slurmstep_module
 from gpuyard.executors.base import LaunchError
-from gpuyard.executors.local import cgroups, procfs, untrusted
+from gpuyard.executors.local import cgroups, logcap, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
 from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
@@ -105,7 +105,7 @@ from gpuyard.models.workerdir import (
 )
 from gpuyard.quantities import format_bytes
 
-__all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
+__all__ = ["DEFAULT_LOG_MAX", "DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 
 SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
@@ -114,6 +114,8 @@ SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("slurmstep_entry
 """Run, never imported: it imports slurmstep.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
+DEFAULT_LOG_MAX = 64 << 20
+"""Bytes a worker's log may have before its oldest part is dropped (docs/security.md)."""
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
@@ -147,6 +149,7 @@ class LocalExecutor:
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
         gpu_meter: GpuMeter | None = None,
         supervisor_prefix: Sequence[str] = (),
+        log_max: int = DEFAULT_LOG_MAX,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``pids_ceiling`` and
         ``memory_ceiling``: processes and memory bytes of all workers together (the pool's
@@ -160,7 +163,9 @@ class LocalExecutor:
         a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
         each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
         supervisors to the agent's life). ``disk_thresholds``: free fractions of the
-        job directories' filesystem below which the disk probe warns and is critical."""
+        job directories' filesystem below which the disk probe warns and is critical.
+        ``log_max``: bytes each worker's log may have; past them its oldest half is dropped
+        (:mod:`gpuyard.executors.local.logcap`; 0: no cap)."""
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
         self._gpus = GpuProber(nvml)
@@ -171,6 +176,9 @@ class LocalExecutor:
         self.pids_limit = pids_limit
         self.pids_ceiling = cgroups.default_pids_ceiling() if pids_ceiling is None else pids_ceiling
         self.memory_ceiling = memory_ceiling
+        if 0 < log_max < logcap.MIN_CAP:
+            raise ValueError(f"a log cap is at least {logcap.MIN_CAP} bytes")
+        self.log_max = log_max
         self.supervisor_prefix = tuple(supervisor_prefix)
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
@@ -429,6 +437,7 @@ class LocalExecutor:
             cwd=request.cwd,
             grace=request.grace,
             log=str(wd / "log"),
+            log_max=self.log_max,
             files={p: FileSpec(content=f.content, mode=f.mode) for p, f in request.files.items()},
             binds=[
                 BindSpec(target=b.target, source=b.source, readonly=b.readonly)
@@ -800,23 +809,57 @@ class LocalExecutor:
         return read_slurm_steps(str(self.home), str(Path(handle["dir"]) / "control"))
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
+        """Bytes from ``offset`` of the whole output, and its size: offsets count what was
+        dropped from a capped log too (:mod:`logcap`); an offset that was dropped reads
+        nothing (:meth:`log_start` says where the log now starts)."""
+        start, data, size = self._read_log(handle, offset, limit)
+        return (data, size) if start == offset else (b"", size)
+
+    def log_start(self, handle: Handle) -> int:
+        """The offset of the oldest byte of the log still kept (its drop marker, once the
+        cap has dropped something)."""
+        return self._read_log(handle, 0, 0)[0]
+
+    def _read_log(self, handle: Handle, offset: int, limit: int) -> tuple[int, bytes, int]:
         path = Path(handle["log"])
         try:
             dir_fd = untrusted.open_dir(str(self.home), str(path.parent))
         except (OSError, untrusted.Unreadable):
-            return b"", 0
+            return offset, b"", 0
         try:
-            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            for _ in range(10):  # a drop renames the file between our two reads: read again
+                fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+                with os.fdopen(fd, "rb") as fh:
+                    info = os.fstat(fh.fileno())
+                    if not stat.S_ISREG(info.st_mode):
+                        return offset, b"", 0
+                    base = self._log_base(handle, info.st_ino)
+                    if base < 0:
+                        continue
+                    fh.seek(max(0, offset - base))
+                    return max(offset, base), fh.read(limit), base + info.st_size
         except OSError:
-            return b"", 0
+            pass
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return b"", 0
-            fh.seek(offset)
-            return fh.read(limit), info.st_size
+        return offset, b"", 0
+
+    def _log_base(self, handle: Handle, inode: int) -> int:
+        sdir = handle.get("supervisor")
+        if not sdir:
+            return 0
+        try:
+            dir_fd = untrusted.open_dir(str(self.home), str(sdir))
+        except (OSError, untrusted.Unreadable):
+            return 0
+        try:
+            raw = untrusted.read_file(dir_fd, logcap.META, untrusted.CAP)
+            meta = None if raw is None else json.loads(raw)
+        except (untrusted.Unreadable, ValueError):
+            return -1
+        finally:
+            os.close(dir_fd)
+        return logcap.read_meta(meta, inode)
 
     def remove_job(self, job_id: int) -> None:
         shutil.rmtree(self.jobs_root / str(job_id), ignore_errors=True)

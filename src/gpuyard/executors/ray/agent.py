@@ -109,6 +109,9 @@ class NodeAgent:
             cpus_per_node=cpus,
             memory_per_node=memory,
             supervisor_prefix=PDEATHSIG,
+            # The control plane copies each log by offset as it grows (executors/ray/executor),
+            # which a drop would break: Ray nodes' logs are not capped yet (docs/security.md).
+            log_max=0,
         )
         self._lock = threading.Lock()
 

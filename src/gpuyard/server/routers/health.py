@@ -18,15 +18,23 @@ router = APIRouter(tags=["pool"])
 )
 async def health(request: Request, response: Response, services: ServicesDep) -> dict[str, Any]:
     """Whether the server and its controller work. 503 while the controller's loop makes no
-    progress (it stopped, or no pass has completed for a while); its recent errors say why."""
+    progress (it stopped, or no pass has completed for a while); its recent errors say why.
+    ``degraded`` (200) while the pool's disk is full (``disk`` says why)."""
     controller = request.app.state.controller_health
     state = controller() if controller else None
     stalled = state is not None and not state.get("progressing", True)
+    disk_state = request.app.state.disk_health
+    disk = disk_state() if disk_state else None
+    full = disk is not None and disk["status"] != "ok"
     if stalled:
         response.status_code = 503
-    return {
-        "status": "stalled" if stalled else "ok",
+    body = {
+        "status": "stalled" if stalled else "degraded" if full else "ok",
         "version": __version__,
         "database": services.jobs.store.dialect,
         "controller": state,
+        "disk": disk,
     }
+    if disk is not None and full:
+        body["reason"] = disk["reason"]
+    return body
