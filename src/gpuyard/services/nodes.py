@@ -20,8 +20,11 @@ from sqlalchemy.orm import Session, undefer
 
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
+from gpuyard.models.disclosure import disclose
 from gpuyard.models.health import Finding, Probe, newly_critical
 from gpuyard.models.states import HOLDING
+from gpuyard.services.auth import Policy
+from gpuyard.services.disclosure import Viewer
 from gpuyard.services.transitions import record_event
 from gpuyard.services.views import to_datetime
 from gpuyard.store.engine import Store
@@ -43,16 +46,20 @@ INSPECTION = "inspection"
 
 
 class NodeService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, policy: Policy | None = None) -> None:
         self.store = store
+        self.policy = policy
 
-    def get_node(self, name: str) -> NodeView:
-        found = self.list_nodes(only=name)
+    def get_node(self, name: str, *, actor: str | None) -> NodeView:
+        found = self.list_nodes(only=name, actor=actor)
         if not found:
             raise NotFound(f"node {name} does not exist (see `gpuyard nodes`)")
         return found[0]
 
-    def list_nodes(self, *, only: str | None = None) -> list[NodeView]:
+    def list_nodes(self, *, actor: str | None, only: str | None = None) -> list[NodeView]:
+        """The nodes as ``actor`` may see them: the jobs on each that it may not see are
+        counted (``hidden_jobs``), not named, here and in the findings of GPU errors.
+        ``actor`` None: the pool's own view (every job named)."""
         query = select(NodeRow).options(undefer(NodeRow.health)).order_by(NodeRow.name)
         if only is not None:
             query = query.where(NodeRow.name == only)
@@ -61,6 +68,11 @@ class NodeService:
             placements = session.execute(
                 select(JobRow.id, JobRow.placement).where(JobRow.state.in_(_HOLDING))
             ).all()
+            viewer = Viewer.of(session, self.policy, actor)
+            viewer.learn(session, [job_id for job_id, _ in placements])
+            viewer.learn(
+                session, [j for n in nodes for f in stored_findings(n.health) for j in f.jobs]
+            )
         gpus: dict[str, int] = defaultdict(int)
         cpus: dict[str, float] = defaultdict(float)
         memory: dict[str, int] = defaultdict(int)
@@ -79,6 +91,7 @@ class NodeService:
                     gpus[name] += len(slot.get("gpus", ()))
                     cpus[name] += float(slot.get("cpus", 0))
                     memory[name] += int(slot.get("memory", 0))
+        shown = {name: disclose(ids, viewer.sees) for name, ids in jobs.items()}
         return [
             NodeView(
                 name=n.name,
@@ -92,20 +105,23 @@ class NodeService:
                 memory_used=memory[n.name],
                 gpu_model=n.gpu_model,
                 labels=n.effective_labels(),  # an admin's labels win over the executor's
-                jobs=sorted(jobs[n.name]),
+                jobs=sorted(shown[n.name].shown) if n.name in shown else [],
+                hidden_jobs=shown[n.name].hidden if n.name in shown else 0,
                 updated_at=to_datetime(n.updated_at),
                 cordon_reason=n.cordon_reason,
                 cordoned_by=n.cordoned_by,
                 cordoned_at=to_datetime(n.cordoned_at),
-                health=stored_findings(n.health),
+                health=[_disclosed(f, viewer) for f in stored_findings(n.health)],
                 inspected_at=to_datetime(n.inspected_at),
             )
             for n in nodes
         ]
 
-    def holders(self) -> dict[str, list[NodeHolder]]:
+    def holders(self, *, actor: str | None) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
-        page writes in reference 002's ``1(1):application-name`` notation."""
+        page writes in reference 002's ``1(1):application-name`` notation. A job ``actor``
+        may not see is there with what it holds, but with neither id nor name (``job_id``
+        0, ``name`` empty)."""
         with self.store.read() as session:
             gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
             rows = session.execute(
@@ -113,8 +129,11 @@ class NodeService:
                 .where(JobRow.state.in_(_HOLDING))
                 .order_by(JobRow.id)
             ).all()
+            viewer = Viewer.of(session, self.policy, actor)
+            viewer.learn(session, [row[0] for row in rows])
         found: dict[str, list[NodeHolder]] = defaultdict(list)
-        for job_id, name, placement in rows:
+        for job_id, job_name, placement in rows:
+            shown_id, name = (job_id, job_name) if viewer.sees(job_id) else (0, "")
             for slot in placement or []:
                 node = slot["node"]
                 gpus = tuple(slot.get("gpus", ()))
@@ -122,7 +141,11 @@ class NodeService:
                     gpus = tuple(range(gpu_counts.get(node, 0)))
                 found[node].append(
                     NodeHolder(
-                        job_id, name, gpus, float(slot.get("cpus", 0)), bool(slot.get("exclusive"))
+                        shown_id,
+                        name,
+                        gpus,
+                        float(slot.get("cpus", 0)),
+                        bool(slot.get("exclusive")),
                     )
                 )
         return dict(found)
@@ -130,13 +153,21 @@ class NodeService:
 
 @dataclass(frozen=True)
 class NodeHolder:
-    """A job holding part of a node: its GPUs there (indexes into the node's GPUs)."""
+    """A job holding part of a node: its GPUs there (indexes into the node's GPUs). A job
+    the viewer may not see has ``job_id`` 0 and no name."""
 
     job_id: int
     name: str
     gpus: tuple[int, ...]
     cpus: float
     exclusive: bool
+
+
+def _disclosed(finding: Finding, viewer: Viewer) -> Finding:
+    """``finding`` naming only the jobs ``viewer`` may see."""
+    if not finding.jobs:
+        return finding
+    return finding.model_copy(update={"jobs": [j for j in finding.jobs if viewer.sees(j)]})
 
 
 def cordon_node(session: Session, name: str, *, reason: str, by: str, now: float) -> bool:
