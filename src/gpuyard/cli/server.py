@@ -149,8 +149,10 @@ def _up_detached(settings: Settings) -> None:
         + (["--insecure"] if settings.insecure else [])
     )
     env = {**os.environ, "GPUYARD_HOME": str(home)}
+    from gpuyard.private_files import open_private_log
+
     log_path = home / "pool.log"
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private_log(log_path), "ab") as log:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
