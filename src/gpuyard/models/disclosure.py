@@ -7,18 +7,27 @@ GPU error was attributed to, per-job series in ``/metrics`` — the jobs the vie
 are left out and only *counted*: a viewer learns that the pool is busy (it could tell from
 its own job waiting anyway), never which ids or names are someone else's.
 
+Reasons written in words name jobs too ("suspended to make room for job 7", "waiting for jobs
+3, 4 to suspend"): :func:`redact` rewrites each such list with :func:`name_jobs`, the phrase
+predictions use ("a job of another user").
+
 Pure: the server's :mod:`gpuyard.services.disclosure` reads the facts in the store and asks
-:func:`may_see` and :func:`disclose`; docs/security.md ("What a user can see") tells users.
+:func:`may_see`, :func:`disclose` and :func:`redact`; docs/security.md ("What a user can see")
+tells users.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpuyard.models.access import Access, Action, Caller, Verdict, decide, relation_to
 
-__all__ = ["Disclosed", "JobFacts", "disclose", "may_see"]
+__all__ = ["Disclosed", "JobFacts", "disclose", "job_ids_in", "may_see", "name_jobs", "redact"]
+
+_JOB_LIST = re.compile(r"\bjobs? (\d+(?:, \d+)*)\b")
+"""How reasons name jobs: ``job 7``, ``jobs 3, 4``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +65,39 @@ def disclose(ids: Iterable[int], sees: Callable[[int], bool]) -> Disclosed:
         else:
             hidden += 1
     return Disclosed(tuple(shown), hidden)
+
+
+def name_jobs(ids: Iterable[int], hidden: int = 0) -> str:
+    """``job 3``, ``jobs 3, 4``, ``jobs 3, 4 and 2 jobs of other users``, ``a job of another
+    user``; empty for none."""
+    listed = list(ids)
+    others = (
+        ""
+        if not hidden
+        else "a job of another user"
+        if hidden == 1
+        else f"{hidden} jobs of other users"
+    )
+    if not listed:
+        return others
+    named = ("jobs " if len(listed) > 1 else "job ") + ", ".join(map(str, listed))
+    return f"{named} and {others}" if others else named
+
+
+def job_ids_in(text: str | None) -> list[int]:
+    """The job ids ``text`` names the way reasons do."""
+    if not text:
+        return []
+    return [int(i) for m in _JOB_LIST.finditer(text) for i in m.group(1).split(", ")]
+
+
+def redact(text: str | None, sees: Callable[[int], bool]) -> str | None:
+    """``text`` with each list of jobs naming only those ``sees`` keeps, the others counted."""
+    if not text:
+        return text
+
+    def one(match: re.Match[str]) -> str:
+        found = disclose((int(i) for i in match.group(1).split(", ")), sees)
+        return match.group(0) if not found.hidden else name_jobs(found.shown, found.hidden)
+
+    return _JOB_LIST.sub(one, text)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import overload
 
+from gpuyard.models.disclosure import name_jobs
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.decide import Decisions, WaitCode, decide_on
 from gpuyard.scheduler.placement import Topology
@@ -347,27 +348,12 @@ def in_words(
         return f"it can never start: {forecast.never}"
     if forecast.now:
         return "starts now"
-    ahead = _jobs(forecast.ahead, hidden_ahead)
+    ahead = name_jobs(forecast.ahead, hidden_ahead)
     behind = f", behind {ahead}" if ahead else ""
     if forecast.start_at is not None and not math.isinf(forecast.start_at):
         return f"starts in about {format_duration(max(0.0, forecast.start_at - now))}{behind}"
     if forecast.waits_for or hidden_waits:
-        which = _jobs(forecast.waits_for, hidden_waits)
+        which = name_jobs(forecast.waits_for, hidden_waits)
         return f"no start time can be given: it waits for {which}, with no max runtime{behind}"
     stopped = forecast.stopped or f"within {MAX_STEPS} scheduling steps"
     return f"no start time can be given {stopped}{behind}"
-
-
-def _jobs(ids: Sequence[int], hidden: int = 0) -> str:
-    """``job 3``, ``jobs 3, 4``, ``jobs 3, 4 and 2 jobs of other users``; empty for none."""
-    others = (
-        ""
-        if not hidden
-        else "a job of another user"
-        if hidden == 1
-        else f"{hidden} jobs of other users"
-    )
-    if not ids:
-        return others
-    named = ("jobs " if len(ids) > 1 else "job ") + ", ".join(map(str, ids))
-    return f"{named} and {others}" if others else named

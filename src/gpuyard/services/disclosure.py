@@ -15,7 +15,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuyard.models.access import Access, Caller
-from gpuyard.models.disclosure import Disclosed, JobFacts, disclose, may_see
+from gpuyard.models.disclosure import (
+    Disclosed,
+    JobFacts,
+    disclose,
+    job_ids_in,
+    may_see,
+    redact,
+)
 from gpuyard.services.auth import Policy
 from gpuyard.store.tables import JobRow
 
@@ -73,3 +80,10 @@ class Viewer:
         listed = list(ids)
         self.learn(session, listed)
         return disclose(listed, self.sees)
+
+    def redact(self, session: Session, text: str | None) -> str | None:
+        """``text`` (a reason) naming only the jobs this viewer may see."""
+        if self.sees_everything:
+            return text
+        self.learn(session, job_ids_in(text))
+        return redact(text, self.sees)

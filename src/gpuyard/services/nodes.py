@@ -70,27 +70,18 @@ class NodeService:
             ).all()
             viewer = Viewer.of(session, self.policy, actor)
             viewer.learn(session, [job_id for job_id, _ in placements])
+            # A failed node check names its job: "check:job 7", "failed the node check of job 7".
+            cordons = {
+                n.name: (
+                    viewer.redact(session, n.cordon_reason),
+                    viewer.redact(session, n.cordoned_by),
+                )
+                for n in nodes
+            }
             viewer.learn(
                 session, [j for n in nodes for f in stored_findings(n.health) for j in f.jobs]
             )
-        gpus: dict[str, int] = defaultdict(int)
-        cpus: dict[str, float] = defaultdict(float)
-        memory: dict[str, int] = defaultdict(int)
-        jobs: dict[str, list[int]] = defaultdict(list)
-        capacity = {n.name: n for n in nodes}
-        for job_id, placement in placements:
-            for slot in placement or []:
-                name = slot["node"]
-                node = capacity.get(name)
-                jobs[name].append(job_id)
-                if slot.get("exclusive") and node is not None:
-                    gpus[name] += node.gpus
-                    cpus[name] += node.cpus
-                    memory[name] += node.memory
-                else:
-                    gpus[name] += len(slot.get("gpus", ()))
-                    cpus[name] += float(slot.get("cpus", 0))
-                    memory[name] += int(slot.get("memory", 0))
+        gpus, cpus, memory, jobs = _used(nodes, placements)
         shown = {name: disclose(ids, viewer.sees) for name, ids in jobs.items()}
         return [
             NodeView(
@@ -108,8 +99,8 @@ class NodeService:
                 jobs=sorted(shown[n.name].shown) if n.name in shown else [],
                 hidden_jobs=shown[n.name].hidden if n.name in shown else 0,
                 updated_at=to_datetime(n.updated_at),
-                cordon_reason=n.cordon_reason,
-                cordoned_by=n.cordoned_by,
+                cordon_reason=cordons[n.name][0],
+                cordoned_by=cordons[n.name][1],
                 cordoned_at=to_datetime(n.cordoned_at),
                 health=[_disclosed(f, viewer) for f in stored_findings(n.health)],
                 inspected_at=to_datetime(n.inspected_at),
@@ -149,6 +140,31 @@ class NodeService:
                     )
                 )
         return dict(found)
+
+
+def _used(
+    nodes: Sequence[NodeRow], placements: Sequence[Any]
+) -> tuple[dict[str, int], dict[str, float], dict[str, int], dict[str, list[int]]]:
+    """GPUs, CPUs and memory held on each node, and the ids of the jobs holding them."""
+    gpus: dict[str, int] = defaultdict(int)
+    cpus: dict[str, float] = defaultdict(float)
+    memory: dict[str, int] = defaultdict(int)
+    jobs: dict[str, list[int]] = defaultdict(list)
+    capacity = {n.name: n for n in nodes}
+    for job_id, placement in placements:
+        for slot in placement or []:
+            name = slot["node"]
+            node = capacity.get(name)
+            jobs[name].append(job_id)
+            if slot.get("exclusive") and node is not None:
+                gpus[name] += node.gpus
+                cpus[name] += node.cpus
+                memory[name] += node.memory
+            else:
+                gpus[name] += len(slot.get("gpus", ()))
+                cpus[name] += float(slot.get("cpus", 0))
+                memory[name] += int(slot.get("memory", 0))
+    return gpus, cpus, memory, jobs
 
 
 @dataclass(frozen=True)

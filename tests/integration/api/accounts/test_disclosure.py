@@ -99,3 +99,22 @@ def test_a_prediction_counts_the_queued_jobs_ahead_that_the_caller_may_not_see(
     assert behind.reason.endswith("behind a job of another user"), behind.reason
     assert str(queued.id) not in behind.reason
     assert admin.predict(spec).ahead == [queued.id]
+
+
+def test_a_reason_names_only_the_jobs_the_caller_may_see(
+    client: Client, as_user: AsUser, admin: Client, controller: Controller
+) -> None:
+    """Erin's job waits behind alice's, which goes first: erin is told it waits behind a job
+    of another user, in the job, the list and the search alike; an admin gets the id."""
+    most = {"command": "python t.py", "nodes": 4, "resources": {"gpus": 6}}  # 2 GPUs free each
+    as_user("bob").submit(most)
+    controller.tick()
+    first = client.submit({"command": "python t.py", "resources": {"gpus": 4}}).id
+    erin = as_user("erin")
+    hers = erin.submit({"command": "python t.py", "resources": {"gpus": 4}}).id
+    controller.tick()
+    assert f"behind job {first}, which goes first" in (admin.job(hers).reason or "")
+    told = erin.job(hers).reason or ""
+    assert told.endswith("; behind a job of another user, which goes first"), told
+    listed = {j.id: j.reason or "" for j in erin.jobs().items}
+    assert listed[hers] == told
