@@ -8,13 +8,14 @@ of the request (the jobs on a node, those a prediction waits for).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpuyard.models.access import Access, Caller
+from gpuyard.models.access import ANONYMOUS, Access, Caller
 from gpuyard.models.disclosure import (
     Disclosed,
     JobFacts,
@@ -24,9 +25,10 @@ from gpuyard.models.disclosure import (
     redact,
 )
 from gpuyard.services.auth import Policy
+from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 
-__all__ = ["POOL_ITSELF", "Viewer"]
+__all__ = ["POOL_ITSELF", "Viewer", "disclosed_errors"]
 
 POOL_ITSELF = Caller("gpuyard pool", admin=True)
 """The pool's own view, for callers inside the server (no user asked)."""
@@ -87,3 +89,26 @@ class Viewer:
             return text
         self.learn(session, job_ids_in(text))
         return redact(text, self.sees)
+
+
+def disclosed_errors(
+    store: Store, policy: Policy, actor: str | None, recent: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The controller's recent errors (``/health``) as ``actor`` may read them (None: nobody
+    signed in, a monitor): an error of a job it may not see keeps its time and the kind of
+    error, without the job's id or the message (which may name the job's files); errors of
+    the pool as a whole (no job) are everyone's, as they say why the pool stalls."""
+    jobs = [e["job"] for e in recent if e.get("job") is not None]
+    if not jobs:
+        return [dict(e) for e in recent]
+    with store.read() as session:
+        viewer = (
+            Viewer(ANONYMOUS, sharing=False) if actor is None else Viewer.of(session, policy, actor)
+        )
+        viewer.learn(session, jobs)
+    return [
+        dict(e)
+        if e.get("job") is None or viewer.sees(e["job"])
+        else {"time": e.get("time"), "job": None, "error": str(e.get("error", "")).split(":")[0]}
+        for e in recent
+    ]

@@ -4,12 +4,20 @@ SQLite and PostgreSQL: a job the viewer may not see is counted, never named."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from gpuyard.client import Client
+from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
+from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec
-from gpuyard.testing.auth import AsUser, TokenFor
+from gpuyard.server.app import create_app
+from gpuyard.settings import Settings
+from gpuyard.store.engine import Store
+from gpuyard.testing.auth import AsUser, TokenFor, user_token
+from gpuyard.testing.server import serve
 
 WHOLE_POOL = {"command": "python secret_train.py", "nodes": 4, "resources": {"gpus": 8}}
 """Every GPU of the four nodes, with no max runtime: whatever comes next waits for it."""
@@ -118,3 +126,37 @@ def test_a_reason_names_only_the_jobs_the_caller_may_see(
     assert told.endswith("; behind a job of another user, which goes first"), told
     listed = {j.id: j.reason or "" for j in erin.jobs().items}
     assert listed[hers] == told
+
+
+def test_health_tells_a_jobs_errors_only_to_who_may_see_the_job(
+    settings: Settings,
+    store: Store,
+    fake_executor: FakeExecutor,
+    clock: ManualClock,
+) -> None:
+    """/health is open to monitors: the controller's errors stay there (they say why it
+    stalls), but one about a job tells its id and message only to who may see the job."""
+    recent: list[dict[str, Any]] = []
+    state = {"passes": 3, "progressing": True, "recent_errors": recent}
+    app = create_app(settings, store=store, executor=fake_executor, clock=clock,
+                     controller_health=lambda: state)  # fmt: skip
+    with serve(app) as url:
+        alice = Client(url, token=user_token(app, "alice"))
+        job = alice.submit({"command": "python t.py"}).id
+        recent.append({"time": 1.0, "job": job, "error": "OSError: /home/alice/secret-run/x"})
+        recent.append({"time": 2.0, "job": None, "error": "OperationalError: database is locked"})
+
+        def errors(token: str | None) -> list[dict[str, Any]]:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            answer = httpx.get(f"{url}/api/v1/health", headers=headers, timeout=30)
+            assert answer.status_code == 200
+            return list(answer.json()["controller"]["recent_errors"])
+
+        hidden = [
+            {"time": 1.0, "job": None, "error": "OSError"},
+            {"time": 2.0, "job": None, "error": "OperationalError: database is locked"},
+        ]
+        assert errors(None) == hidden
+        assert errors(user_token(app, "bob")) == hidden
+        assert errors(user_token(app, "alice")) == recent
+        assert errors(user_token(app, "ada")) == recent
