@@ -278,7 +278,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{n.cpus_used:g}/{n.cpus:g}",
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
-            ",".join(map(str, n.jobs)) or "-",
+            _jobs_column(n.jobs, n.hidden_jobs),
             Text(health_summary(n.health)),
         )
     out = console()
@@ -362,3 +362,10 @@ def uncordon(node: NodeArg) -> None:
 
     Client().uncordon(node)
     console().print(f"node {node} is schedulable again")
+
+
+def _jobs_column(jobs: list[int], hidden: int) -> str:
+    """``3,4``, ``3,4 +2 others``: the jobs one may not see are counted (docs/security.md)."""
+    shown = ",".join(map(str, jobs))
+    others = f"+{hidden} other{'s' if hidden > 1 else ''}" if hidden else ""
+    return " ".join(part for part in (shown, others) if part) or "-"
