@@ -105,6 +105,27 @@ class Settings(BaseSettings):
     memory_per_node: int | None = Field(
         None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."
     )
+    pids_per_worker: int = Field(
+        4096,
+        ge=0,
+        le=4_194_304,
+        description="Processes (threads count too) one worker may have at once, its cgroup's "
+        "pids.max: a fork bomb stops there. 0: no limit (docs/security.md).",
+    )
+    pids_ceiling: int | None = Field(
+        None,
+        ge=0,
+        le=4_194_304,
+        description="Processes all workers of this machine may have together, pids.max of the "
+        "pool's cgroup (default: half of the host's kernel.pid_max or kernel.threads-max, "
+        "whichever is lower, so jobs cannot exhaust the host's pids; 0: none).",
+    )
+    memory_ceiling: int | None = Field(
+        None,
+        gt=0,
+        description="Memory bytes all workers of this machine may use together, memory.max of "
+        "the pool's cgroup (default: none, only each worker's own limit).",
+    )
     alert_webhook: str | None = Field(
         None,
         pattern=r"^https?://",
@@ -161,8 +182,9 @@ class Settings(BaseSettings):
     )
     ray_interface: str = Field(
         "eth0",
-        description="Network interface that carries the Ray nodes' addresses (MPICH's "
-        "HYDRA_IFACE); 'lo' for a test cluster on one machine.",
+        description="Network interface that carries the Ray nodes' addresses, where jobs' "
+        "MPI, gloo, NCCL and UCX are told to talk (docs/security.md, 'Network exposure'); "
+        "'lo' for a test cluster on one machine.",
     )
     mpi_openmpi: Path | None = Field(
         default_factory=_default_openmpi,
@@ -178,7 +200,7 @@ class Settings(BaseSettings):
     network: Network = Field(
         Network.NONE,
         description="The pool's network preset: 'roce' or 'ib' give jobs the NCCL variables "
-        "of reference 000 for that fabric; 'none' gives none.",
+        "of docs/distributed.md, 'Network presets', for that fabric; 'none' gives none.",
     )
     network_iface: str = Field(
         "eth0", description="NCCL_SOCKET_IFNAME of the network preset: the nodes' interface."
@@ -187,17 +209,17 @@ class Settings(BaseSettings):
         1000,
         ge=1,
         description="From this many GPUs in one job, the network preset adds NCCL_ALGO "
-        "(reference 000's advice for thousands of GPUs).",
+        "(docs/distributed.md, 'Network presets': advice for thousands of GPUs).",
     )
     user_tiers: list[str] = Field(
         default_factory=lambda: ["low", "normal", "high"],
-        description="Priority tiers a plain user may choose; admins may choose any (reference "
-        "002: users pick normal or urgent, admins also very urgent).",
+        description="Priority tiers a plain user may choose; admins may choose any (docs/jobs.md, "
+        "'Priority tiers': users pick normal or urgent, admins also very urgent).",
     )
     urgent_tier: str = Field(
         "high",
         description="The tier whose running + queued jobs a group's urgent_limit counts "
-        "(reference 002's 紧急).",
+        "(docs/jobs.md, 'Priority tiers').",
     )
     admins: list[str] = Field(
         default_factory=list,

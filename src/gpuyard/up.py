@@ -165,6 +165,9 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
         url = f"{'https' if tls else 'http'}://{_url_host(settings.host)}:{port}"
         executor = make_executor(settings)
         if isinstance(executor, LocalExecutor):
+            for note in executor.isolation.notes:
+                log.info("%s", note)
+            log.info("isolation of each worker: %s", executor.enforced().describe())
             for warning in executor.warnings():
                 log.warning("%s", warning)
         who, warning = run_as(settings, euid=os.geteuid())
@@ -260,6 +263,9 @@ def make_executor(settings: Settings) -> Executor:
         gpus_per_node=settings.gpus_per_node,
         cpus_per_node=settings.cpus_per_node,
         memory_per_node=settings.memory_per_node,
+        pids_limit=settings.pids_per_worker,
+        pids_ceiling=settings.pids_ceiling,
+        memory_ceiling=settings.memory_ceiling or 0,
         inject_faults=settings.inject_faults,
     )
 

@@ -1,4 +1,4 @@
-"""``gpuyard exec JOB status|stop|start|run|kill|shell``: debug a job (reference 000's ``jmt``)."""
+"""``gpuyard exec JOB status|stop|start|run|kill|shell``: debug a job (docs/jobs.md)."""
 
 from __future__ import annotations
 

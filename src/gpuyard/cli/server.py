@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from gpuyard.models.node import NodeIsolation
     from gpuyard.settings import Settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -266,6 +267,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         "MEMORY",
         "GPU MODEL",
         "JOBS",
+        "ISOLATION",
         "HEALTH",
         box=None,
     )
@@ -279,6 +281,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
             _jobs_column(n.jobs, n.hidden_jobs),
+            Text(_isolation_cell(n.isolation)),
             Text(health_summary(n.health)),
         )
     out = console()
@@ -291,12 +294,27 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         for f in n.health:
             if f.status in (ProbeStatus.CRITICAL, ProbeStatus.WARNING):
                 out.print(f"{n.name} {f.status.value}: {f.describe()}", markup=False)
+    for n in items:
+        if n.isolation is not None and n.isolation.not_enforced:
+            out.print(f"{n.name} isolation: {n.isolation.describe()}", markup=False)
     if bare := [n.name for n in items if n.labels.get("isolation") == "none"]:
         out.print(
             f"[yellow]warning:[/] no cgroup isolation on {', '.join(bare)}: no memory, CPU or "
             "process limits, and processes that leave a worker's process group can outlive it "
             "(see the log of `gpuyard up`)"
         )
+
+
+def _isolation_cell(isolation: NodeIsolation | None) -> str:
+    """``v2 memory,pids,-cpu``: the cgroup version, each limit enforced or (``-``) not."""
+    from gpuyard.models.node import CONTROLLERS, IsolationMode
+
+    if isolation is None:
+        return "-"
+    if isolation.mode is IsolationMode.NONE:
+        return "none"
+    marks = [c if c in isolation.enforced else f"-{c}" for c in CONTROLLERS]
+    return f"{isolation.mode.value.removeprefix('cgroup-')} {','.join(marks)}"
 
 
 NodeArg = Annotated[str, typer.Argument(help="The node's name (see `gpuyard nodes`).")]

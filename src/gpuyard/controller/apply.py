@@ -351,7 +351,7 @@ def worker_rows(
 
 def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
     """The spec a job starts with: the first of its specs that fits, the others dropped
-    (reference 002's 多规格). An elastic job's choice is its size, which the placement carries."""
+    (docs/jobs.md, "The spec"). An elastic job's choice is its size, which the placement carries."""
     if not spec.alternatives:
         return spec, ""
     if choice == 0:

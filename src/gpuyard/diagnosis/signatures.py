@@ -1,7 +1,7 @@
 """Log signatures of training faults, and the root cause of a failed job across its ranks.
 
-A matching line is an *observation*, not a verdict (NVRx's pattern registry rule, see
-``../shared/research/fault-tolerance.md`` §3). Observations are of two kinds:
+A matching line is an *observation*, not a verdict (NVRx's pattern registry rule; see
+docs/references.md, "Fault signatures and Xids"). Observations are of two kinds:
 
 - **roots**: something went wrong *here* (a CUDA fault, an Xid, an out-of-memory kill, a
   segfault, a data read error, a NaN loss, the user's own exception);
@@ -16,7 +16,7 @@ rank 0 printed a minute later. Advice lines that merely mention a fault
 
 Each signature says what the fault suggests (:class:`Suspect`): the **node** (hardware: retry
 elsewhere after a re-check), the **job's** own code or data (do not retry by default), or
-**unknown** (a cascade without its root). Xid codes are split as the research note says:
+**unknown** (a cascade without its root). Xid codes are split as docs/references.md says:
 application Xids (13, 31, 43, 45, 68, and 63, 92, 109 per Meta's GCM) versus node-critical ones;
 the set lives in :mod:`gpuyard.models.health`, shared with the executors' node inspection.
 """

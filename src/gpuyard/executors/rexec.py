@@ -19,8 +19,10 @@ and imports what each entry point needs lazily.
 
 Environment
 -----------
-``serve``: ``GPUYARD_REXEC_ADDRESS``, ``GPUYARD_REXEC_PORT`` (0 picks a free port),
-``GPUYARD_JOB_TOKEN``. It prints ``rexec: listening on ADDRESS:PORT`` on stderr once ready.
+``serve``: ``GPUYARD_REXEC_ADDRESS`` (the worker's address on the pool's interface; a wildcard
+address is refused), ``GPUYARD_REXEC_PORT`` (0 picks a free port), ``GPUYARD_JOB_TOKEN``, and
+optionally ``GPUYARD_REXEC_MAX_SESSIONS`` (default ``MAX_SESSIONS``). It prints ``rexec:
+listening on ADDRESS:PORT`` on stderr once ready.
 
 ``agent``: ``GPUYARD_REXEC_HOSTS`` (a JSON file ``{"w1": {"address": "127.0.0.3", "port":
 23001}, …}``), ``GPUYARD_REXEC_SELF`` (this worker's name: a command for it runs here, with no
@@ -47,13 +49,23 @@ user's jobs, and that user can already act as either.
 
 Protocol
 --------
-One TCP connection per remote command. The client first sends one header line::
+One TCP connection per remote command. The client first sends the job's token alone on one
+line (at most ``MAX_TOKEN_LINE`` bytes with its newline), then one header line::
 
-    {"token": "<job token>", "argv": ["word", ...]}\\n
+    <job token>\n
+    {"argv": ["word", ...]}\n
 
-It may add ``"env": {"NAME": "value", ...}`` (set on top of the server's own environment:
-what ``srun`` forwards from the batch shell and each task's ``SLURM_*``) and ``"cwd": "/dir"``
-(used when it exists on this node, else the server's own).
+The header may add ``"env": {"NAME": "value", ...}`` (set on top of the server's own
+environment: what ``srun`` forwards from the batch shell and each task's ``SLURM_*``) and
+``"cwd": "/dir"`` (used when it exists on this node, else the server's own).
+
+Nothing is allocated for a connection before its token is checked (docs/security.md, "The
+remote-exec channel"): the server's one thread accepts connections and reads their token lines
+without blocking, at most ``MAX_TOKEN_LINE`` bytes each, within ``AUTH_DEADLINE`` seconds for
+the whole line (a byte dripped now and then does not extend it); at most ``MAX_UNAUTHENTICATED``
+connections wait for their token at once (a new one past that closes the oldest waiting one,
+so a client that sends its token at once, as ours do, always gets in); a thread and a buffer
+for the header come only with a good token, and at most ``MAX_SESSIONS`` sessions run at once.
 
 then both sides exchange frames::
 
@@ -101,7 +113,13 @@ FRAME_HEADER = 5  # channel byte + 4-byte length
 MAX_FRAME = 1 << 20
 MAX_HEADER = 1 << 20  # prted's command line is ~2 KB; leave room for long environments
 CHUNK = 64 * 1024
-HEADER_TIMEOUT = 10.0  # a client that connects and says nothing must not hold a thread forever
+MAX_TOKEN_LINE = 256  # the token and its newline: all that is read before authentication
+AUTH_DEADLINE = 5.0  # for the whole token line, from the connection's accept
+MAX_UNAUTHENTICATED = 64  # connections waiting for their token line at once
+MAX_SESSIONS = 512  # authenticated sessions at once (each costs a few threads and processes)
+ACCEPTS_PER_ROUND = 16  # new connections taken per loop, so waiting ones are read in between
+REPORT_EVERY = 5.0  # refused connections are logged as a count at most this often
+HEADER_TIMEOUT = 10.0  # after authentication, per read of the header line
 CONNECT_TIMEOUT = 30.0  # how long a target may take to start serving
 KILL_GRACE = 3.0  # between SIGTERM and SIGKILL of a command's group
 OUTPUT_GRACE = 2.0  # after the command exits, how long a background child may keep its pipes
@@ -115,6 +133,7 @@ ENV_HOSTS = "GPUYARD_REXEC_HOSTS"
 ENV_SELF = "GPUYARD_REXEC_SELF"
 ENV_HOSTNAME = "GPUYARD_REXEC_HOSTNAME"
 ENV_TOKEN = "GPUYARD_JOB_TOKEN"  # noqa: S105 - the variable's name, not a secret
+ENV_MAX_SESSIONS = "GPUYARD_REXEC_MAX_SESSIONS"
 
 # ssh options that take no value / take one. mpirun does not add any today, but Hydra's "ssh"
 # launcher adds -x (no X11 forwarding) and users often configure agents like "ssh -q"; skipping
@@ -155,6 +174,16 @@ def _read_frame(stream: BinaryIO) -> tuple[int, bytes] | None:
     if len(payload) < length:
         raise ValueError("connection closed inside a frame")
     return channel, payload
+
+
+def hello(token: str, header: dict[str, object]) -> bytes:
+    """What a client sends first: the token line, then the header line (see Protocol)."""
+    import json
+
+    line = token.encode() + b"\n"
+    if not token or b"\n" in line[:-1] or b"\r" in line or len(line) > MAX_TOKEN_LINE:
+        raise AgentError(f"{ENV_TOKEN} must be one line of at most {MAX_TOKEN_LINE - 1} bytes")
+    return line + json.dumps(header).encode() + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -319,9 +348,10 @@ class _Session:
     def _read_header(  # noqa: PLR0911 - one refusal per way a header can be wrong
         self, rfile: BinaryIO
     ) -> tuple[list[str], dict[str, str], str | None] | None:
-        import hmac
         import json
 
+        # The client has already proven it holds the job's token (see _Gate): this buffer and
+        # this wait are spent on the job's own agent only.
         self.conn.settimeout(HEADER_TIMEOUT)
         try:
             line = rfile.readline(MAX_HEADER + 1)
@@ -336,14 +366,7 @@ class _Session:
         except ValueError:
             self._refuse("bad header: not JSON")
             return None
-        token = header.get("token") if isinstance(header, dict) else None
         argv = header.get("argv") if isinstance(header, dict) else None
-        # compare_digest: the time taken must not tell an attacker how much of a guess is right.
-        if not isinstance(token, str) or not hmac.compare_digest(
-            token.encode(), self.server.token.encode()
-        ):
-            self._refuse("authentication failed: bad token")
-            return None
         if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
             self._refuse("bad header: argv must be a non-empty list of strings")
             return None
@@ -479,10 +502,11 @@ class _Session:
 
 
 class _Server:
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, max_sessions: int = MAX_SESSIONS) -> None:
         import threading
 
         self.token = token
+        self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: set[_Session] = set()
         self._stopping = False
@@ -494,7 +518,16 @@ class _Server:
         except (OSError, ValueError):
             pass
 
+    def admit(self, session: _Session) -> bool:
+        """Count a new authenticated session in, unless MAX_SESSIONS already run."""
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                return False
+            self._sessions.add(session)
+            return True
+
     def adopt(self, session: _Session) -> bool:
+        """Whether a session that has just started its command may keep it (not stopping)."""
         with self._lock:
             self._sessions.add(session)
             return not self._stopping
@@ -519,21 +552,215 @@ class _Server:
             session.wait_finished(OUTPUT_GRACE + 2.0)
 
 
-def serve() -> int:
-    import select
-    import signal
-    import socket
-    import threading
+class _Waiting:
+    """A connection that has not sent its token line yet: a socket and at most 256 bytes."""
 
+    __slots__ = ("buffer", "conn", "deadline", "draining", "peer")
+
+    def __init__(self, conn: socket.socket, peer: str, deadline: float) -> None:
+        self.conn = conn
+        self.peer = peer
+        self.deadline = deadline
+        self.buffer = b""
+        self.draining = False  # refused: reading what the client still sends until it closes
+
+
+class _Gate:
+    """The server's one thread: accepts connections and authenticates them, allocating nothing
+    per connection but a socket and its token line; a session thread starts only after it.
+
+    Every wait is bounded: a connection is closed ``AUTH_DEADLINE`` seconds after its accept
+    unless its token line is complete by then, however it trickles in; one past
+    ``MAX_UNAUTHENTICATED`` waiting closes the oldest waiting one.
+    """
+
+    def __init__(self, server: _Server, listener: socket.socket, wake: int) -> None:
+        import collections
+        import selectors
+
+        self.server = server
+        self.listener = listener
+        self.wake = wake
+        self.selector = selectors.DefaultSelector()
+        self.waiting: dict[int, _Waiting] = {}  # by fd, oldest first
+        self.refused: collections.Counter[str] = collections.Counter()
+        self.next_report = 0.0
+
+    def run(self) -> None:
+        """Serve until a signal writes to the wake pipe."""
+        import selectors
+        import time
+
+        self.listener.setblocking(False)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self.wake, selectors.EVENT_READ)
+        while True:
+            for key, _ in self.selector.select(self._timeout(time.monotonic())):
+                if key.fd == self.wake:
+                    for waiting in list(self.waiting.values()):
+                        self._drop(waiting, "")
+                    return
+                if key.fd != self.listener.fileno() and key.fd in self.waiting:
+                    self._read(self.waiting[key.fd])
+            # After the waiting connections' reads: a client that sent its token is served
+            # before new connections can push it out.
+            self._accept()
+            now = time.monotonic()
+            for waiting in [w for w in self.waiting.values() if w.deadline <= now]:
+                self._drop(waiting, "" if waiting.draining else "no token within the deadline")
+            self._report(now)
+
+    def _timeout(self, now: float) -> float | None:
+        times = [w.deadline for w in self.waiting.values()]
+        if self.refused:
+            times.append(self.next_report)
+        return max(0.0, min(times) - now) if times else None
+
+    def _accept(self) -> None:
+        import selectors
+        import time
+
+        for _ in range(ACCEPTS_PER_ROUND):
+            try:
+                conn, peer = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors, or the peer gave up: try again later
+                self.refused[f"cannot accept ({exc.strerror or exc})"] += 1
+                return
+            conn.setblocking(False)
+            if len(self.waiting) >= MAX_UNAUTHENTICATED:
+                self._drop(next(iter(self.waiting.values())), "too many waiting for their token")
+            waiting = _Waiting(conn, f"{peer[0]}:{peer[1]}", time.monotonic() + AUTH_DEADLINE)
+            self.waiting[conn.fileno()] = waiting
+            self.selector.register(conn, selectors.EVENT_READ)
+            self._read(waiting)  # ours send the token with the connection: no wait at all
+
+    def _read(self, waiting: _Waiting) -> None:
+        import socket
+
+        conn = waiting.conn
+        try:
+            if waiting.draining:
+                if not conn.recv(CHUNK):
+                    self._drop(waiting, "")
+                return
+            # Peek, so that only the token line is taken: the header behind it stays in the
+            # kernel for the session (or for nobody).
+            room = MAX_TOKEN_LINE - len(waiting.buffer)
+            data = conn.recv(room, socket.MSG_PEEK)
+            if not data:
+                self._drop(waiting, "closed before its token")
+                return
+            end = data.find(b"\n")
+            waiting.buffer += conn.recv(end + 1 if end >= 0 else len(data))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(waiting, "" if waiting.draining else "reset before its token")
+            return
+        if end >= 0:
+            self._authenticate(waiting)
+        elif len(waiting.buffer) >= MAX_TOKEN_LINE:
+            self._refuse(waiting, f"bad header: the token line is over {MAX_TOKEN_LINE} bytes")
+
+    def _authenticate(self, waiting: _Waiting) -> None:
+        import hmac
+        import threading
+
+        # compare_digest: the time taken must not tell an attacker how much of a guess is right.
+        if not hmac.compare_digest(waiting.buffer[:-1], self.server.token.encode()):
+            self._refuse(waiting, "authentication failed: bad token")
+            return
+        session = _Session(self.server, waiting.conn, waiting.peer)
+        if not self.server.admit(session):
+            limit = self.server.max_sessions
+            self._refuse(waiting, f"too many sessions: {limit} are running on this worker")
+            return
+        self._forget(waiting)
+        waiting.conn.setblocking(True)
+        threading.Thread(target=session.run, daemon=True).start()
+
+    def _refuse(self, waiting: _Waiting, reason: str) -> None:
+        """Say why in an ERROR frame, then read until the client closes (or the deadline)
+        before closing: closing with its header unread would reset the connection, and the
+        reset can destroy the frame before the client reads it."""
+        import socket
+        import time
+
+        self.refused[reason] += 1
+        self._report(time.monotonic())  # before the client hears of it: a log to check
+        try:
+            waiting.conn.send(_pack(ERROR, reason.encode()))  # a few bytes: the buffer has room
+            waiting.conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._drop(waiting, "")
+            return
+        waiting.draining = True
+        waiting.deadline = min(waiting.deadline, time.monotonic()) + KILL_GRACE
+
+    def _forget(self, waiting: _Waiting) -> None:
+        self.waiting.pop(waiting.conn.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(waiting.conn)
+
+    def _drop(self, waiting: _Waiting, reason: str) -> None:
+        if reason:
+            self.refused[reason] += 1
+        self._forget(waiting)
+        waiting.conn.close()
+
+    def _report(self, now: float) -> None:
+        """Log refusals as counts: a flood of connections must not flood the worker's log."""
+        if not self.refused or now < self.next_report:
+            return
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(self.refused.items()))
+        self.server.log(f"refused unauthenticated connections: {counts}")
+        self.refused.clear()
+        self.next_report = now + REPORT_EVERY
+
+
+def _listen(address: str, port_text: str) -> socket.socket:
+    """The listening socket, on the worker's own address only (ValueError for a wildcard)."""
+    import ipaddress
+    import socket
+
+    try:
+        wildcard = ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        wildcard = False  # a host name: it resolves to one interface's address
+    if wildcard:
+        raise ValueError(
+            f"{address} is every interface; give the worker's address on the pool's network"
+        )
+    return socket.create_server((address, int(port_text)), backlog=MAX_UNAUTHENTICATED)
+
+
+def _settings() -> tuple[str, str, str, int] | str:
+    """(token, address, port, max sessions) from the environment, or what is wrong."""
     token = os.environ.get(ENV_TOKEN, "")
     address = os.environ.get(ENV_ADDRESS, "")
     port_text = os.environ.get(ENV_PORT, "")
+    sessions_text = os.environ.get(ENV_MAX_SESSIONS, "") or str(MAX_SESSIONS)
     if not token:
-        print(f"rexec serve: {ENV_TOKEN} is not set", file=sys.stderr)
-        return EXIT_USAGE
+        return f"{ENV_TOKEN} is not set"
+    if len(token.encode()) >= MAX_TOKEN_LINE or "\n" in token or "\r" in token:
+        return f"{ENV_TOKEN} must be one line of at most {MAX_TOKEN_LINE - 1} bytes"
     if not address or not port_text.isdigit():
-        print(f"rexec serve: set {ENV_ADDRESS} and {ENV_PORT}", file=sys.stderr)
+        return f"set {ENV_ADDRESS} and {ENV_PORT}"
+    if not sessions_text.isdigit() or int(sessions_text) < 1:
+        return f"{ENV_MAX_SESSIONS} must be a positive number, not {sessions_text!r}"
+    return token, address, port_text, int(sessions_text)
+
+
+def serve() -> int:
+    import signal
+
+    settings = _settings()
+    if isinstance(settings, str):
+        print(f"rexec serve: {settings}", file=sys.stderr)
         return EXIT_USAGE
+    token, address, port_text, max_sessions = settings
 
     # Signals only wake the accept loop (through the wakeup fd); the loop itself decides to
     # stop, so a signal never lands in the middle of starting a session.
@@ -543,27 +770,17 @@ def serve() -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: None)
 
-    server = _Server(token)
+    server = _Server(token, max_sessions)
     _take_hostname(server.log)
     try:
-        listener = socket.create_server((address, int(port_text)), backlog=64)
-    except OSError as exc:
+        listener = _listen(address, port_text)
+    except (OSError, ValueError) as exc:
         print(f"rexec serve: cannot listen on {address}:{port_text}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     host, port = listener.getsockname()[:2]
     server.log(f"listening on {host}:{port}")
     with listener:
-        while True:
-            ready, _, _ = select.select([listener.fileno(), wake_r], [], [])
-            if wake_r in ready:
-                break
-            try:
-                conn, peer = listener.accept()
-            except OSError:
-                continue
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            session = _Session(server, conn, f"{peer[0]}:{peer[1]}")
-            threading.Thread(target=session.run, daemon=True).start()
+        _Gate(server, listener, wake_r).run()
     server.log("stopping: killing running commands")
     server.stop()
     return 0
@@ -690,7 +907,6 @@ def _connect(address: str, port: int, where: str) -> socket.socket:
 
 
 def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
-    import json
     import socket
     import threading
 
@@ -701,7 +917,7 @@ def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
     conn = _connect(address, port, where)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    header = json.dumps({"token": token, "argv": words}).encode() + b"\n"
+    header = hello(token, {"argv": words})
     try:
         conn.sendall(header)
     except OSError as exc:

@@ -920,7 +920,6 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         task.status = rexec.exit_status(code)
 
     def run_remote(task: _Task) -> None:
-        import json
         import socket
 
         address, port = alloc.hosts[task.node]
@@ -935,15 +934,10 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
         remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
         remote_env.update(task_env(task))
-        header = {
-            "token": token,
-            "argv": [shell_command(task)],
-            "env": remote_env,
-            "cwd": cwd,
-        }
+        header = {"argv": [shell_command(task)], "env": remote_env, "cwd": cwd}
         try:
             with task.lock:  # a signal frame must not come before the header
-                conn.sendall(json.dumps(header).encode() + b"\n")
+                conn.sendall(rexec.hello(token, header))
                 conn.sendall(rexec._pack(rexec.STDIN, b""))
                 task.conn = conn
             rfile = conn.makefile("rb")
@@ -963,6 +957,8 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             finally:
                 for output in outputs.values():
                     output.close()
+        except rexec.AgentError as exc:
+            _error(f"{task.node}: task {task.rank}: {exc}")
         except (OSError, ValueError) as exc:
             _error(f"{task.node}: task {task.rank}: lost the node: {exc}")
         finally:

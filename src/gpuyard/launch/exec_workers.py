@@ -1,7 +1,7 @@
 """The launches of ``gpuyard exec JOB run CMD``: the command once on each node of a held job.
 
 Pure, as the rest of :mod:`gpuyard.launch`. An exec worker runs in the context of the job's own
-worker on its node (reference 000's ``jmt run``: "run one command in all pods"): that worker's
+worker on its node (docs/jobs.md's ``gpuyard exec``: one command on every node): that worker's
 environment (the env contract, the mode's variables, the job's ``env``), workspace and working
 directory, OS account and resource limits, as :func:`~gpuyard.launch.plan.plan_worker` plans
 them; only its argv, its directory (a worker directory of its own, so its log is its own) and

@@ -1,4 +1,4 @@
-"""The exact file and variable formats of the reference documents (002, 000).
+"""The exact file and variable formats of docs/distributed.md (from docs/references.md).
 
 Each function renders one format; ``tests/unit/launch/test_formats.py`` checks them byte for
 byte against the reference's own examples.

@@ -1,4 +1,4 @@
-"""The MPI command rules of reference 002 (Horovod 模式) and 000 (MPI jobs).
+"""The MPI command rules of docs/distributed.md (Horovod 模式, MPI jobs).
 
 A command without ``mpirun`` gets a prefix; one with ``mpirun`` is left alone, since the user
 then gives every MPI argument. The Open MPI prefix is the reference's, word for word. It writes

@@ -1,4 +1,4 @@
-"""Network presets of a pool: the NCCL variables of reference 000 for RoCE and InfiniBand.
+"""Network presets of a pool: the NCCL variables of docs/distributed.md for RoCE and InfiniBand.
 
 The job's own ``env`` wins over a preset, so any of these can be overridden per job.
 """

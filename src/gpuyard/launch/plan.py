@@ -5,7 +5,8 @@ paths), nothing is read from the machine. The env contract is documented in ``do
 tested in ``tests/unit/launch``.
 
 Precedence of the environment, lowest first: the executor's base env, the platform defaults
-(:data:`PLATFORM_DEFAULTS`), the pool's network preset, the job's ``env``, then what the mode and
+(:data:`PLATFORM_DEFAULTS`), the pool's network preset, the pool's interface for the job's
+listeners (:func:`listener_env`), the job's ``env``, then what the mode and
 the platform need to be right (``MASTER_ADDR``, ``TF_CONFIG``, hostfiles, ``SLURM_*``,
 ``GPUYARD_*``, ``CUDA_VISIBLE_DEVICES``), which a job cannot override.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
-from gpuyard.launch.network import NetworkPreset, network_env
+from gpuyard.launch.network import Network, NetworkPreset, network_env
 from gpuyard.launch.slurm import HET_ONLY, batch_env, het_env, slurm_components, slurm_env
 from gpuyard.launch.topology import Role, Seat, seats
 from gpuyard.launch.torchrun import wrap_python
@@ -36,7 +37,7 @@ from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
 from gpuyard.models.worker import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
 
-__all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "plan_worker"]
+__all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "listener_env", "plan_worker"]
 
 PLATFORM_DEFAULTS = {
     # Logs are files, and a Python writing to a file buffers its output by the block: a
@@ -121,7 +122,7 @@ class _Worker:
 
     @property
     def slots_per_node(self) -> int:
-        """SLOTS: GPUs per node, 1 on CPU (reference 002)."""
+        """SLOTS: GPUs per node, 1 on CPU (docs/distributed.md)."""
         return self.spec.resources.gpus or 1
 
     @property
@@ -262,7 +263,7 @@ def mpirun_shim_dir(files_dir: str) -> str:
 
 
 MPIRUN_SHIM = """#!/bin/sh
-# gpuyard: Open MPI up to 4 read single-dash long options, as references 000 and 002 write them
+# gpuyard: Open MPI up to 4 read single-dash long options, as docs/distributed.md writes them
 # (mpirun -bind-to none -map-by slot ...); Open MPI 5's mpirun loses their values ("Executable:
 # none"). Give them two dashes, then run the real mpirun (this directory leaves PATH).
 for a; do
@@ -279,6 +280,35 @@ exec mpirun "$@"
 """
 """Run as ``mpirun`` by an Open MPI job's launcher: the reference's prefix and users' commands
 written for Open MPI 4 run unchanged on Open MPI 5."""
+
+
+def listener_env(ctx: JobContext) -> dict[str, str]:
+    """Where a job's communication libraries listen and connect: the pool's interface only.
+
+    Defaults under the job's own ``env`` (an InfiniBand job may name its UCX devices) and
+    the pool's network preset. Open MPI's daemons (PRRTE's out-of-band channel) and its TCP
+    transport, MPICH's Hydra control port and torchrun's store still *listen* on every
+    interface, whatever they are told: docs/security.md, "Network exposure", says so.
+    """
+    iface = ctx.mpi_interface
+    env = {
+        # Open MPI's TCP transport: the addresses its ranks publish and connect to.
+        "OMPI_MCA_btl_tcp_if_include": iface,
+        # libfabric's TCP provider (MPICH's ch4:ofi), gloo and NCCL's sockets.
+        "FI_TCP_IFACE": iface,
+        "GLOO_SOCKET_IFNAME": iface,
+        "NCCL_SOCKET_IFNAME": iface,
+    }
+    if iface != LOOPBACK:
+        # PRRTE's out-of-band channel (and ORTE's, up to Open MPI 4); given only "lo" it finds
+        # no interface at all and mpirun fails, so virtual nodes leave it to its default.
+        env["PRTE_MCA_prte_if_include"] = iface
+        env["OMPI_MCA_oob_tcp_if_include"] = iface
+    if ctx.network.network is Network.NONE:
+        # UCX (MPICH's ch4:ucx, Open MPI's pml/ucx) listens on every device it may use; on an
+        # InfiniBand or RoCE pool its devices are the fabric's, which the job names itself.
+        env["UCX_NET_DEVICES"] = iface
+    return env
 
 
 def _one_host_env(w: _Worker) -> dict[str, str]:
@@ -462,6 +492,7 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
     env.update(PLATFORM_DEFAULTS)
     total_gpus = spec.resources.gpus * spec.nodes
     env.update(network_env(ctx.network, total_gpus=total_gpus, mpi=spec.mode.uses_mpi))
+    env.update({k: v for k, v in listener_env(ctx).items() if k not in env})
     env.update(spec.env)
 
     mode_env: dict[str, str] = {}

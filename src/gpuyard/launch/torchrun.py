@@ -1,4 +1,4 @@
-"""The PyTorch command rules of reference 002 (PyTorch 模式), with today's launcher.
+"""The PyTorch command rules of docs/distributed.md (PyTorch 模式), with today's launcher.
 
 A command that starts with ``python``/``python3`` and does not already use the torch launcher is
 wrapped in ``python -m torch.distributed.run`` (what ``torchrun`` runs: each process finds

@@ -1,4 +1,4 @@
-"""The job-style workspace of reference 002 (任务式训练目录结构), per worker.
+"""The job-style workspace of docs/distributed.md (任务式训练目录结构), per worker.
 
 ::
 

@@ -2,7 +2,7 @@
 
 A decision depends on four things only: the caller's role (admin or user, or nobody signed
 in), the caller's relation to the job (its owner, a member of the owner's group, anyone
-else), the job's *access for others* (reference 002, 他人访问权限: read-write, read-only or
+else), the job's *access for others* (docs/accounts.md, 他人访问权限: read-write, read-only or
 none) with the pool's sharing switch, and the action. :func:`decide` looks the answer up in
 :data:`JOB_MATRIX` (jobs) or :data:`POOL_ACTIONS` (everything else); the server's services
 call it inside their transactions, the web UI calls it to hide what is not allowed, and the
@@ -17,7 +17,7 @@ The answers:
   told for a job that does not exist, so that no one learns which ids are someone else's.
 - ``SIGN_IN`` (401): nobody is signed in.
 
-Reference 002's matrix, with our actions::
+The matrix of docs/accounts.md, "Others' access to a job", with our actions::
 
                       read-write  read-only  none
     view (details, events, logs, prediction)   ✓  ✓  ✗

@@ -129,9 +129,9 @@ class PoolPreemption(StrEnum):
     """What a pool lets a higher tier do to lower running jobs (the scheduler's Preemption)."""
 
     NEVER = "never"
-    """Higher tiers only block lower jobs that have not started (reference 000)."""
+    """Higher tiers only block lower jobs that have not started (docs/scheduling.md)."""
     SUSPEND = "suspend"
-    """Higher tiers suspend lower running jobs to take their place (reference 003)."""
+    """Higher tiers suspend lower running jobs to take their place (docs/preemption.md)."""
 
 
 # -- users --------------------------------------------------------------------------------
@@ -493,7 +493,7 @@ class NodeLabels(BaseModel):
 
 
 class PriorityChange(BaseModel):
-    """Change a queued or suspended job's tier (reference 002's 调整优先级)."""
+    """Change a queued or suspended job's tier (docs/jobs.md, "Changing a job's tier…")."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -566,8 +566,8 @@ class IssuedToken(TokenView):
 
 class PoolSettings(BaseModel):
     sharing: bool = Field(
-        description="Whether jobs may give their group's other members access (reference "
-        "002): off, every job's access for others is none."
+        description="Whether jobs may give their group's other members access (docs/accounts.md, "
+        "他人访问权限): off, every job's access for others is none."
     )
 
 

@@ -1,4 +1,4 @@
-"""The command rules of the reference (`002_*`, "运行指令说明"), as a small lexer.
+"""The command rules of docs/jobs.md ("The command rules", 运行指令说明), as a small lexer.
 
 A job's command is run *without* a shell: it must start with an executable, and it is one
 command, not a script. So ``KEY=VALUE python3 train.py`` and ``python3 train.py && python3

@@ -1,6 +1,6 @@
 """``gpuyard exec``: what a person asks of a job's processes while debugging it, and the answers.
 
-Reference 000's ``jmt`` tool (status, stop, start, run CMD, run -t task, run -t checker, kill N),
+docs/jobs.md's ``jmt``-style tool (status, stop, start, run CMD, run -t task|checker, kill N),
 over the API: ``/api/v1/jobs/{id}/exec/...``. Each request is untrusted input: a command is an
 argv (no shell), bounded in size, and checked here before anything is stored.
 """
@@ -36,7 +36,7 @@ MAX_KILL_RANKS = 1024
 
 
 class ExecTarget(StrEnum):
-    """What ``gpuyard exec JOB run`` runs (reference 000's ``jmt run -t``)."""
+    """What ``gpuyard exec JOB run`` runs (docs/jobs.md, "Debugging a job: gpuyard exec")."""
 
     COMMAND = "command"
     """The given command, once on each node of the job's placement."""

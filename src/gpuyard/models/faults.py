@@ -1,6 +1,6 @@
 """A job's fault-tolerance settings, and the entries of its fault-tolerance log.
 
-Reference 002 offers two ways back from a fault, and they exclude each other: **fault restart**
+docs/references.md gives two ways back from a fault, and they exclude each other: **fault restart**
 (故障重启: the job starts again from scratch) and **checkpoint resume** (断点续训: it starts again
 from the latest checkpoint its runtime reported). ``recovery`` picks one. docs/fault-tolerance.md
 describes the loop: detect, re-check the nodes, cordon those that fail, restart within budget.

@@ -8,7 +8,7 @@ driver, a counter the GPU does not have) says :attr:`ProbeStatus.NOT_AVAILABLE`,
 
 The Xid classification lives here, below both the executors (which classify the Xid events
 NVML reports) and :mod:`gpuyard.diagnosis` (which classifies the Xids it reads in logs), so
-that the one rule has one place (research note ``fault-tolerance.md`` §3).
+that the one rule has one place (docs/references.md, "Fault signatures and Xids").
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ XID_NAMES = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
-"""The Xids the research note names, for messages; others are shown by number only."""
+"""The Xids docs/node-health.md names, for messages; others are shown by number only."""
 
 
 def xid_is_application(code: int) -> bool:

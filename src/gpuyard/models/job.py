@@ -53,7 +53,7 @@ _MOUNT_NAME = re.compile(r"^(?!\.{1,2}$)[\w.-]{1,128}$")
 
 
 class JobMode(StrEnum):
-    """How the job's processes are launched and find each other (reference 002, 分布式模式)."""
+    """How the job's processes are launched and find each other (docs/distributed.md)."""
 
     SINGLE = "single"
     """The command as given, once per node."""
@@ -165,7 +165,7 @@ class Mount(BaseModel):
 
 
 class Mounts(BaseModel):
-    """The job-style workspace of reference 002 (任务式训练目录结构)."""
+    """The job-style workspace (docs/distributed.md, "The workspace")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -258,7 +258,7 @@ class TorchLauncher(StrEnum):
     TORCHRUN = "torchrun"
     """``python -m torch.distributed.run``: ``LOCAL_RANK`` in the environment, no argument."""
     LEGACY = "legacy"
-    """``python -m torch.distributed.launch`` (reference 002's form): the script also gets
+    """``python -m torch.distributed.launch`` (docs/distributed.md): the script also gets
     ``--local-rank=N``."""
 
 
@@ -324,7 +324,7 @@ class JobSpec(BaseModel):
         TorchLauncher.TORCHRUN,
         description="pytorch modes: how `python script.py` is wrapped: torchrun (python -m "
         "torch.distributed.run; LOCAL_RANK in the environment) or legacy (python -m "
-        "torch.distributed.launch, reference 002's form: the script also gets --local-rank).",
+        "torch.distributed.launch, see docs/distributed.md: the script also gets --local-rank).",
     )
     mounts: Mounts = Field(default_factory=Mounts, description="The job's workspace.")
     priority: Priority = Field(Priority.NORMAL, description="Priority tier.")
@@ -360,7 +360,7 @@ class JobSpec(BaseModel):
         default_factory=list,
         max_length=16,
         description="Further per-node specs, tried in order when `resources` does not fit; "
-        "the first that fits starts and the others are dropped (reference 002's 多规格).",
+        "the first that fits starts and the others are dropped (docs/jobs.md, 'The spec').",
     )
     min_nodes: int | None = Field(
         None,

@@ -127,7 +127,7 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """Where a job may run. ``nodes`` and ``driver`` are mutually exclusive (reference 002);
+    """Where a job may run. ``nodes`` and ``driver`` are mutually exclusive (docs/jobs.md);
     both apply inside the job's pool."""
 
     pool: str = DEFAULT_POOL
@@ -235,7 +235,7 @@ class JobRequest:
     """Sub-tasks side by side (a batch job); 1 for a regular job."""
     parameter_servers: int = 0
     alternatives: tuple[Resources, ...] = ()
-    """Further per-node resources to try, in order (reference 002's 多规格)."""
+    """Further per-node resources to try, in order (docs/jobs.md, "The spec")."""
     min_nodes: int | None = None
     """Elastic: the fewest nodes it may start with."""
     pool: str | None = None

@@ -11,7 +11,7 @@ __all__ = ["Prediction"]
 
 class Prediction(BaseModel):
     """When a queued (or hypothetical) job should start, from the scheduler run forward over
-    the queue with every job's max runtime as its run time (reference 002's 排队预测)."""
+    the queue with every job's max runtime as its run time (docs/scheduling.md)."""
 
     now: bool = Field(description="It would start right away.")
     start_at: datetime | None = Field(

@@ -1,6 +1,6 @@
 """Job states, what each means, and the moves allowed between them.
 
-The six *visible* statuses are those of the reference documents (排队中 queued, 运行中 running,
+The six *visible* statuses are those of docs/jobs.md, "States" (排队中 queued, 运行中 running,
 错误 error, 停止 stopped, 过期 expired, 成功 succeeded). Internally a job also passes through
 steps a user sees in its events: starting (placed, workers being launched) and the draining
 steps stopping / expiring / failing (workers are being told to exit; the job ends in the

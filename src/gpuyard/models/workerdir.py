@@ -182,6 +182,10 @@ class CgroupSpec(_Record):
     """Thousandths of a CPU; 0 is no limit."""
     pids: Count = 0
     """Processes; 0 is no limit."""
+    ceiling_pids: Count = 0
+    """Processes of all the node's workers together (the pool's cgroup); 0 is none."""
+    ceiling_memory: Count = 0
+    """Bytes of all the node's workers together (the pool's cgroup); 0 is none."""
 
 
 class AccountSpec(_Record):

@@ -132,8 +132,8 @@ def _seconds(value: str | None) -> float | None:
 def _rank(environ: Mapping[str, str]) -> int | None:
     """The process's global rank, where a launcher set one.
 
-    gpuyard itself sets ``RANK`` to the *node* rank for the torch launcher (reference 002), and
-    the launcher then overwrites it with the global rank in each process it starts, next to
+    gpuyard itself sets ``RANK`` to the *node* rank for the torch launcher (docs/distributed.md),
+    and the launcher then overwrites it with the global rank in each process it starts, next to
     ``LOCAL_RANK``. So ``RANK`` counts only together with ``LOCAL_RANK``.
     """
     candidates = [

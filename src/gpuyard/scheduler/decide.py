@@ -14,7 +14,7 @@ share, submission), and for each:
    told to suspend, and the room is held for it meanwhile.
 5. Any other job that cannot start reserves the soonest room it could have, computed from the
    max runtimes of what runs (unknown ends count as never). Later jobs go around it. So a
-   higher tier blocks lower unscheduled jobs only where it needs the room (reference 000), and
+   higher tier blocks lower unscheduled jobs only where it needs the room (docs/scheduling.md), and
    a large job is never starved by a stream of small ones.
 
 After the queue, elastic jobs grow toward their max when idle nodes of their pool are left

@@ -12,8 +12,8 @@ its work (steps, job-considerations, or seconds on a clock the caller gives); th
 not reach are ``unknown``, with the reason. :func:`predict` is the same replay, stopped as
 soon as one job is answered (the API's answer for a job that is not stored, a dry run).
 
-Reference 002 (排队预测) asks for exactly this: "starts now", or "starts at about T, behind these
-jobs".
+docs/scheduling.md's queue prediction is exactly this: "starts now", or "starts at about T, behind
+these jobs".
 """
 
 from __future__ import annotations

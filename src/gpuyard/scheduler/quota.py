@@ -1,6 +1,6 @@
 """Quotas per user and per group, per priority tier, in nodes (workers) and GPUs.
 
-The HAI model (reference 003): "10 nodes at NORMAL" means a user's jobs at the normal tier may
+The HAI model (docs/accounts.md): "10 nodes at NORMAL" means a user's jobs at the normal tier may
 hold at most 10 nodes at once. A job whose start would take its owner or its group past a limit
 waits, with a reason that names the limit; it does not block anyone else.
 """

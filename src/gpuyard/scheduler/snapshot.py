@@ -74,9 +74,9 @@ class Preemption(StrEnum):
     """What a pool lets a higher tier do to lower running jobs."""
 
     NEVER = "never"
-    """Higher tiers only block lower jobs that have not started (reference 000)."""
+    """Higher tiers only block lower jobs that have not started (docs/scheduling.md)."""
     SUSPEND = "suspend"
-    """Higher tiers suspend lower running jobs to take their place (reference 003)."""
+    """Higher tiers suspend lower running jobs to take their place (docs/preemption.md)."""
 
 
 TIME_SHARING_SLICES = (3600.0, 36000.0, 360000.0)

@@ -69,7 +69,7 @@ DEFAULT_GROUP = "default"
 DEFAULT_USER_TIERS = (Priority.LOW, Priority.NORMAL, Priority.HIGH)
 
 _LIVE = LIVE
-"""Running or queued, as the urgent limit counts them (reference 002: 运行中 + 排队中)."""
+"""Running or queued, as the urgent limit counts them (docs/jobs.md, "Priority tiers")."""
 _HOLDING = HOLDING
 
 

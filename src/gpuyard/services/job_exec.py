@@ -1,4 +1,4 @@
-"""``gpuyard exec``: hold a job, run commands on its nodes, start it again (reference 000's jmt).
+"""``gpuyard exec``: hold a job, run commands on its nodes, start it again (docs/jobs.md).
 
 The rules of each action, and nothing that touches a process: the service checks who asks and
 in which state the job is, writes the change (a transition, exec worker rows, a request to stop

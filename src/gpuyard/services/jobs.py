@@ -486,7 +486,7 @@ class JobService:
         )
 
     def change_priority(self, job_id: int, priority: Priority, *, actor: str) -> JobView:
-        """Move a queued or suspended job to another tier (reference 002's 调整优先级): its
+        """Move a queued or suspended job to another tier (docs/jobs.md, "Changing…"): its
         owner or an admin, within the tiers the actor may use and the group's urgent limit.
         The state stays; the version goes up, so a scheduling decision made on the old tier
         is dropped."""
@@ -529,7 +529,7 @@ class JobService:
         return view
 
     def change_runtime(self, job_id: int, max_runtime: float, *, actor: str) -> JobView:
-        """Set a job's runtime limit (reference 002's 调整使用时长), counted from its start: any
+        """Set a job's runtime limit (docs/jobs.md, "Changing…"), counted from its start: any
         job that has not ended. A running job past the new limit expires at the next pass."""
         now = self.clock.now()
         with self.store.write() as session:

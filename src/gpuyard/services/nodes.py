@@ -22,6 +22,7 @@ from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
 from gpuyard.models.disclosure import disclose
 from gpuyard.models.health import Finding, Probe, newly_critical
+from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
 from gpuyard.services.auth import Policy
 from gpuyard.services.disclosure import Viewer
@@ -104,15 +105,16 @@ class NodeService:
                 cordoned_at=to_datetime(n.cordoned_at),
                 health=[_disclosed(f, viewer) for f in stored_findings(n.health)],
                 inspected_at=to_datetime(n.inspected_at),
+                isolation=NodeIsolation.from_labels(n.effective_labels()),
             )
             for n in nodes
         ]
 
     def holders(self, *, actor: str | None) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
-        page writes in reference 002's ``1(1):application-name`` notation. A job ``actor``
-        may not see is there with what it holds, but with neither id nor name (``job_id``
-        0, ``name`` empty)."""
+        page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages"). A job
+        ``actor`` may not see is there with what it holds, but with neither id nor name
+        (``job_id`` 0, ``name`` empty)."""
         with self.store.read() as session:
             gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
             rows = session.execute(

@@ -144,7 +144,7 @@ class JobRow(Base):
     every node gets the job's ``gpus``, ``mcpus`` and ``memory``."""
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
-    none (reference 002's 他人访问权限; gpuyard.models.access.Access)."""
+    none (docs/accounts.md, 他人访问权限; gpuyard.models.access.Access)."""
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
     """The Slurm job array it belongs to (its first task's id; docs/slurm.md)."""
     array_throttle: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)

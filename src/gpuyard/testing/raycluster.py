@@ -5,7 +5,7 @@ Each node is its own raylet, started with ``ray start --address HEAD --node-ip-a
 (``--num-gpus``) and the least CPU and memory Ray accepts. The head carries no gpuyard node
 (``gpuyard.join=false``): it is the cluster's control side, like a real head.
 
-What ``../shared/research/ray.md`` found on this machine, and what this module does about it:
+What trying Ray on the development machine found, and what this module does about it:
 
 - nodes started in parallel race for ports (``bind: Address already in use``): they are started
   one after another, each with explicit ports of its own;

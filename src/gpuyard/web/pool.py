@@ -88,7 +88,7 @@ async def logout(request: Request) -> Response:
 
 
 def usage_notation(holders: list[NodeHolder]) -> list[str]:
-    """Reference 002's ``1(1):application-name``: the card's place in the node, the virtual
+    """docs/web.md's ``1(1):application-name``: the card's place in the node, the virtual
     card's number (gpuyard does not split cards, so it is the card itself), the job. A job
     holding CPUs only is ``cpu(N):name``."""
     found: list[str] = []

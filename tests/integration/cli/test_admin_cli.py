@@ -213,3 +213,32 @@ def test_nodes_warns_about_nodes_without_cgroup_isolation(cli: Cli) -> None:
     assert "warning: no cgroup isolation on n1: no memory, CPU or process limits" in " ".join(
         shown.split()
     )
+
+
+def test_nodes_say_what_each_node_enforces(cli: Cli) -> None:
+    """What the local executor reports in its nodes' labels: here, a v2 host whose parent
+    cgroup offers only memory (issue 24, point 12)."""
+    cli(
+        "label",
+        "n1",
+        "isolation=cgroup-v2",
+        "isolation.enforced=memory",
+        "isolation.kill=cgroup.kill",
+    )
+    shown = cli("nodes")
+    rows = {line.split()[0]: line.rstrip() for line in shown.splitlines() if "127.0.0" in line}
+    assert rows["n1"].split()[-3:] == ["v2", "memory,-pids,-cpu", "-"]  # then HEALTH
+    assert (
+        "n1 isolation: cgroup-v2: memory enforced; pids, cpu NOT enforced; whole-worker kill by "
+        "cgroup.kill" in " ".join(shown.split())
+    )
+    assert rows["n0"].split()[-2:] == ["-", "-"]  # an executor that does not say
+    nodes = {n["name"]: n for n in cli.json("nodes")}
+    assert nodes["n1"]["isolation"] == {
+        "mode": "cgroup-v2",
+        "enforced": ["memory"],
+        "kill": "cgroup.kill",
+        "pids_ceiling": 0,
+        "memory_ceiling": 0,
+    }
+    assert nodes["n0"]["isolation"] is None

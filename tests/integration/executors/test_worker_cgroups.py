@@ -3,11 +3,15 @@ once it has ended, however its processes tried to leave."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -15,6 +19,7 @@ import pytest
 
 from gpuyard.executors.local import cgroups, procfs
 from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.models.node import IsolationMode, NodeIsolation
 from gpuyard.models.resources import Resources
 from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState, WorkerStatus
 
@@ -213,6 +218,13 @@ def test_the_executor_says_what_it_enforces(
         assert found.isolation.mode == cgroups.NONE and found.warnings()
     else:
         assert found.isolation.mode in (cgroups.CGROUP_V1, cgroups.CGROUP_V2)
+    assert bare.enforced() == NodeIsolation(mode=IsolationMode.NONE)
+    report = found.enforced()
+    nodes = found.nodes()
+    assert [NodeIsolation.from_labels(dict(n.labels)) for n in nodes] == [report] * len(nodes)
+    wanted = ("memory", "pids", "cpu")
+    assert report.enforced == [c for c in wanted if c in found.isolation.controllers]
+    assert report.pids_ceiling == (found.pids_ceiling if "pids" in report.enforced else 0)
 
 
 HIDER = r"""
@@ -276,3 +288,124 @@ def test_the_pools_cgroup_lives_while_it_has_workers(
         )
     )
     assert ended(ex, again).cause == "out of memory: limit 64Mi"
+
+
+@pytest.fixture
+def frozen_cgroup() -> Iterator[Path]:
+    """A cgroup v1 freezer cgroup of the test's own: a process frozen in it takes a SIGKILL
+    but cannot end until it is thawed, which makes "signalled, not yet dead" last."""
+    own = cgroups._own_cgroups("/proc/self/cgroup").get("freezer")
+    mount = next((m for m in cgroups._mounts("/proc/self/mountinfo") if "freezer" in m[3]), None)
+    base = None if own is None or mount is None else cgroups._own_dir(mount[1], mount[0], own)
+    if base is None or not os.access(base, os.W_OK):
+        pytest.skip("no writable cgroup v1 freezer here")
+    path = Path(base, f"gpuyard-test-{uuid.uuid4().hex[:8]}")
+    path.mkdir()
+    yield path
+    (path / "freezer.state").write_text("THAWED")
+    for pid in (path / "cgroup.procs").read_text().split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    wait_until(lambda: not (path / "cgroup.procs").read_text().split(), timeout=30)
+    path.rmdir()
+
+
+def _sigkill_pending(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone: it was signalled
+    masks = [line.split()[1] for line in status.splitlines() if line[:6] in ("SigPnd", "ShdPnd")]
+    return any(int(mask, 16) & (1 << (signal.SIGKILL - 1)) for mask in masks)
+
+
+def test_a_kill_without_a_cgroup_returns_once_the_processes_have_ended(
+    make_executor: Callable[..., LocalExecutor],
+    worker_processes: WorkerProcesses,
+    frozen_cgroup: Path,
+) -> None:
+    """The race behind the flaky ``test_nothing_of_a_worker_outlives_it[none-terminate]``: a
+    SIGKILL takes effect only when its target next runs, so a kill that returns as soon as it
+    has signalled leaves, on a loaded machine, processes that still run. Here the escaper is
+    frozen, so it cannot end before it is thawed: ``kill`` must not return until then."""
+    ex = make_executor(isolation=cgroups.Isolation(cgroups.NONE))
+    handle = launch(ex, ["bash", "-c", "setsid sleep 1000 & echo ready; wait"])
+    wait_until(lambda: "ready" in log(ex, handle), timeout=30)
+    wait_until(
+        lambda: any(p.name() == "sleep" for p in worker_processes(Path(handle["dir"]))),
+        timeout=30,
+    )
+    [escaper] = [p for p in worker_processes(Path(handle["dir"])) if p.name() == "sleep"]
+    (frozen_cgroup / "cgroup.procs").write_text(str(escaper.pid))
+    (frozen_cgroup / "freezer.state").write_text("FROZEN")
+    wait_until(lambda: (frozen_cgroup / "freezer.state").read_text().strip() == "FROZEN", 30)
+    alive_when_kill_returned: list[bool] = []
+
+    def kill() -> None:
+        ex.kill(handle)
+        alive_when_kill_returned.append(escaper.is_running() and escaper.status() != "zombie")
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    wait_until(lambda: _sigkill_pending(escaper.pid), timeout=30)
+    killer.join(timeout=2)  # the old kill returned here, with the escaper still frozen
+    (frozen_cgroup / "freezer.state").write_text("THAWED")
+    killer.join(timeout=60)
+    assert alive_when_kill_returned == [False]
+    assert ended(ex, handle, timeout=30).state is WorkerState.EXITED
+    assert worker_processes(Path(handle["dir"])) == []
+
+
+FORKER = r"""
+import os, time
+children = 0
+while children < 200:
+    try:
+        pid = os.fork()
+    except BlockingIOError:  # EAGAIN: the pids limit
+        break
+    if pid == 0:
+        time.sleep(1000)
+        os._exit(0)
+    children += 1
+print(f"forked {children}", flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_fork_bomb_stops_at_the_nodes_ceiling_and_the_machine_keeps_answering(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    """All workers of a machine together stay below the ceiling on the pool's cgroup, even
+    where each worker alone may have more: the host keeps pids for everything else."""
+    ex = make_executor(pids_limit=500, pids_ceiling=30)
+    if "pids" not in ex.isolation.controllers:
+        pytest.skip("the pids controller is not available here")
+    handle = launch(ex, [sys.executable, "-c", FORKER])
+    wait_until(lambda: "forked" in log(ex, handle), timeout=60)
+    forked = int(log(ex, handle).split()[1])
+    assert 0 < forked < 30  # the worker's own process counts too
+    cgroup = cgroups.Cgroup.from_json(handle["cgroup"])
+    assert cgroup is not None
+    parent = Path(cgroup.dirs["unified" if cgroup.version == 2 else "pids"]).parent
+    assert (parent / "pids.max").read_text().strip() == "30"
+    # The pool itself, outside the workers' cgroup, still starts processes and answers.
+    assert subprocess.run(["true"], check=False).returncode == 0
+    assert ex.status([handle])[0].state is WorkerState.RUNNING
+    ex.kill(handle)
+    assert ended(ex, handle, timeout=30).signal == "SIGKILL"
+
+
+def test_workers_together_stay_below_the_nodes_memory_ceiling(
+    make_executor: Callable[..., LocalExecutor], needs_cgroup: None
+) -> None:
+    """A worker without a memory limit of its own is still held to the machine's ceiling."""
+    ex = make_executor(memory_ceiling=64 << 20)
+    if "memory" not in ex.isolation.controllers:
+        pytest.skip("the memory controller is not available here")
+    code = "x = bytearray(300 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')"
+    handle = launch(ex, [sys.executable, "-c", code])
+    status = ended(ex, handle, timeout=60)
+    assert (status.exit_code, status.signal) == (137, "SIGKILL")
+    assert "survived" not in log(ex, handle)
+    assert ex.enforced().memory_ceiling == 64 << 20

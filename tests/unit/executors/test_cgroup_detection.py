@@ -176,3 +176,12 @@ def test_a_cgroup_round_trips_through_json() -> None:
     cgroup = Cgroup(1, {"memory": "/m", "freezer": "/f"}, memory=5, mcpus=6, pids=7)
     again = Cgroup.from_json(cgroup.to_json())
     assert again is not None and again.to_json() == cgroup.to_json()
+
+
+def test_the_pids_ceiling_defaults_to_half_of_what_the_host_can_number(tmp_path: Path) -> None:
+    (tmp_path / "pid_max").write_text("32768\n")
+    (tmp_path / "threads-max").write_text("192731\n")
+    assert cgroups.default_pids_ceiling(str(tmp_path)) == 16384
+    (tmp_path / "threads-max").write_text("1000\n")
+    assert cgroups.default_pids_ceiling(str(tmp_path)) == 500
+    assert cgroups.default_pids_ceiling(str(tmp_path / "missing")) == 0

@@ -225,11 +225,24 @@ def test_a_bad_token_is_refused_and_the_server_goes_on(tmp_path: Path, server: S
 
 def test_a_bad_header_gets_an_error_frame(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-        conn.sendall(b'{"token": "job-secret", "argv": "not a list"}\n')
+        conn.sendall(b'job-secret\n{"argv": "not a list"}\n')
         head = conn.recv(5, socket.MSG_WAITALL)
         assert head[0] == rexec.ERROR
         message = conn.recv(int.from_bytes(head[1:], "big"), socket.MSG_WAITALL)
     assert b"argv must be a non-empty list" in message
+
+
+def read_error(conn: socket.socket) -> bytes:
+    """The server's ERROR frame's message (the connection must have one coming)."""
+    head = conn.recv(5, socket.MSG_WAITALL)
+    assert head[:1] == bytes((rexec.ERROR,)), head
+    return conn.recv(int.from_bytes(head[1:], "big"), socket.MSG_WAITALL)
+
+
+def test_a_token_line_longer_than_256_bytes_is_refused_unread(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(b"t" * 100_000)
+        assert b"token line is over 256 bytes" in read_error(conn)
 
 
 def test_an_unknown_host_fails_like_ssh(tmp_path: Path) -> None:
@@ -257,6 +270,143 @@ def test_waits_for_a_target_that_is_not_serving_yet(tmp_path: Path) -> None:
     finally:
         stop(server)
     assert (client.returncode, out) == (0, b"late\n"), err
+
+
+# -- unauthenticated connections (issue 24, point 3) ------------------------------------------
+
+FLOOD = r"""
+import socket, sys, time
+
+port, count, junk = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+conns, sent, opened = [None] * count, [0] * count, 0
+while True:
+    for i in range(count):
+        conn = conns[i]
+        if conn is None:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=2)
+            except OSError:
+                continue
+            conn.setblocking(False)
+            conns[i], sent[i], opened = conn, 0, opened + 1
+        try:
+            # The first `junk` connections send a megabyte without a newline, the others drip.
+            data = b"y" * (1_000_000 - sent[i]) if i < junk and sent[i] < 1_000_000 else b"x"
+            sent[i] += conn.send(data)
+        except BlockingIOError:
+            pass
+        except OSError:
+            conn.close()
+            conns[i] = None
+    print(opened, flush=True)
+    time.sleep(0.5)
+"""
+
+
+def test_a_flood_of_unauthenticated_connections_costs_no_thread_and_no_memory(
+    tmp_path: Path, server: Server
+) -> None:
+    # Another user's process opens 200 connections that never send a token: some drip a byte
+    # now and then, some send a megabyte without a newline, and each one closed is reopened.
+    serving = psutil.Process(server.proc.pid)
+    threads, rss = serving.num_threads(), serving.memory_info().rss
+    flood = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, str(server.port), "200", "32"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert flood.stdout is not None
+        most_threads, most_rss, opened = threads, rss, 0
+        # Sample past two token deadlines (5 s each), and until 300 connections have been
+        # opened (the server closed 100 of them) or a minute has passed.
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < 12 or (opened < 300 and elapsed < 60):
+            opened = int(flood.stdout.readline() or 0)
+            assert flood.poll() is None, "the flood stopped"
+            most_threads = max(most_threads, serving.num_threads())
+            most_rss = max(most_rss, serving.memory_info().rss)
+        # A session of the job itself still gets in, and runs, in the middle of the flood.
+        done = agent(tmp_path, "node1", "echo alive", hosts={"node1": server.port}, timeout=60)
+        assert (done.returncode, done.stdout) == (0, b"alive\n"), done.stderr
+    finally:
+        flood.kill()
+        flood.wait()
+    assert most_threads == threads == 1, f"{most_threads} threads while flooded"
+    assert most_rss - rss < 16 << 20, f"serve grew by {(most_rss - rss) >> 20} MiB"
+    assert serving.children() == []
+    log = server.log_text()
+    assert "too many waiting for their token" in log, log
+    assert "token line is over 256 bytes" in log, log
+
+
+def test_a_byte_dripped_every_second_is_cut_at_the_deadline(server: Server) -> None:
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=1) as conn:
+        closed = False
+        while not closed and time.monotonic() - started < 60:
+            try:
+                conn.sendall(b"a")  # never a newline: the token line never ends
+                closed = conn.recv(1) == b""
+            except TimeoutError:
+                continue  # still open: drip again a second later
+            except OSError:
+                closed = True  # reset: as good as closed
+    assert closed, "a connection that dripped a byte a second was kept for a minute"
+    assert wait_until(lambda: "no token within the deadline" in server.log_text())
+
+
+def test_sessions_beyond_the_cap_are_refused_and_the_running_ones_go_on(tmp_path: Path) -> None:
+    server = start_server(tmp_path, GPUYARD_REXEC_MAX_SESSIONS="1")
+    first = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(REXEC), "agent", "node1", "echo started; sleep 300"],
+        env=agent_env(tmp_path, {"node1": server.port}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline() == b"started\n"
+        second = agent(tmp_path, "node1", "echo second", hosts={"node1": server.port})
+        assert second.returncode == rexec.EXIT_CONNECTION
+        assert b"too many sessions: 1 are running" in second.stderr
+        assert first.poll() is None  # the running session was not disturbed
+        first.kill()
+        first.wait()
+
+        def third_runs() -> bool:
+            done = agent(tmp_path, "node1", "echo third", hosts={"node1": server.port})
+            return done.stdout == b"third\n"
+
+        assert wait_until(third_runs, timeout=60), server.log_text()
+    finally:
+        first.kill()
+        first.wait()
+        stop(server)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::"])  # noqa: S104 - what must be refused
+def test_it_never_listens_on_every_interface(tmp_path: Path, address: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(REXEC), "serve"],
+        env={
+            "PATH": os.environ["PATH"],
+            "GPUYARD_REXEC_ADDRESS": address,
+            "GPUYARD_REXEC_PORT": "0",
+            "GPUYARD_JOB_TOKEN": TOKEN,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"rexec serve is serving on {address}")
+    assert proc.returncode == rexec.EXIT_USAGE
+    assert b"is every interface" in err
 
 
 # -- ending ----------------------------------------------------------------------------------

@@ -262,8 +262,11 @@ def test_openmpi_launcher_and_targets(mode: str) -> None:
     )
     assert target.env["GPUYARD_JOB_TOKEN"] == env["GPUYARD_JOB_TOKEN"] == "s3cret"
     assert "MASTER_ADDR" not in env and "RANK" not in env  # mpirun's ranks are not node ranks
-    # On real nodes, nothing about host names or loopback.
-    assert "GPUYARD_REXEC_HOSTNAME" not in env and "OMPI_MCA_btl_tcp_if_include" not in env
+    # On real nodes, nothing about host names; MPI's transports and daemons are told the pool's
+    # interface (issue 24, point 8: not every interface).
+    assert "GPUYARD_REXEC_HOSTNAME" not in env
+    assert env["OMPI_MCA_btl_tcp_if_include"] == env["PRTE_MCA_prte_if_include"] == "eth0"
+    assert env["OMPI_MCA_oob_tcp_if_include"] == env["UCX_NET_DEVICES"] == "eth0"
 
 
 def test_mpi_on_virtual_nodes_of_one_host() -> None:
@@ -277,6 +280,26 @@ def test_mpi_on_virtual_nodes_of_one_host() -> None:
     )
     assert launcher.env["OMPI_MCA_btl_tcp_if_include"] == "lo"
     assert launcher.env["HYDRA_IFACE"] == "lo"
+    # PRRTE finds no interface for its daemons when told "lo": it is left to its default.
+    assert "PRTE_MCA_prte_if_include" not in launcher.env
+
+
+def test_every_job_gets_the_pools_interface_for_its_listeners() -> None:
+    # Issue 24, point 8: the libraries a job uses to talk between nodes publish, connect and
+    # (where they can) listen on the pool's interface; the job's env, or an InfiniBand pool's
+    # preset, still decides for itself.
+    torch_job = plan(JobSpec(command="python t.py", mode="pytorch", nodes=2), 0)
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "FI_TCP_IFACE", "UCX_NET_DEVICES"):
+        assert torch_job.env[name] == "eth0", name
+    own = JobSpec(command="python t.py", mode="mpi", nodes=2, env={"UCX_NET_DEVICES": "mlx5_0:1"})
+    assert plan(own, 0).env["UCX_NET_DEVICES"] == "mlx5_0:1"
+    ib = plan(
+        JobSpec(command="python t.py", mode="mpi", nodes=2),
+        0,
+        network=NetworkPreset(network=Network.IB, interface="ib0"),
+    )
+    assert "UCX_NET_DEVICES" not in ib.env  # the fabric's devices, not a socket interface
+    assert ib.env["NCCL_SOCKET_IFNAME"] == "ib0"  # the preset's
 
 
 def test_the_agent_script_quotes_its_paths() -> None:
@@ -403,7 +426,8 @@ def test_workspace_binds() -> None:
 @pytest.mark.parametrize(
     ("network", "gpus", "mode", "expected"),
     [
-        (Network.NONE, 8, "pytorch", {}),
+        # No preset: only the pool's interface for NCCL's sockets (listener_env, issue 24).
+        (Network.NONE, 8, "pytorch", {"NCCL_SOCKET_IFNAME": "eth0"}),
         (
             Network.ROCE,
             8,

@@ -4,8 +4,11 @@ limits, kill everything in it, and tell whether the OOM killer struck.
 Both cgroup versions are supported, because both are still deployed:
 
 - **v2** (the unified hierarchy): one directory per worker; it is used when ``memory`` and
-  ``pids`` can be delegated to our cgroup's children. Killing uses ``cgroup.kill`` (Linux 5.14),
-  else ``cgroup.freeze``.
+  ``pids`` can be delegated to our cgroup's children, or with whatever it has where v1 is not
+  writable. Where our cgroup holds processes it cannot delegate ("no internal processes"): the
+  pool then asks systemd for a delegated scope (:mod:`.systemd`) or moves those processes into
+  the leaf ``gpuyard-pool`` and enables what the parent offers. Killing uses ``cgroup.kill``
+  (Linux 5.14), else ``cgroup.freeze``.
 - **v1**: one directory per worker in each of the ``memory``, ``freezer`` (both required),
   ``pids``, ``cpu`` and ``cpuacct`` hierarchies (``cpuacct`` only where it is mounted apart
   from ``cpu``; it counts the CPU time). Killing freezes the cgroup, SIGKILLs every member,
@@ -14,7 +17,8 @@ Both cgroup versions are supported, because both are still deployed:
   worker's process group, which a process that calls ``setsid`` leaves.
 
 Worker cgroups live under ``gpuyard-<digest of the pool's home>`` inside the cgroup of the
-process that detects them (``gpuyard up``), so two pools on one machine never collide.
+process that detects them (``gpuyard up``), so two pools on one machine never collide; that
+parent holds the machine's ceilings (``pids.max``, ``memory.max``) for all workers together.
 
 The executor uses this module to detect what it may use, to read what a worker uses (its CPU
 time and memory: :meth:`Cgroup.cpu_seconds`, :meth:`Cgroup.memory_in_use`), and to kill the
@@ -33,6 +37,8 @@ TYPE_CHECKING = False  # typing itself costs an import in the supervisor
 if TYPE_CHECKING:
     import signal as _signal
     from collections.abc import Iterable
+
+    from gpuyard.executors.local.systemd import Systemd
 else:
     import _signal
 
@@ -47,6 +53,7 @@ V1_REQUIRED = ("memory", "freezer")
 OPTIONAL = ("pids", "cpu", "cpuacct")
 """Used where present; a warning says what is not enforced where they are not."""
 _WITHOUT = {
+    "memory": "memory limits are not enforced",
     "pids": "process limits are not enforced",
     "cpu": "CPU limits are not enforced",
     "cpuacct": "a worker's CPU time is counted over its live processes instead",
@@ -103,16 +110,28 @@ class Cgroup:
 
     ``dirs`` maps a controller (``unified`` for v2) to its directory; ``limits`` are what
     :meth:`create` writes (bytes of memory, thousandths of a CPU, processes; 0 is none).
+    ``ceiling_pids`` and ``ceiling_memory`` are the node's ceilings, written on the pool's
+    parent cgroup, which holds every worker of this machine (0 is none).
     """
 
     def __init__(
-        self, version: int, dirs: dict[str, str], *, memory: int = 0, mcpus: int = 0, pids: int = 0
+        self,
+        version: int,
+        dirs: dict[str, str],
+        *,
+        memory: int = 0,
+        mcpus: int = 0,
+        pids: int = 0,
+        ceiling_pids: int = 0,
+        ceiling_memory: int = 0,
     ) -> None:
         self.version = version
         self.dirs = dirs
         self.memory = memory
         self.mcpus = mcpus
         self.pids = pids
+        self.ceiling_pids = ceiling_pids
+        self.ceiling_memory = ceiling_memory
 
     @property
     def main(self) -> str:
@@ -126,6 +145,8 @@ class Cgroup:
             "memory": self.memory,
             "mcpus": self.mcpus,
             "pids": self.pids,
+            "ceiling_pids": self.ceiling_pids,
+            "ceiling_memory": self.ceiling_memory,
         }
 
     @classmethod
@@ -140,10 +161,11 @@ class Cgroup:
             return None
         if ("unified" if version == 2 else "freezer") not in dirs:
             return None
-        limits = [data.get(k, 0) for k in ("memory", "mcpus", "pids")]
+        names = ("memory", "mcpus", "pids", "ceiling_pids", "ceiling_memory")
+        limits = [data.get(k, 0) for k in names]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits):
             return None
-        return cls(version, dirs, memory=limits[0], mcpus=limits[1], pids=limits[2])
+        return cls(version, dirs, **dict(zip(names, limits, strict=True)))
 
     def _file(self, controller: str, name: str) -> str | None:
         directory = self.dirs.get("unified" if self.version == 2 else controller)
@@ -172,13 +194,29 @@ class Cgroup:
             _enable(os.path.dirname(self.main), [name for name, value in limits if value])
         if self.procs():
             self.kill()
-        for path, value in self._limits():
+        for path, value in [*self._ceilings(), *self._limits()]:
             try:
                 _write(path, value)
             except OSError as exc:
                 raise CgroupError(
                     exc.errno, f"cannot write {value} to {path}: {exc.strerror}"
                 ) from None
+
+    def _ceilings(self) -> list[tuple[str, str]]:
+        """The node's ceilings, on the pool's parent cgroup (written by every worker that
+        creates its cgroup: the parent is made again after its last worker removed it)."""
+        parent = {c: os.path.dirname(d) for c, d in self.dirs.items()}
+        ceilings = []
+        if self.ceiling_pids:
+            directory = parent.get("unified" if self.version == 2 else "pids")
+            if directory is not None:
+                ceilings.append((os.path.join(directory, "pids.max"), str(self.ceiling_pids)))
+        if self.ceiling_memory:
+            directory = parent.get("unified" if self.version == 2 else "memory")
+            name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+            if directory is not None:
+                ceilings.append((os.path.join(directory, name), str(self.ceiling_memory)))
+        return ceilings
 
     def _limits(self) -> list[tuple[str, str]]:
         limits: list[tuple[str | None, str]] = []
@@ -435,9 +473,23 @@ class Isolation:
         self.parents = dict(parents or {})
         self.controllers = frozenset(controllers)
         self.warnings = list(warnings)
+        self.notes: list[str] = []
+        """What detection changed to be able to delegate (logged by ``gpuyard up``)."""
+        self.whole_kill = mode == CGROUP_V2
+        """v2: whether ``cgroup.kill`` ends a worker at once (else it is frozen first)."""
 
-    def cgroup(self, name: str, *, memory: int, mcpus: int, pids: int) -> Cgroup | None:
-        """The cgroup of worker ``name`` (not created yet), limited to what can be enforced."""
+    def cgroup(
+        self,
+        name: str,
+        *,
+        memory: int,
+        mcpus: int,
+        pids: int,
+        ceiling_pids: int = 0,
+        ceiling_memory: int = 0,
+    ) -> Cgroup | None:
+        """The cgroup of worker ``name`` (not created yet), limited to what can be enforced;
+        the ceilings are the node's (all its workers together)."""
         if self.mode == NONE:
             return None
         version = 2 if self.mode == CGROUP_V2 else 1
@@ -448,67 +500,172 @@ class Isolation:
             memory=memory if "memory" in self.controllers else 0,
             mcpus=mcpus if "cpu" in self.controllers else 0,
             pids=pids if "pids" in self.controllers else 0,
+            ceiling_pids=ceiling_pids if "pids" in self.controllers else 0,
+            ceiling_memory=ceiling_memory if "memory" in self.controllers else 0,
         )
 
-    def remove_parents(self) -> None:
+    def remove_parents(self, fs: CgroupFs | None = None) -> None:
         """Remove the pool's parent cgroups if no worker cgroup is left in them."""
+        fs = fs or CgroupFs()
         for directory in self.parents.values():
             try:  # noqa: SIM105 - as above
-                os.rmdir(directory)
+                fs.rmdir(directory)
             except OSError:
                 pass
 
     @classmethod
-    def unified(cls, parent: str, base: str | None = None) -> Isolation | str:
+    def unified(
+        cls, parent: str, base: str | None = None, fs: CgroupFs | None = None
+    ) -> Isolation | str:
         """v2 with ``parent`` as the pool's cgroup: created if needed, with every controller we
-        use that ``base`` (its parent) can give it enabled for the workers below. Returns why
+        use that ``base`` (its parent) can give it enabled for the workers below. Where
+        ``base`` holds processes, which keeps it from delegating anything ("no internal
+        processes"), they are moved into a leaf of it first (:func:`_delegate`). Returns why
         not when ``parent`` cannot be created."""
+        fs = fs or CgroupFs()
+        note = "" if base is None else _delegate(base, fs)
         try:
-            os.makedirs(parent, exist_ok=True)
+            fs.mkdir(parent)
         except OSError as exc:
             return f"cgroup v2: cannot create {parent}: {exc.strerror}"
-        wanted = ("memory", "pids", "cpu")
-        have = set(_read_words(os.path.join(parent, "cgroup.controllers")))
-        missing = [c for c in wanted if c not in have]
-        if missing and base is not None:
-            _enable(base, [c for c in missing if c in _read_words(f"{base}/cgroup.controllers")])
-            have = set(_read_words(os.path.join(parent, "cgroup.controllers")))
-        _enable(parent, [c for c in wanted if c in have])
-        enabled = set(_read_words(os.path.join(parent, "cgroup.subtree_control")))
-        return cls(CGROUP_V2, {"unified": parent}, enabled)
+        have = set(fs.words(os.path.join(parent, "cgroup.controllers")))
+        _enable(parent, [c for c in V2_WANTED if c in have], fs)
+        enabled = set(fs.words(os.path.join(parent, "cgroup.subtree_control")))
+        found = cls(CGROUP_V2, {"unified": parent}, enabled)
+        found.whole_kill = fs.exists(os.path.join(parent, "cgroup.kill"))
+        found.notes = [note] if note else []
+        return found
 
 
-def _read_words(path: str) -> list[str]:
+class CgroupFs:
+    """The cgroup filesystem as detection sees it: reads, writes and directories. The seam
+    where unit tests put a fake tree that follows the kernel's rules for v2 (a cgroup that
+    holds processes cannot delegate; a controller is offered only where the parent enables
+    it), since no test machine can be every kind of host."""
+
+    def read(self, path: str) -> str:
+        return _read(path)
+
+    def write(self, path: str, text: str) -> None:
+        _write(path, text)
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, 0o755, exist_ok=True)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
+
+    def words(self, path: str) -> list[str]:
+        try:
+            return self.read(path).split()
+        except OSError:
+            return []
+
+
+POOL_LEAF = "gpuyard-pool"
+"""Where the processes of the pool's own cgroup go when it must delegate (v2)."""
+V2_WANTED = ("memory", "pids", "cpu")
+_MOVE_ROUNDS = 5
+"""Rounds of moving ``base``'s processes to the leaf: one may fork while they move."""
+
+
+def _delegate(base: str, fs: CgroupFs) -> str:
+    """Make ``base`` enable, for its children, each controller we use that it is offered.
+    The kernel refuses while ``base`` itself holds processes (cgroup v2's "no internal
+    processes" rule: a login session, a container, ``gpuyard up`` started by hand), so they
+    are moved into the leaf ``base/gpuyard-pool`` first; they keep every limit of ``base``,
+    which is their ancestor still. Returns what was done ("" when nothing was needed)."""
+    subtree = os.path.join(base, "cgroup.subtree_control")
+    offered = [c for c in V2_WANTED if c in fs.words(os.path.join(base, "cgroup.controllers"))]
+    missing = [c for c in offered if c not in fs.words(subtree)]
+    if missing:
+        _enable(base, missing, fs)
+        missing = [c for c in missing if c not in fs.words(subtree)]
+    if not missing or not fs.words(os.path.join(base, PROCS)):
+        return ""
+    leaf = os.path.join(base, POOL_LEAF)
     try:
-        return _read(path).split()
-    except OSError:
-        return []
+        fs.mkdir(leaf)
+    except OSError as exc:
+        return f"cgroup v2: cannot create {leaf} to delegate from {base}: {exc.strerror}"
+    moved: set[str] = set()
+    for _ in range(_MOVE_ROUNDS):
+        left = [pid for pid in fs.words(os.path.join(base, PROCS)) if pid not in moved]
+        if not left:
+            break
+        for pid in left:
+            try:
+                fs.write(os.path.join(leaf, PROCS), pid)
+            except OSError:
+                continue  # ended meanwhile, or not ours to move: enabling says
+            moved.add(pid)
+    _enable(base, missing, fs)
+    enabled = [c for c in missing if c in fs.words(subtree)]
+    return (
+        f"cgroup v2: moved {len(moved)} process(es) of {base} into {leaf} so that it can "
+        f"delegate {', '.join(enabled) or 'nothing'} to the workers"
+    )
 
 
-def _enable(directory: str, controllers: list[str]) -> None:
+def default_pids_ceiling(proc_sys: str = "/proc/sys/kernel") -> int:
+    """Half of what the host can number (``kernel.pid_max``) or hold (``kernel.threads-max``),
+    whichever is lower: all jobs together can never take the host's last pids. 0 when
+    neither can be read."""
+    found = []
+    for name in ("pid_max", "threads-max"):
+        try:
+            found.append(int(_read(os.path.join(proc_sys, name))))
+        except (OSError, ValueError):
+            continue
+    return min(found) // 2 if found else 0
+
+
+def _enable(directory: str, controllers: list[str], fs: CgroupFs | None = None) -> None:
+    fs = fs or CgroupFs()
+    path = os.path.join(directory, "cgroup.subtree_control")
     for controller in controllers:  # one at a time: one refused must not stop the others
         try:  # noqa: SIM105 - as above
-            _write(os.path.join(directory, "cgroup.subtree_control"), f"+{controller}")
+            fs.write(path, f"+{controller}")
         except OSError:
             pass
 
 
-def detect(name: str, *, proc: str = "/proc/self") -> Isolation:
+def detect(
+    name: str,
+    *,
+    proc: str = "/proc/self",
+    fs: CgroupFs | None = None,
+    systemd: Systemd | None = None,
+) -> Isolation:
     """The isolation this process may give workers: cgroup v2 if it can delegate ``memory``
-    and ``pids`` to its children, else cgroup v1 if ``memory`` and ``freezer`` are writable,
-    else none. ``name`` is the pool's parent cgroup (``gpuyard-<digest>``); it exists only
-    while the pool has workers."""
+    and ``pids`` to its children (in a delegated scope systemd gives it, or by moving the
+    processes of its own cgroup into a leaf, if that is what it takes), else cgroup v1 if
+    ``memory`` and ``freezer`` are writable, else none. ``name`` is the pool's parent cgroup
+    (``gpuyard-<digest>``); it exists only while the pool has workers. ``fs`` and ``systemd``
+    are seams for tests: systemd is asked only on the real cgroupfs unless one is given."""
     mounts = _mounts(os.path.join(proc, "mountinfo"))
     own = _own_cgroups(os.path.join(proc, "cgroup"))
-    reasons = []
-    for detect_version in (_detect_v2, _detect_v1):
-        found = detect_version(name, mounts, own)
-        if isinstance(found, Isolation):
-            # Made to be sure we may; made again by the first worker (a pool that never
-            # launches, or is killed, leaves nothing behind).
-            found.remove_parents()
-            return found
-        reasons.append(found)
+    if systemd is None and fs is None:
+        from gpuyard.executors.local.systemd import Systemd  # the executor's side only
+
+        systemd = Systemd()
+    fs = fs or CgroupFs()
+    v2 = _detect_v2(name, mounts, own, fs, systemd, proc)
+    # v2 with memory and pids first; else v1 where it has them (a hybrid host's v2 often has
+    # no controller); else v2 with what it has: its cgroup.kill still ends a worker whole.
+    if isinstance(v2, Isolation) and all(c in v2.controllers for c in V2_REQUIRED):
+        return _made(v2, fs)
+    v1 = _detect_v1(name, mounts, own)
+    if isinstance(v1, Isolation):
+        if isinstance(v2, Isolation):
+            v2.remove_parents(fs)
+        return _made(v1, fs)
+    if isinstance(v2, Isolation):
+        return _made(v2, fs)
+    reasons = [v2, v1]
     return Isolation(
         NONE,
         warnings=[
@@ -521,8 +678,20 @@ def detect(name: str, *, proc: str = "/proc/self") -> Isolation:
     )
 
 
+def _made(found: Isolation, fs: CgroupFs) -> Isolation:
+    # Made to be sure we may; made again by the first worker (a pool that never launches,
+    # or is killed, leaves nothing behind).
+    found.remove_parents(fs)
+    return found
+
+
 def _detect_v2(
-    name: str, mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str]
+    name: str,
+    mounts: list[tuple[str, str, str, set[str]]],
+    own: dict[str, str],
+    fs: CgroupFs,
+    systemd: Systemd | None,
+    proc: str,
 ) -> Isolation | str:
     unified = [m for m in mounts if m[2] == "cgroup2"]
     if not unified or "" not in own:
@@ -531,22 +700,49 @@ def _detect_v2(
     base = _own_dir(mountpoint, root, own[""])
     if base is None:
         return "cgroup v2: our cgroup is not visible"
-    found = Isolation.unified(os.path.join(base, name), base)
+    if os.path.basename(base) == POOL_LEAF:  # moved there by an earlier detection: its parent
+        base = os.path.dirname(base)  # delegates already; a second leaf would nest in it
+    scope_note = ""
+    subtree = fs.words(os.path.join(base, "cgroup.subtree_control"))
+    delegates = all(c in subtree for c in V2_REQUIRED)
+    # A hybrid host (v1 has the memory controller) gives v2 no controller, scope or not.
+    hybrid = any(m[2] == "cgroup" and "memory" in m[3] for m in mounts)
+    if systemd is not None and not delegates and not hybrid and systemd.available():
+        # systemd owns our cgroup: ask it for one of our own rather than rearrange its own
+        scope_note, base = _into_scope(name, base, (root, mountpoint), systemd, proc)
+    found = Isolation.unified(os.path.join(base, name), base, fs)
     if isinstance(found, str):
         return found
-    missing = [c for c in V2_REQUIRED if c not in found.controllers]
-    if missing:
-        found.remove_parents()
-        return (
-            f"cgroup v2: {' and '.join(missing)} cannot be delegated below {base} (a cgroup "
-            "that holds processes cannot delegate; run gpuyard up where they are, e.g. a "
-            "systemd service with Delegate=yes and DelegateSubgroup=)"
-        )
-    if "cpu" not in found.controllers:
+    if scope_note:
+        found.notes.insert(0, scope_note)
+    for controller in V2_WANTED:
+        if controller not in found.controllers:
+            found.warnings.append(
+                f"cgroup v2: the {controller} controller is not offered to {base}; "
+                f"{_WITHOUT[controller]} (start gpuyard up where it is, e.g. a systemd "
+                "service with Delegate=yes, or `systemd-run --scope -p Delegate=yes gpuyard up`)"
+            )
+    if not found.whole_kill:
         found.warnings.append(
-            "cgroup v2: the cpu controller is not delegated; CPU limits are not enforced"
+            "cgroup v2: no cgroup.kill (Linux < 5.14); a worker is killed by freezing it"
         )
     return found
+
+
+def _into_scope(
+    name: str, base: str, mount: tuple[str, str], systemd: Systemd, proc: str
+) -> tuple[str, str]:
+    """Move this process into a transient scope with ``Delegate=yes``: what happened, and our
+    cgroup's directory afterwards (``base`` unchanged where systemd would not)."""
+    unit = f"{name}-{os.getpid()}.scope"
+    cgroup_file = os.path.join(proc, "cgroup")
+    why = systemd.delegated_scope(unit, os.getpid(), cgroup_file)
+    if why:
+        return why, base
+    moved = _own_dir(mount[1], mount[0], _own_cgroups(cgroup_file).get("", ""))
+    if moved is None:
+        return f"systemd: the scope {unit} is not visible under {mount[1]}", base
+    return f"systemd: the pool runs in the delegated scope {unit}", moved
 
 
 def _detect_v1(

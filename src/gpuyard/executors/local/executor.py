@@ -77,6 +77,7 @@ from gpuyard.executors.probes.host import (
     nic,
 )
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.node import CONTROLLERS, IsolationMode, KillMethod, NodeIsolation
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
@@ -113,8 +114,6 @@ SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("slurmstep_entry
 """Run, never imported: it imports slurmstep.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
-# Scans of /proc for a worker's processes without a cgroup, until one finds none left.
-_KILL_SCANS = 20
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
@@ -140,6 +139,8 @@ class LocalExecutor:
         memory_per_node: int | None = None,
         machine: Machine | None = None,
         pids_limit: int = DEFAULT_PIDS_LIMIT,
+        pids_ceiling: int | None = None,
+        memory_ceiling: int = 0,
         isolation: cgroups.Isolation | None = None,
         inject_faults: Mapping[str, str] | None = None,
         nvml: NvmlLibrary | None = None,
@@ -147,7 +148,10 @@ class LocalExecutor:
         gpu_meter: GpuMeter | None = None,
         supervisor_prefix: Sequence[str] = (),
     ) -> None:
-        """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
+        """``pids_limit``: processes per worker, 0 for none. ``pids_ceiling`` and
+        ``memory_ceiling``: processes and memory bytes of all workers together (the pool's
+        cgroup), 0 for none; the pids ceiling defaults to half of what the host can number
+        (:func:`cgroups.default_pids_ceiling`). ``isolation``: what cgroups to
         use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
         how GPUs are measured (NVML where the machine has GPUs; tests pass their own).
         ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
@@ -165,6 +169,8 @@ class LocalExecutor:
         self.supervisors_root = home / "supervisors"
         self.machine = machine or detect_machine()
         self.pids_limit = pids_limit
+        self.pids_ceiling = cgroups.default_pids_ceiling() if pids_ceiling is None else pids_ceiling
+        self.memory_ceiling = memory_ceiling
         self.supervisor_prefix = tuple(supervisor_prefix)
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
@@ -181,7 +187,7 @@ class LocalExecutor:
             gpus_per_node,
             cpus_per_node,
             memory_per_node,
-            {"isolation": self.isolation.mode},
+            self.enforced().to_labels(),
         )
         self.gpu_meter = gpu_meter or (NvmlMeter() if self.machine.gpus else NoGpus())
         self._by_name = {n.name: n for n in self._nodes}
@@ -198,6 +204,26 @@ class LocalExecutor:
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
+
+    def enforced(self) -> NodeIsolation:
+        """What each worker of this machine is held to, exactly (``gpuyard up`` prints it;
+        the nodes' labels carry it to ``gpuyard nodes`` and the API)."""
+        iso = self.isolation
+        mode = IsolationMode(iso.mode)
+        if mode is IsolationMode.NONE:
+            kill = KillMethod.ENVIRONMENT
+        elif mode is IsolationMode.CGROUP_V2 and iso.whole_kill:
+            kill = KillMethod.CGROUP_KILL
+        else:
+            kill = KillMethod.FREEZER
+        enforced = [c for c in CONTROLLERS if c in iso.controllers]
+        return NodeIsolation(
+            mode=mode,
+            enforced=enforced,
+            kill=kill,
+            pids_ceiling=self.pids_ceiling if "pids" in enforced else 0,
+            memory_ceiling=self.memory_ceiling if "memory" in enforced else 0,
+        )
 
     def warnings(self) -> list[str]:
         """What this executor cannot enforce on this machine (empty when all is well)."""
@@ -386,6 +412,8 @@ class LocalExecutor:
             memory=request.limits.memory,
             mcpus=request.limits.mcpus,
             pids=self.pids_limit,
+            ceiling_pids=self.pids_ceiling,
+            ceiling_memory=self.memory_ceiling,
         )
         spec = SupervisorSpec(
             job=key.job_id,
@@ -654,21 +682,8 @@ class LocalExecutor:
     def _kill_marked(self, handle: Handle) -> int:
         """Without a cgroup: SIGKILL every process that started with this worker's control
         directory in its environment (its process group, and children that left the group but
-        kept the environment). How many there were.
-
-        One scan of /proc misses a child forked while it ran (a daemon double-forking right
-        then), so scan again until a scan finds none: a killed process forks no more, and a
-        dead one's environment reads empty."""
-        killed: set[int] = set()
-        for _ in range(_KILL_SCANS):
-            pids = [pid for pid in procfs.with_environ(_marker(handle)) if pid not in killed]
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed.update(pids)
-        return len(killed)
+        kept the environment), and wait until they have ended. How many there were."""
+        return procfs.kill_with_environ(_marker(handle), timeout=cgroups.KILL_TIMEOUT)
 
     def _members(self, handle: Handle) -> Callable[[int], bool]:
         """Whether a pid is a process of the worker: in its cgroup, or (without one) started

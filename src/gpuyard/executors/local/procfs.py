@@ -17,6 +17,7 @@ import resource
 import select
 import signal
 import threading
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "by_environ",
     "cmdline",
     "environ_has",
+    "kill_with_environ",
     "oldest_running",
     "start_time",
     "with_environ",
@@ -138,6 +140,37 @@ def by_environ(entries: Collection[str]) -> dict[str, list[int]]:
                 found[entry].append(int(name))
                 break
     return found
+
+
+def kill_with_environ(entry: str, *, timeout: float, scans: int = 20) -> int:
+    """SIGKILL every live process that started with ``entry`` in its environment, and wait
+    (up to ``timeout`` seconds) until each one signalled has ended. How many were found.
+
+    One scan of /proc misses a child forked while it ran (a daemon double-forking right then),
+    so scan again until a scan finds none new: a killed process forks no more, and a dead
+    one's environment reads empty. A SIGKILL is only delivered once its target next runs,
+    which on a loaded machine can be a while after ``kill`` returned: whoever is told that
+    the processes are gone must not find one still running, hence the wait."""
+    boot = boot_id()
+    seen: set[int] = set()
+    signalled: list[Identity] = []
+    for _ in range(scans):
+        fresh = [pid for pid in with_environ(entry) if pid not in seen]
+        if not fresh:
+            break
+        seen.update(fresh)
+        for pid in fresh:
+            identity = Identity.of(pid, boot)
+            if identity is not None and identity.send(signal.SIGKILL, boot):
+                signalled.append(identity)
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while signalled and time.monotonic() < deadline:
+        signalled = [identity for identity in signalled if identity.alive(boot)]
+        if signalled:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+    return len(seen)
 
 
 @dataclass(frozen=True, slots=True)

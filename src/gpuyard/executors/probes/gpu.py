@@ -19,7 +19,7 @@ What each probe says (docs/node-health.md):
   them, else :data:`DEFAULT_SLOWDOWN` / :data:`DEFAULT_SHUTDOWN`.
 - **ECC**: critical for any uncorrected error since the driver loaded (volatile: the memory
   may be corrupt until a reset); warning for more than :data:`AGGREGATE_ECC_LIMIT` in the
-  GPU's life (aggregate; stas00's RMA advice in the research note).
+  GPU's life (aggregate; stas00's RMA advice, docs/node-health.md).
 - **Retired pages**: critical when a retirement is pending (it takes a reset) or more than
   :data:`RETIRED_PAGES_LIMIT` pages are retired (Meta GCM's rule). GPUs from Ampere on remap
   rows instead and answer NOT_SUPPORTED; for them the probe reads the row remapper: critical

@@ -1,4 +1,4 @@
-"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``, reference 000's jmt),
+"""/api/v1/jobs/{id}/exec: thin routes over ExecService (``gpuyard exec``, docs/jobs.md),
 and the shell's WebSocket over ShellService."""
 
 from __future__ import annotations
