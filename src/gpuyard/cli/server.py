@@ -150,8 +150,10 @@ def _up_detached(settings: Settings) -> None:
         + (["--insecure"] if settings.insecure else [])
     )
     env = {**os.environ, "GPUYARD_HOME": str(home)}
+    from gpuyard.private_files import open_private_log
+
     log_path = home / "pool.log"
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private_log(log_path), "ab") as log:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -295,7 +297,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{n.cpus_used:g}/{n.cpus:g}",
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
-            ",".join(map(str, n.jobs)) or "-",
+            _jobs_column(n.jobs, n.hidden_jobs),
             Text(_isolation_cell(n.isolation)),
             Text(health_summary(n.health)),
         )
@@ -395,3 +397,10 @@ def uncordon(node: NodeArg) -> None:
 
     Client().uncordon(node)
     console().print(f"node {node} is schedulable again")
+
+
+def _jobs_column(jobs: list[int], hidden: int) -> str:
+    """``3,4``, ``3,4 +2 others``: the jobs one may not see are counted (docs/security.md)."""
+    shown = ",".join(map(str, jobs))
+    others = f"+{hidden} other{'s' if hidden > 1 else ''}" if hidden else ""
+    return " ".join(part for part in (shown, others) if part) or "-"

@@ -32,7 +32,7 @@ from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
-from gpuyard.services.metrics import registry as metrics_registry
+from gpuyard.services.metrics import MetricsService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
@@ -104,7 +104,7 @@ def create_app(
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     app.state.services = Services(
         jobs=job_service,
-        nodes=NodeService(store),
+        nodes=NodeService(store, policy),
         logs=LogService(store, executor, policy),
         accounts=account_service,
         scheduling=SchedulingService(
@@ -126,7 +126,9 @@ def create_app(
     )
     app.state.controller_health = controller_health
     app.state.disk_health = disk_health
-    app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)
+    app.state.metrics = MetricsService(
+        store, policy, controller_health or dict, usage_service.latest
+    )
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestGuard)
