@@ -320,16 +320,16 @@ def test_a_nearly_full_job_area_cordons_the_node_until_space_returns(pool: Pool)
     pool.executor.disk_thresholds = DiskThresholds(warning=1.0, critical=1.0)
     assert sorted(pool.inspect()) == ["node0", "node1"]
     for name in ("node0", "node1"):
-        view = pool.nodes.get_node(name)
+        view = pool.nodes.get_node(name, actor=None)
         assert (view.state, view.cordoned_by) == (NodeState.CORDONED, "inspection (disk)")
         assert view.cordon_reason is not None and view.cordon_reason.startswith("critical disk")
         assert "nearly full" in view.cordon_reason
     with pool.store.write() as session:  # an admin's cordon is the admin's to lift
         cordon_node(session, "node1", reason="maintenance", by="user:ada", now=1.0)
     assert pool.inspect() == {}  # still full: both stay cordoned
-    assert pool.nodes.get_node("node0").state is NodeState.CORDONED
+    assert pool.nodes.get_node("node0", actor=None).state is NodeState.CORDONED
     pool.executor.disk_thresholds = DiskThresholds()  # space is freed
     assert pool.inspect() == {}
-    node0, node1 = pool.nodes.get_node("node0"), pool.nodes.get_node("node1")
+    node0, node1 = pool.nodes.get_node("node0", actor=None), pool.nodes.get_node("node1", actor=None)
     assert (node0.state, node0.cordoned_by, node0.cordon_reason) == (NodeState.READY, None, None)
     assert (node1.state, node1.cordoned_by) == (NodeState.CORDONED, "user:ada")
