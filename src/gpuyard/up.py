@@ -261,6 +261,11 @@ def make_executor(settings: Settings) -> Executor:
         cpus_per_node=settings.cpus_per_node,
         memory_per_node=settings.memory_per_node,
         inject_faults=settings.inject_faults,
+        env_allow=settings.job_env_allow,
+        default_memory=settings.default_memory,
+        private_tmp=settings.private_tmp,
+        gpu_device_files=settings.gpu_device_files,
+        gpu_shared_files=settings.gpu_shared_device_files,
     )
 
 

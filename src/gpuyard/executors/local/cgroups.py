@@ -44,12 +44,13 @@ NONE = "none"
 
 V2_REQUIRED = ("memory", "pids")
 V1_REQUIRED = ("memory", "freezer")
-OPTIONAL = ("pids", "cpu", "cpuacct")
+OPTIONAL = ("pids", "cpu", "cpuacct", "devices")
 """Used where present; a warning says what is not enforced where they are not."""
 _WITHOUT = {
     "pids": "process limits are not enforced",
     "cpu": "CPU limits are not enforced",
     "cpuacct": "a worker's CPU time is counted over its live processes instead",
+    "devices": "other GPUs' device files are hidden by the worker's mount namespace only",
 }
 CPU_PERIOD_US = 100_000
 KILL_TIMEOUT = 10.0
@@ -106,13 +107,22 @@ class Cgroup:
     """
 
     def __init__(
-        self, version: int, dirs: dict[str, str], *, memory: int = 0, mcpus: int = 0, pids: int = 0
+        self,
+        version: int,
+        dirs: dict[str, str],
+        *,
+        memory: int = 0,
+        mcpus: int = 0,
+        pids: int = 0,
+        deny_devices: list[str] | None = None,
     ) -> None:
         self.version = version
         self.dirs = dirs
         self.memory = memory
         self.mcpus = mcpus
         self.pids = pids
+        self.deny_devices = list(deny_devices or [])
+        """``devices.deny`` rules (v1: ``c 195:1 rwm``), other GPUs' device files."""
 
     @property
     def main(self) -> str:
@@ -126,6 +136,7 @@ class Cgroup:
             "memory": self.memory,
             "mcpus": self.mcpus,
             "pids": self.pids,
+            "deny_devices": list(self.deny_devices),
         }
 
     @classmethod
@@ -141,9 +152,15 @@ class Cgroup:
         if ("unified" if version == 2 else "freezer") not in dirs:
             return None
         limits = [data.get(k, 0) for k in ("memory", "mcpus", "pids")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits):
+        deny = data.get("deny_devices") or []
+        sound_deny = isinstance(deny, list) and all(isinstance(d, str) for d in deny)
+        if not sound_deny or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits
+        ):
             return None
-        return cls(version, dirs, memory=limits[0], mcpus=limits[1], pids=limits[2])
+        return cls(
+            version, dirs, memory=limits[0], mcpus=limits[1], pids=limits[2], deny_devices=deny
+        )
 
     def _file(self, controller: str, name: str) -> str | None:
         directory = self.dirs.get("unified" if self.version == 2 else controller)
@@ -203,6 +220,9 @@ class Cgroup:
                     limits.append((memsw, str(self.memory)))
             if self.pids:
                 limits.append((self._file("pids", "pids.max"), str(self.pids)))
+            devices = self.dirs.get("devices")
+            if devices is not None:
+                limits.extend((os.path.join(devices, "devices.deny"), d) for d in self.deny_devices)
             if self.mcpus:
                 shares = max(2, self.mcpus * 1024 // 1000)  # 1 CPU = the default 1024
                 quota = max(1000, self.mcpus * CPU_PERIOD_US // 1000)
@@ -436,8 +456,11 @@ class Isolation:
         self.controllers = frozenset(controllers)
         self.warnings = list(warnings)
 
-    def cgroup(self, name: str, *, memory: int, mcpus: int, pids: int) -> Cgroup | None:
-        """The cgroup of worker ``name`` (not created yet), limited to what can be enforced."""
+    def cgroup(
+        self, name: str, *, memory: int, mcpus: int, pids: int, deny_devices: Iterable[str] = ()
+    ) -> Cgroup | None:
+        """The cgroup of worker ``name`` (not created yet), limited to what can be enforced;
+        ``deny_devices``: devices it may not open (v1's devices controller only)."""
         if self.mode == NONE:
             return None
         version = 2 if self.mode == CGROUP_V2 else 1
@@ -448,6 +471,7 @@ class Isolation:
             memory=memory if "memory" in self.controllers else 0,
             mcpus=mcpus if "cpu" in self.controllers else 0,
             pids=pids if "pids" in self.controllers else 0,
+            deny_devices=list(deny_devices) if "devices" in self.controllers else [],
         )
 
     def remove_parents(self) -> None:

@@ -76,7 +76,18 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
+from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.sandbox import (
+    DEFAULT_GPU_DEVICE_FILES,
+    DEFAULT_GPU_SHARED_FILES,
+    PRIVATE_DIRS,
+    hidden_gpu_files,
+    kept_paths,
+    memory_default,
+    parse_memory_default,
+    renumbered_devices,
+)
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
@@ -99,6 +110,7 @@ from gpuyard.models.workerdir import (
     ExitRecord,
     FileSpec,
     PreemptFile,
+    SandboxSpec,
     SupervisorSpec,
     TerminateRequest,
 )
@@ -146,6 +158,11 @@ class LocalExecutor:
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
         gpu_meter: GpuMeter | None = None,
         supervisor_prefix: Sequence[str] = (),
+        env_allow: Sequence[str] = (),
+        default_memory: str = "0",
+        private_tmp: bool = False,
+        gpu_device_files: str = DEFAULT_GPU_DEVICE_FILES,
+        gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``isolation``: what cgroups to
         use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
@@ -156,7 +173,19 @@ class LocalExecutor:
         a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
         each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
         supervisors to the agent's life). ``disk_thresholds``: free fractions of the
-        job directories' filesystem below which the disk probe warns and is critical."""
+        job directories' filesystem below which the disk probe warns and is critical.
+        ``env_allow``: names and globs of the pool's environment its jobs inherit beside
+        :data:`~gpuyard.models.environment.DEFAULT_JOB_ENV_ALLOW`. ``default_memory``: the
+        limit of a worker whose job names no memory (:func:`memory_default`: ``50%`` of its
+        node's, a size, ``0`` for none). ``private_tmp``: a private /tmp, /var/tmp and
+        /dev/shm per worker (a pool run by root only). ``gpu_device_files`` (with
+        ``{index}``) and ``gpu_shared_files``: the device files of the machine's GPUs, hidden
+        from workers not given them (:mod:`gpuyard.models.sandbox`)."""
+        self.env_allow = tuple(env_allow)
+        self.default_memory = parse_memory_default(default_memory)
+        self.private_tmp = private_tmp
+        self.gpu_device_files = gpu_device_files
+        self.gpu_shared_files = tuple(gpu_shared_files)
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
         self._gpus = GpuProber(nvml)
@@ -201,7 +230,13 @@ class LocalExecutor:
 
     def warnings(self) -> list[str]:
         """What this executor cannot enforce on this machine (empty when all is well)."""
-        return list(self.isolation.warnings)
+        warnings = list(self.isolation.warnings)
+        if self.private_tmp and not self.switch_users:
+            warnings.append(
+                "workers share /tmp, /var/tmp and /dev/shm, and can open every GPU's device "
+                "file: a pool not run by root cannot give them a mount namespace of their own"
+            )
+        return warnings
 
     @property
     def interface(self) -> str:
@@ -214,12 +249,9 @@ class LocalExecutor:
         )
 
     def base_env(self, node: str) -> Mapping[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("GPUYARD_") and k not in IDENTITY
-        }
-        env.pop("CUDA_VISIBLE_DEVICES", None)
+        # An allowlist, never the whole environment: the pool's may hold secrets
+        # (models/environment.py, docs/security.md "What the job gets").
+        env = inherited_environment(os.environ, self.env_allow)
         if fault := self.inject_faults.get(node):
             env[CHECK_INJECT_VARIABLE] = fault
         return env
@@ -381,12 +413,19 @@ class LocalExecutor:
         terminal: int | None = None,
     ) -> Handle:
         key = request.key
+        hidden = self._hidden_devices(request)
+        sandbox = self._sandbox(request, sdir, hidden)
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}",
-            memory=request.limits.memory,
+            memory=request.limits.memory or self._default_memory(request.node),
             mcpus=request.limits.mcpus,
             pids=self.pids_limit,
+            deny_devices=_device_rules(hidden),
         )
+        env = dict(request.env)
+        if sandbox is not None and sandbox.hide and env.get("CUDA_VISIBLE_DEVICES"):
+            # Inside, CUDA numbers the GPUs whose files it can open from 0.
+            env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
         spec = SupervisorSpec(
             job=key.job_id,
             attempt=key.attempt,
@@ -395,7 +434,7 @@ class LocalExecutor:
             # The control directory is where this executor reads: the job is told so.
             env={
                 **_identity(account, wd / "workspace"),
-                **request.env,
+                **env,
                 CONTROL_DIR_VARIABLE: str(wd / "control"),
             },
             cwd=request.cwd,
@@ -416,6 +455,7 @@ class LocalExecutor:
             workspace=str(wd / "workspace"),
             job_dir=self.job_dir(key.job_id),
             terminal=terminal is not None,
+            sandbox=sandbox,
         )
         fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
@@ -449,6 +489,43 @@ class LocalExecutor:
             "spawned_at": time.time(),
             **_placed(request),
         }
+
+    # -- sandbox ----------------------------------------------------------------------------
+
+    def _default_memory(self, node: str) -> int:
+        info = self._by_name.get(node) or self._nodes[0]  # tests name their one node freely
+        return memory_default(self.default_memory, info.memory)
+
+    def _hidden_devices(self, request: WorkerLaunch) -> list[str]:
+        """The device files of the machine's GPUs that ``request`` was not given, and the
+        shared ones when it was given none (those that exist here)."""
+        if len(self._nodes[0].gpu_devices) * len(self._nodes) > len(self.machine.gpus):
+            return []  # virtual GPUs: no device files behind them
+        by_uuid = {g.uuid: g.index for g in self.machine.gpus}
+        given = [
+            int(d) if d.isdigit() else by_uuid.get(d, -1)
+            for d in request.env.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            if d
+        ]
+        indices = max((g.index for g in self.machine.gpus), default=-1) + 1
+        files = hidden_gpu_files(self.gpu_device_files, indices, given, self.gpu_shared_files)
+        return [f for f in files if os.path.lexists(f)]
+
+    def _sandbox(self, request: WorkerLaunch, sdir: Path, hidden: list[str]) -> SandboxSpec | None:
+        """The worker's mount namespace (a pool run by root only: it needs CAP_SYS_ADMIN)."""
+        if not self.switch_users or not (self.private_tmp or hidden):
+            return None
+        private = [d for d in PRIVATE_DIRS if os.path.isdir(d)] if self.private_tmp else []
+        mask = ""
+        if hidden:
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:  # what covers a hidden device file: nobody but root may open it
+                untrusted.write_file(fd, "hidden", b"", mode=0)
+            finally:
+                os.close(fd)
+            mask = str(sdir / "hidden")
+        keep = kept_paths(private, [str(self.home.resolve()), request.cwd])
+        return SandboxSpec(private=private, keep=keep, hide=hidden, mask=mask)
 
     def _adopt(self, request: WorkerLaunch) -> Handle:
         """The handle of a worker launched before: its supervisor is the earliest-started
@@ -891,6 +968,17 @@ def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
     if account is None:
         return {k: os.environ[k] for k in IDENTITY if k in os.environ}
     return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
+
+
+def _device_rules(files: Sequence[str]) -> list[str]:
+    """``devices.deny`` rules for the character devices among ``files``."""
+    rules = []
+    for path in files:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            if stat.S_ISCHR(info.st_mode):
+                rules.append(f"c {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rwm")
+    return rules
 
 
 def _placed(request: WorkerLaunch) -> Handle:
