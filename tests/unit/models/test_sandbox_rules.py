@@ -58,3 +58,23 @@ def test_only_paths_below_a_private_directory_are_kept_and_each_once() -> None:
     private = ["/tmp", "/dev/shm"]
     wanted = ["/tmp/pool", "/tmp/pool/jobs/1", "/var/lib/gpuyard", "/tmpfoo", "/tmp/project"]
     assert kept_paths(private, wanted) == ["/tmp/pool", "/tmp/project"]
+
+
+def test_the_settings_read_the_allowlist_and_the_memory_default_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    from gpuyard.settings import Settings
+
+    monkeypatch.setenv("GPUYARD_JOB_ENV_ALLOW", "PYTHONPATH, SITE_*")
+    monkeypatch.setenv("GPUYARD_GPU_SHARED_DEVICE_FILES", "/dev/nvidiactl")
+    monkeypatch.setenv("GPUYARD_DEFAULT_MEMORY", "25%")
+    settings = Settings()
+    assert settings.job_env_allow == ("PYTHONPATH", "SITE_*")
+    assert settings.gpu_shared_device_files == ("/dev/nvidiactl",)
+    assert settings.default_memory == "25%"
+    assert settings.private_tmp is True
+    monkeypatch.setenv("GPUYARD_DEFAULT_MEMORY", "lots")
+    with pytest.raises(ValidationError, match="not a memory default"):
+        Settings()
