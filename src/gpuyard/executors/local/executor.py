@@ -524,7 +524,9 @@ class LocalExecutor:
             finally:
                 os.close(fd)
             mask = str(sdir / "hidden")
-        keep = kept_paths(private, [str(self.home.resolve()), request.cwd])
+        # What the worker needs of the host there: the pool's home (its job's files), its
+        # working directory, and the Python and gpuyard its tools run (a checkout in /tmp).
+        keep = kept_paths(private, [str(self.home.resolve()), request.cwd, *_INSTALLATION])
         return SandboxSpec(private=private, keep=keep, hide=hidden, mask=mask)
 
     def _adopt(self, request: WorkerLaunch) -> Handle:
@@ -968,6 +970,12 @@ def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
     if account is None:
         return {k: os.environ[k] for k in IDENTITY if k in os.environ}
     return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
+
+
+_INSTALLATION = tuple(
+    {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, Path(__file__).parents[3])}
+)
+"""Where this Python and gpuyard live: the tools a worker runs (``Tools``) are there."""
 
 
 def _device_rules(files: Sequence[str]) -> list[str]:
