@@ -186,6 +186,7 @@ class LocalExecutor:
         self.private_tmp = private_tmp
         self.gpu_device_files = gpu_device_files
         self.gpu_shared_files = tuple(gpu_shared_files)
+        self._sandbox_ok: bool | None = None
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
         self._gpus = GpuProber(nvml)
@@ -231,10 +232,11 @@ class LocalExecutor:
     def warnings(self) -> list[str]:
         """What this executor cannot enforce on this machine (empty when all is well)."""
         warnings = list(self.isolation.warnings)
-        if self.private_tmp and not self.switch_users:
+        if self.private_tmp and not self._can_sandbox():
             warnings.append(
                 "workers share /tmp, /var/tmp and /dev/shm, and can open every GPU's device "
-                "file: a pool not run by root cannot give them a mount namespace of their own"
+                "file: this pool cannot give them a mount namespace of their own (it needs "
+                "root with CAP_SYS_ADMIN)"
             )
         return warnings
 
@@ -496,6 +498,24 @@ class LocalExecutor:
         info = self._by_name.get(node) or self._nodes[0]  # tests name their one node freely
         return memory_default(self.default_memory, info.memory)
 
+    def _can_sandbox(self) -> bool:
+        """Whether workers can have a mount namespace with a tmpfs of their own (root with
+        CAP_SYS_ADMIN: not root in a container without it), tried once in a child."""
+        if self._sandbox_ok is None:
+            self._sandbox_ok = self.switch_users and self._probe_sandbox()
+        return self._sandbox_ok
+
+    @staticmethod
+    def _probe_sandbox() -> bool:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _SANDBOX_PROBE],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        return probe.returncode == 0
+
     def _hidden_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the machine's GPUs that ``request`` was not given, and the
         shared ones when it was given none (those that exist here)."""
@@ -513,7 +533,7 @@ class LocalExecutor:
 
     def _sandbox(self, request: WorkerLaunch, sdir: Path, hidden: list[str]) -> SandboxSpec | None:
         """The worker's mount namespace (a pool run by root only: it needs CAP_SYS_ADMIN)."""
-        if not self.switch_users or not (self.private_tmp or hidden):
+        if not (self.private_tmp or hidden) or not self._can_sandbox():
             return None
         private = [d for d in PRIVATE_DIRS if os.path.isdir(d)] if self.private_tmp else []
         mask = ""
@@ -972,6 +992,14 @@ def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
     return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
 
 
+_SANDBOX_PROBE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ok = libc.unshare(0x00020000) == 0 and libc.mount(None, b"/", None, (1 << 18) | 16384, None) == 0
+ok = ok and libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0
+sys.exit(0 if ok else 1)
+"""
+"""Run in a child of its own: a private mount namespace, then a tmpfs in it (gone with it)."""
 _INSTALLATION = tuple(
     {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, Path(__file__).parents[3])}
 )
