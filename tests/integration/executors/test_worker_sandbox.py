@@ -300,3 +300,20 @@ def test_the_devices_cgroup_denies_other_gpus_even_to_a_job_run_as_root(
     )
     handle = launch(ex, probe, env={"CUDA_VISIBLE_DEVICES": "1"})
     assert finished(ex, handle).splitlines() == ["zero", "denied full"]
+
+
+def test_what_a_job_keeps_in_its_shm_counts_in_its_memory(
+    make_executor: MakeExecutor, needs_cgroup: None
+) -> None:
+    """tmpfs pages are charged to the cgroup of whoever writes them: an OOM kill, and nothing
+    of it is left on the host after (the tmpfs died with the worker)."""
+    ex = make_executor(private_tmp=True)
+    fill = f"/dev/shm/gpuyard-fill-{secrets.token_hex(4)}"
+    script = f"head -c 400M /dev/zero > {fill}; echo filled"
+    handle = launch(ex, script, limits=Resources(memory=64 << 20))
+    deadline = time.monotonic() + TIMEOUT
+    while (status := ex.status([handle])[0]).state is WorkerState.RUNNING:
+        assert time.monotonic() < deadline, log(ex, handle)
+        time.sleep(0.02)
+    assert status.cause.startswith("out of memory"), (status, log(ex, handle))
+    assert not Path(fill).exists()
