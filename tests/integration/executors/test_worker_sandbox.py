@@ -317,3 +317,16 @@ def test_what_a_job_keeps_in_its_shm_counts_in_its_memory(
         time.sleep(0.02)
     assert status.cause.startswith("out of memory"), (status, log(ex, handle))
     assert not Path(fill).exists()
+
+
+def test_an_owners_job_reaches_its_home_and_working_directory_below_a_private_tmp(
+    make_executor: MakeExecutor, base: Path, owner: str
+) -> None:
+    ex = make_executor(base / "home", private_tmp=True)
+    project = base / "project"
+    project.mkdir(mode=0o755)
+    (project / "data.txt").write_text("data\n")
+    (project / "data.txt").chmod(0o644)
+    handle = launch(ex, "cat data.txt; id -un; ls -A /tmp", run_as=owner, cwd=str(project))
+    lines = finished(ex, handle).splitlines()
+    assert lines == ["data", owner, base.relative_to("/tmp").parts[0]]

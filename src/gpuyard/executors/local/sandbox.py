@@ -71,8 +71,15 @@ class Sandbox:
             for directory in self.private:
                 if os.path.isdir(directory) and not os.path.islink(directory):
                     self._mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+            # The way to each kept path, made in the fresh tmpfs (nothing there to follow),
+            # must let the job's account pass whatever umask the child has set for the job.
+            umask = os.umask(0o022)
+            try:
+                for path, _ in kept:
+                    os.makedirs(path, 0o755, exist_ok=True)
+            finally:
+                os.umask(umask)
             for path, fd in kept:
-                os.makedirs(path, 0o755, exist_ok=True)  # in the fresh tmpfs: nothing to follow
                 self._mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
             for path in self.hide:
                 if os.path.lexists(path):
