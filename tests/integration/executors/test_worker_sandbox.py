@@ -330,3 +330,24 @@ def test_an_owners_job_reaches_its_home_and_working_directory_below_a_private_tm
     handle = launch(ex, "cat data.txt; id -un; ls -A /tmp", run_as=owner, cwd=str(project))
     lines = finished(ex, handle).splitlines()
     assert lines == ["data", owner, base.relative_to("/tmp").parts[0]]
+
+
+def test_a_working_directory_the_account_cannot_reach_is_not_mounted_back_for_it(
+    make_executor: MakeExecutor, base: Path, owner: str
+) -> None:
+    """Root mounts the kept paths back: one the account could not reach on the host (below a
+    directory only root may enter) must stay out of its reach inside."""
+    inner = base / "roots" / "inner"
+    inner.mkdir(parents=True)
+    (base / "roots").chmod(0o700)
+    inner.chmod(0o755)
+    (inner / "secret.txt").write_text("root's\n")
+    ex = make_executor(base / "home", private_tmp=True)
+    handle = launch(ex, "cat secret.txt", run_as=owner, cwd=str(inner))
+    deadline = time.monotonic() + TIMEOUT
+    while (status := ex.status([handle])[0]).state is WorkerState.RUNNING:
+        assert time.monotonic() < deadline, log(ex, handle)
+        time.sleep(0.02)
+    assert status.exit_code != 0
+    assert "root's" not in log(ex, handle)
+    assert "working directory" in log(ex, handle)  # not there, for the account

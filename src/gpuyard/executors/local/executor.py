@@ -425,7 +425,8 @@ class LocalExecutor:
             deny_devices=_device_rules(hidden),
         )
         env = dict(request.env)
-        if sandbox is not None and sandbox.hide and env.get("CUDA_VISIBLE_DEVICES"):
+        isolated = (sandbox is not None and sandbox.hide) or (cgroup and cgroup.deny_devices)
+        if isolated and env.get("CUDA_VISIBLE_DEVICES"):
             # Inside, CUDA numbers the GPUs whose files it can open from 0.
             env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
         spec = SupervisorSpec(

@@ -38,7 +38,10 @@ class SandboxError(OSError):
 class Sandbox:
     """The ``sandbox`` of a supervisor's spec (:class:`gpuyard.models.workerdir.SandboxSpec`)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], account: dict[str, Any] | None = None) -> None:
+        self.account = account
+        """Whose rights decide what is kept: a path the job's account cannot reach on the
+        host is not mounted back (root opening it would give the account a way in)."""
         self.private: list[str] = list(spec.get("private") or [])
         self.keep: list[str] = list(spec.get("keep") or [])
         self.hide: list[str] = list(spec.get("hide") or [])
@@ -91,11 +94,21 @@ class Sandbox:
                 os.close(mask)
 
     def _open_kept(self) -> list[tuple[str, int]]:  # pragma: no cover - child side
-        """The kept paths that exist, opened before a tmpfs covers them."""
+        """The kept paths that exist and the job's account can reach, opened (as the account,
+        effective ids only) before a tmpfs covers them."""
         kept = []
-        for path in self.keep:
-            try:
-                kept.append((path, os.open(path, PATH_FLAGS | os.O_DIRECTORY)))
-            except FileNotFoundError:
-                continue
+        if self.account is not None:
+            os.setgroups(self.account["groups"] or [self.account["gid"]])
+            os.setegid(self.account["gid"])
+            os.seteuid(self.account["uid"])
+        try:
+            for path in self.keep:
+                try:
+                    kept.append((path, os.open(path, PATH_FLAGS | os.O_DIRECTORY)))
+                except OSError:  # missing, or out of the account's reach: not kept
+                    continue
+        finally:
+            if self.account is not None:
+                os.seteuid(0)
+                os.setegid(0)
         return kept

@@ -582,7 +582,9 @@ class Supervisor:
             self.cgroup,
             self.account,
             terminal=bool(self.spec.get("terminal")),
-            sandbox=Sandbox(self.spec["sandbox"]) if self.spec.get("sandbox") else None,
+            sandbox=Sandbox(self.spec["sandbox"], self.account)
+            if self.spec.get("sandbox")
+            else None,
         )
         try:
             self._write_files()
