@@ -9,13 +9,19 @@ from __future__ import annotations
 import getpass
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from platformdirs import user_config_dir, user_data_dir
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpuyard.models.environment import parse_allowlist
 from gpuyard.models.node import Network
+from gpuyard.models.sandbox import (
+    DEFAULT_GPU_DEVICE_FILES,
+    DEFAULT_GPU_SHARED_FILES,
+    parse_memory_default,
+)
 from gpuyard.models.worker import RunAs
 
 __all__ = ["Settings"]
@@ -240,6 +246,35 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Users made admins when the pool starts, beside the user who starts it.",
     )
+    job_env_allow: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Names and globs of the pool's environment its jobs inherit beside the "
+        "built-in allowlist (PATH, LANG, LC_*, TZ, TERM, LD_LIBRARY_PATH, CUDA_HOME, CUDA_PATH, "
+        "CUDA_MODULE_LOADING, NCCL_*), comma-separated: GPUYARD_JOB_ENV_ALLOW='PYTHONPATH,SITE_*'"
+        ". Nothing else of the environment of `gpuyard up` reaches a job (docs/security.md).",
+    )
+    default_memory: str = Field(
+        "50%",
+        description="Memory limit of a job that names no `memory`, per worker: a share of its "
+        "node's memory (50%), a size (16G), or 0 for none. Enforced by the worker's cgroup.",
+    )
+    private_tmp: bool = Field(
+        True,
+        description="Give each worker a private, empty /tmp, /var/tmp and /dev/shm (tmpfs, "
+        "counted in its memory, gone at its end) in a mount namespace of its own; needs a pool "
+        "run by root (docs/security.md).",
+    )
+    gpu_device_files: str = Field(
+        DEFAULT_GPU_DEVICE_FILES,
+        pattern=r"\{index\}",
+        description="The device file of GPU {index} of the machine: a worker can open only its "
+        "own GPUs' (mount namespace; devices cgroup on v1).",
+    )
+    gpu_shared_device_files: Annotated[tuple[str, ...], NoDecode] = Field(
+        DEFAULT_GPU_SHARED_FILES,
+        description="Device files every GPU job needs (comma-separated); hidden from jobs "
+        "given no GPU.",
+    )
     run_as: RunAs = Field(
         RunAs.OWNER,
         description="Which OS account runs jobs: 'owner' runs each job as its owner's account "
@@ -248,6 +283,16 @@ class Settings(BaseSettings):
         "user. Switching users needs a pool run by root: a pool that is not falls back to "
         "'pool' and says so once at start (docs/security.md).",
     )
+
+    @field_validator("job_env_allow", "gpu_shared_device_files", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return parse_allowlist(value) if isinstance(value, str) else value
+
+    @field_validator("default_memory")
+    @classmethod
+    def _memory_default(cls, value: str) -> str:
+        return parse_memory_default(value)
 
     @property
     def resolved_database_url(self) -> str:

@@ -274,6 +274,11 @@ def make_executor(settings: Settings) -> Executor:
         memory_ceiling=settings.memory_ceiling or 0,
         inject_faults=settings.inject_faults,
         log_max=settings.log_max,
+        env_allow=settings.job_env_allow,
+        default_memory=settings.default_memory,
+        private_tmp=settings.private_tmp,
+        gpu_device_files=settings.gpu_device_files,
+        gpu_shared_files=settings.gpu_shared_device_files,
     )
 
 

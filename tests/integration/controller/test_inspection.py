@@ -330,6 +330,9 @@ def test_a_nearly_full_job_area_cordons_the_node_until_space_returns(pool: Pool)
     assert pool.nodes.get_node("node0", actor=None).state is NodeState.CORDONED
     pool.executor.disk_thresholds = DiskThresholds()  # space is freed
     assert pool.inspect() == {}
-    node0, node1 = pool.nodes.get_node("node0", actor=None), pool.nodes.get_node("node1", actor=None)
+    node0, node1 = (
+        pool.nodes.get_node("node0", actor=None),
+        pool.nodes.get_node("node1", actor=None),
+    )
     assert (node0.state, node0.cordoned_by, node0.cordon_reason) == (NodeState.READY, None, None)
     assert (node1.state, node1.cordoned_by) == (NodeState.CORDONED, "user:ada")

@@ -46,6 +46,7 @@ import sys
 import time
 
 from gpuyard.executors.local import cgroups, logcap, untrusted
+from gpuyard.executors.local.sandbox import Sandbox
 
 TYPE_CHECKING = False  # typing itself costs an import
 if TYPE_CHECKING:
@@ -404,8 +405,10 @@ class Child:
         cgroup: cgroups.Cgroup | None,
         account: dict[str, Any] | None = None,
         terminal: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.argv = argv
+        self.sandbox = sandbox
         self.env = env
         self.cwd = cwd
         self.cgroup = cgroup
@@ -447,6 +450,17 @@ class Child:
             raise SpawnError(step, int(code or 0), where)
         return pid
 
+    def _sandbox(self, binder: Binder) -> None:  # pragma: no cover - child side
+        """The worker's private /tmp and hidden devices, in the namespace the binder made (or
+        one of its own): SpawnError("sandbox") naming the path that failed."""
+        if self.sandbox is None:
+            return
+        try:
+            self.sandbox.apply(unshared=binder.mode == "bind")
+        except OSError as exc:
+            where = f"{exc.filename}: {exc.strerror}"
+            raise SpawnError("sandbox", exc.errno or errno.EPERM, where) from None
+
     def _exec(
         self, report_fd: int, devnull: int, out_fd: int, binder: Binder
     ) -> None:  # pragma: no cover
@@ -472,6 +486,8 @@ class Child:
                 os.umask(0o077)  # what the job makes is its account's alone
             step = "mount"
             binder.apply()
+            step = "sandbox"
+            self._sandbox(binder)
             if self.account is not None:
                 step = "account"
                 drop_to(self.account)  # root (cgroup, mounts) ends here, before the job runs
@@ -511,6 +527,7 @@ CANNOT_START = {
     "account": "cannot switch to the OS account {name!r}: {detail}",
     "mount": "cannot mount the workspace at {where!r}: {why}",
     "cgroup": "cannot set up the worker's cgroup: {detail}",
+    "sandbox": "cannot set up the worker's private /tmp and devices: {detail}",
     "terminal": "cannot make the terminal the command's own: {detail}",
     "chdir:missing": "working directory {cwd!r} does not exist",
     "chdir": "cannot enter working directory {cwd!r}{who}: {why}",
@@ -572,6 +589,9 @@ class Supervisor:
             self.cgroup,
             self.account,
             terminal=bool(self.spec.get("terminal")),
+            sandbox=Sandbox(self.spec["sandbox"], self.account)
+            if self.spec.get("sandbox")
+            else None,
         )
         try:
             self._write_files()

@@ -52,12 +52,6 @@ __all__ = ["NodeAgent", "agent_name"]
 
 T = TypeVar("T")
 
-ENV_DROPPED_PREFIXES = ("RAY_", "GPUYARD_")
-ENV_DROPPED = frozenset(
-    {"HOME", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH"}
-)
-"""What a worker's base environment does not take from the agent's: Ray's own variables
-(and the threads Ray chose for its worker), who the agent is, the GPUs Ray gave it."""
 PDEATHSIG = ("setpriv", "--pdeathsig", "TERM")
 
 
@@ -123,11 +117,8 @@ class NodeAgent:
         import ray
 
         node = self.local.nodes()[0]
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ENV_DROPPED and not k.startswith(ENV_DROPPED_PREFIXES)
-        }
+        # The allowlist of models/environment.py (no RAY_*, no secrets of the agent's).
+        env = dict(self.local.base_env(node.name))
         tools = self.local.tools()
         return {
             "node": self.node_name,
