@@ -17,6 +17,7 @@ __all__ = [
     "PermissionDenied",
     "ServerUnavailable",
     "StaleWrite",
+    "StorageFull",
     "TooLarge",
     "Unauthenticated",
     "error_for_code",
@@ -95,6 +96,14 @@ class ServerUnavailable(GpuyardError):
     code = "unavailable"
 
 
+class StorageFull(GpuyardError):
+    """The pool's disk (or its database's) is full: nothing was changed. It passes once space
+    is freed (docs/security.md#logs-and-disk-space)."""
+
+    status_code = 503
+    code = "storage_full"
+
+
 _BY_CODE: dict[str, type[GpuyardError]] = {
     cls.code: cls
     for cls in (
@@ -108,6 +117,7 @@ _BY_CODE: dict[str, type[GpuyardError]] = {
         InvalidSpec,
         TooLarge,
         ServerUnavailable,
+        StorageFull,
     )
 }
 

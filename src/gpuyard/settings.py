@@ -9,13 +9,19 @@ from __future__ import annotations
 import getpass
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from platformdirs import user_config_dir, user_data_dir
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpuyard.models.environment import parse_allowlist
 from gpuyard.models.node import Network
+from gpuyard.models.sandbox import (
+    DEFAULT_GPU_DEVICE_FILES,
+    DEFAULT_GPU_SHARED_FILES,
+    parse_memory_default,
+)
 from gpuyard.models.worker import RunAs
 
 __all__ = ["Settings"]
@@ -138,6 +144,21 @@ class Settings(BaseSettings):
         '(burn or collective), e.g. GPUYARD_INJECT_FAULTS=\'{"node1": "burn"}\'. Local '
         "executor only; leave empty in production.",
     )
+    log_max: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="Bytes each worker's log may have (stdout and stderr together). Past them "
+        "the oldest half is dropped, behind a line saying how many bytes were, so one job's "
+        "output cannot fill the disk (docs/security.md#logs-and-disk-space).",
+    )
+    disk_reserve: int = Field(
+        64 << 20,
+        ge=0,
+        description="Bytes of <home>/disk.reserve, a file the pool removes when the disk of "
+        "its home fills, so that the database can still write, and makes again once twice "
+        "as much is free; /health says degraded meanwhile (docs/security.md#logs-and-disk-"
+        "space). 0: no reserve.",
+    )
     controller_interval: float = Field(
         0.5, gt=0, le=60, description="Seconds between reconcile passes when nothing wakes it."
     )
@@ -232,6 +253,35 @@ class Settings(BaseSettings):
         "each such entry is audited as job.exec.admin. Off: only a job's owner may "
         "(docs/security.md).",
     )
+    job_env_allow: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Names and globs of the pool's environment its jobs inherit beside the "
+        "built-in allowlist (PATH, LANG, LC_*, TZ, TERM, LD_LIBRARY_PATH, CUDA_HOME, CUDA_PATH, "
+        "CUDA_MODULE_LOADING, NCCL_*), comma-separated: GPUYARD_JOB_ENV_ALLOW='PYTHONPATH,SITE_*'"
+        ". Nothing else of the environment of `gpuyard up` reaches a job (docs/security.md).",
+    )
+    default_memory: str = Field(
+        "50%",
+        description="Memory limit of a job that names no `memory`, per worker: a share of its "
+        "node's memory (50%), a size (16G), or 0 for none. Enforced by the worker's cgroup.",
+    )
+    private_tmp: bool = Field(
+        True,
+        description="Give each worker a private, empty /tmp, /var/tmp and /dev/shm (tmpfs, "
+        "counted in its memory, gone at its end) in a mount namespace of its own; needs a pool "
+        "run by root (docs/security.md).",
+    )
+    gpu_device_files: str = Field(
+        DEFAULT_GPU_DEVICE_FILES,
+        pattern=r"\{index\}",
+        description="The device file of GPU {index} of the machine: a worker can open only its "
+        "own GPUs' (mount namespace; devices cgroup on v1).",
+    )
+    gpu_shared_device_files: Annotated[tuple[str, ...], NoDecode] = Field(
+        DEFAULT_GPU_SHARED_FILES,
+        description="Device files every GPU job needs (comma-separated); hidden from jobs "
+        "given no GPU.",
+    )
     run_as: RunAs = Field(
         RunAs.OWNER,
         description="Which OS account runs jobs: 'owner' runs each job as its owner's account "
@@ -240,6 +290,16 @@ class Settings(BaseSettings):
         "user. Switching users needs a pool run by root: a pool that is not falls back to "
         "'pool' and says so once at start (docs/security.md).",
     )
+
+    @field_validator("job_env_allow", "gpu_shared_device_files", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return parse_allowlist(value) if isinstance(value, str) else value
+
+    @field_validator("default_memory")
+    @classmethod
+    def _memory_default(cls, value: str) -> str:
+        return parse_memory_default(value)
 
     @property
     def resolved_database_url(self) -> str:

@@ -39,6 +39,7 @@ from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
 from gpuyard.private_files import write_private
 from gpuyard.server.app import create_app
+from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
@@ -157,7 +158,10 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
     # each time. 1 ms cut the p99 of submissions during a burst (bench/control_plane.py).
     sys.setswitchinterval(SWITCH_INTERVAL)
     with server_lock(home):
+        reserve = DiskReserve(home, settings.disk_reserve)
+        reserve.start()
         store = Store(settings.resolved_database_url)
+        store.on_full.append(reserve.release)
         store.migrate()
         tls = check_exposure(settings)
         sock = _bind(settings.host, settings.port)
@@ -201,6 +205,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             notify=controller.notify,
             controller_health=controller.health,
             plan_shell=controller.lifecycle.hold.plan_shell,
+            disk_health=reserve.state,
         )
         ensure_owner_token(settings, app.state.services.tokens)
         controller.start()
@@ -227,6 +232,7 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             controller.stop()
             executor.close()
             store.close()
+            reserve.stop()
             info = read_server_file(home)
             if info and info.get("pid") == os.getpid():
                 server_file.unlink(missing_ok=True)
@@ -267,6 +273,12 @@ def make_executor(settings: Settings) -> Executor:
         pids_ceiling=settings.pids_ceiling,
         memory_ceiling=settings.memory_ceiling or 0,
         inject_faults=settings.inject_faults,
+        log_max=settings.log_max,
+        env_allow=settings.job_env_allow,
+        default_memory=settings.default_memory,
+        private_tmp=settings.private_tmp,
+        gpu_device_files=settings.gpu_device_files,
+        gpu_shared_files=settings.gpu_shared_device_files,
     )
 
 

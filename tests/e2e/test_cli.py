@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,8 @@ def test_up_detached_and_down(tmp_path: Path) -> None:
     pool = ServerProcess(tmp_path / "home")
     up = pool.cli("up", "--detach", "--port", "0")
     assert "gpuyard pool running at http://127.0.0.1:" in up.stdout
+    # What the server logs (users, jobs, errors) is for the pool's account alone.
+    assert stat.S_IMODE((tmp_path / "home" / "pool.log").stat().st_mode) == 0o600
     assert "already running" in pool.cli("up", "--detach", "--port", "0").stdout
     job = pool.cli_json("submit", "--", "true")
     assert pool.cli("wait", str(job["id"])).returncode == 0

@@ -274,6 +274,7 @@ def ls(
     from rich.text import Text
 
     from gpuyard.cli.output import age, console, print_json, status_style
+    from gpuyard.terminal import scrubbed
 
     client = _client()
     page = client.jobs(
@@ -286,6 +287,7 @@ def ls(
     if as_json:
         print_json(page)
         return
+    page = scrubbed(page)  # names and reasons are others' text: no escapes reach the terminal
     headers = ("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE")
     rows = [
         (
@@ -322,12 +324,13 @@ def ls(
 def show(job_id: int, as_json: JsonOpt = False) -> None:
     """Show one job."""
     from gpuyard.cli.output import print_json
+    from gpuyard.terminal import scrubbed
 
     job = _client().job(job_id)
     if as_json:
         print_json(job)
         return
-    _print_job(job)
+    _print_job(scrubbed(job))  # name, command, env, reason: the owner's text, not escapes
 
 
 def _print_job(job: JobView) -> None:
@@ -444,22 +447,40 @@ def logs(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Stream until it ends.")] = False,
     worker: Annotated[int, typer.Option("--worker", "-w", help="Worker rank.")] = 0,
     attempt: Annotated[int | None, typer.Option(help="Attempt (default: latest).")] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="The log's bytes as written, terminal escape sequences included (for a file; "
+            "by default they are removed, since a log is the job's text).",
+        ),
+    ] = False,
 ) -> None:
-    """Print a worker's log."""
+    """Print a worker's log (without terminal escape sequences unless --raw)."""
+    from gpuyard.terminal import StreamFilter
+
     client = _client()
     out = sys.stdout.buffer
+    clean = None if raw else StreamFilter()
+
+    def write(data: bytes, *, final: bool = False) -> None:
+        out.write(data if clean is None else clean.feed(data, final=final).encode())
+
     if follow:
         for data in client.follow_logs(job_id, worker=worker, attempt=attempt):
-            out.write(data)
+            write(data)
             out.flush()
+        write(b"", final=True)
+        out.flush()
         return
     offset = 0
     while True:
         chunk = client.logs(job_id, worker=worker, attempt=attempt, offset=offset, limit=1 << 20)
-        out.write(chunk.data.encode())
+        write(chunk.data.encode())
         offset = chunk.next_offset
         if offset >= chunk.size or chunk.next_offset == chunk.offset:
             break
+    write(b"", final=True)
     out.flush()
 
 
@@ -588,11 +609,13 @@ def events(job_id: int, as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     from gpuyard.cli.output import console, print_json
+    from gpuyard.terminal import scrubbed
 
     items = _client().events(job_id)
     if as_json:
         print_json(items)
         return
+    items = scrubbed(items)
     table = Table("TIME", "EVENT", "ACTOR", "NODE", "DETAIL", box=None)
     for e in items:
         what = f"{e.from_state or ''} -> {e.to_state}" if e.to_state else e.kind
@@ -613,11 +636,13 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
     from rich.text import Text
 
     from gpuyard.cli.output import console, print_json
+    from gpuyard.terminal import scrubbed
 
     items = _client().faults(job_id)
     if as_json:
         print_json(items)
         return
+    items = scrubbed(items)
     if not items:
         console().print(f"job {job_id} has had no fault")
         return

@@ -150,8 +150,10 @@ def _up_detached(settings: Settings) -> None:
         + (["--insecure"] if settings.insecure else [])
     )
     env = {**os.environ, "GPUYARD_HOME": str(home)}
+    from gpuyard.private_files import open_private_log
+
     log_path = home / "pool.log"
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private_log(log_path), "ab") as log:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -212,8 +214,9 @@ def down(
 
 
 def health(as_json: JsonOpt = False) -> None:
-    """Whether the pool works: its database, and whether its controller makes progress
-    (exit code 1 while it does not, with its recent errors)."""
+    """Whether the pool works: its database, whether its controller makes progress, and its
+    disk (exit code 1 while the controller stalls, with its recent errors, or the disk is
+    full)."""
     from datetime import UTC, datetime
 
     from gpuyard.cli.output import console, print_json
@@ -236,8 +239,24 @@ def health(as_json: JsonOpt = False) -> None:
             for error in loop.get("recent_errors", [])[-5:]:
                 job = f"job {error['job']}: " if error.get("job") else ""
                 out.print(f"  error: {job}{error['error']}", markup=False)
+        _print_disk(out, report.get("disk"))
     if report["status"] != "ok":
         raise typer.Exit(1)
+
+
+def _print_disk(out: Any, disk: dict[str, Any] | None) -> None:
+    """The pool's disk: free space, its reserve, and why it is full (docs/security.md)."""
+    from gpuyard.quantities import format_bytes
+
+    if not disk:
+        return
+    reserve = f", reserve {format_bytes(disk['reserve'])}" if disk.get("reserve") else ""
+    held = "" if disk.get("reserve_held") or not disk.get("reserve") else " RELEASED"
+    out.print(
+        f"disk: {format_bytes(disk['free'])} free of {format_bytes(disk['total'])}{reserve}{held}"
+    )
+    if disk.get("reason"):
+        out.print(f"  {disk['reason']}", markup=False)
 
 
 def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
@@ -278,7 +297,7 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{n.cpus_used:g}/{n.cpus:g}",
             f"{format_bytes(n.memory_used)}/{format_bytes(n.memory)}",
             n.gpu_model or "-",
-            ",".join(map(str, n.jobs)) or "-",
+            _jobs_column(n.jobs, n.hidden_jobs),
             Text(_isolation_cell(n.isolation)),
             Text(health_summary(n.health)),
         )
@@ -378,3 +397,10 @@ def uncordon(node: NodeArg) -> None:
 
     Client().uncordon(node)
     console().print(f"node {node} is schedulable again")
+
+
+def _jobs_column(jobs: list[int], hidden: int) -> str:
+    """``3,4``, ``3,4 +2 others``: the jobs one may not see are counted (docs/security.md)."""
+    shown = ",".join(map(str, jobs))
+    others = f"+{hidden} other{'s' if hidden > 1 else ''}" if hidden else ""
+    return " ".join(part for part in (shown, others) if part) or "-"

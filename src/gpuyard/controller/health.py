@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuyard.errors import StorageFull
+
 __all__ = ["GIVE_UP_AFTER", "JobErrors", "LoopHealth"]
 
 log = logging.getLogger("gpuyard.controller")
@@ -155,6 +157,8 @@ class JobErrors:
         the job failed in the same pass."""
         try:
             yield
+        except StorageFull:
+            raise  # the pool's, not the job's: the pass fails and backs off until space frees
         except Exception as exc:
             self.failed(job_id, what, exc)
         else:

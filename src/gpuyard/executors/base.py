@@ -128,7 +128,14 @@ class Executor(Protocol):
         ...
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
-        """Up to ``limit`` bytes of the worker's log from ``offset``, and the log's size."""
+        """Up to ``limit`` bytes of the worker's log from ``offset``, and the log's size.
+        Offsets are those of the whole output, also when a capped log has dropped its oldest
+        part: then an offset that was dropped reads nothing (see :meth:`log_start`)."""
+        ...
+
+    def log_start(self, handle: Handle) -> int:
+        """The offset of the oldest byte of the worker's log still kept (0 unless a cap has
+        dropped part of it; docs/security.md#logs-and-disk-space)."""
         ...
 
     def remove_job(self, job_id: int) -> None:

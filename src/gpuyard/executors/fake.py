@@ -196,6 +196,9 @@ class FakeExecutor:
             log = self._worker(handle).log
         return log[offset : offset + limit], len(log)
 
+    def log_start(self, handle: Handle) -> int:
+        return 0
+
     def remove_job(self, job_id: int) -> None:
         with self._lock:
             for key in [k for k in self.workers if k.job_id == job_id]:

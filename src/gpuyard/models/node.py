@@ -131,7 +131,13 @@ class NodeView(BaseModel):
     memory_used: int
     gpu_model: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
-    jobs: list[int] = Field(default_factory=list, description="Ids of jobs placed on it.")
+    jobs: list[int] = Field(
+        default_factory=list,
+        description="Ids of the jobs placed on it that the caller may see (docs/security.md).",
+    )
+    hidden_jobs: int = Field(
+        0, description="How many other jobs are placed on it: counted, never named."
+    )
     updated_at: datetime | None = None
     cordon_reason: str | None = Field(None, description="Why it is cordoned, while it is.")
     cordoned_by: str | None = Field(

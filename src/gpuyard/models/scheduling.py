@@ -19,9 +19,17 @@ class Prediction(BaseModel):
         description="When it should start; none when that depends on jobs without a max runtime.",
     )
     ahead: list[int] = Field(
-        default_factory=list, description="Queued jobs that should start before it."
+        default_factory=list,
+        description="Queued jobs that should start before it, of those the caller may see.",
+    )
+    hidden_ahead: int = Field(
+        0, description="How many other jobs should start before it: counted, never named."
     )
     waits_for: list[int] = Field(
-        default_factory=list, description="Running jobs whose end it waits for."
+        default_factory=list,
+        description="Running jobs whose end it waits for, of those the caller may see.",
+    )
+    hidden_waits_for: int = Field(
+        0, description="How many other running jobs it waits for: counted, never named."
     )
     reason: str = Field(description="The prediction in words.")

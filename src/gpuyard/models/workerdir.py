@@ -40,6 +40,7 @@ __all__ = [
     "Poke",
     "PreemptFile",
     "ProgressFile",
+    "SandboxSpec",
     "SavingFile",
     "SlurmStepFile",
     "SupervisorSpec",
@@ -186,6 +187,22 @@ class CgroupSpec(_Record):
     """Processes of all the node's workers together (the pool's cgroup); 0 is none."""
     ceiling_memory: Count = 0
     """Bytes of all the node's workers together (the pool's cgroup); 0 is none."""
+    deny_devices: list[str] = Field(default_factory=list)
+    """Device rules written to ``devices.deny`` (cgroup v1: ``c 195:1 rwm``)."""
+
+
+class SandboxSpec(_Record):
+    """The worker's mount namespace (:mod:`gpuyard.executors.local.sandbox`): what it makes
+    private, what it keeps of the host below that, what it hides."""
+
+    private: list[str] = Field(default_factory=list)
+    """Directories covered by an empty tmpfs of the worker's own (``/tmp``, ``/dev/shm``)."""
+    keep: list[str] = Field(default_factory=list)
+    """Host directories below a private one, mounted back at the same path (the pool's home,
+    the job's working directory)."""
+    hide: list[str] = Field(default_factory=list)
+    """Files (GPU device files) covered by ``mask``, an empty file no account may open."""
+    mask: str = ""
 
 
 class AccountSpec(_Record):
@@ -210,6 +227,8 @@ class SupervisorSpec(_Record):
     cwd: str
     grace: Annotated[float, Field(ge=0)]
     log: str
+    log_max: Count = 0
+    """Bytes the log may have; past them its oldest part is dropped (0: no cap)."""
     files: dict[str, FileSpec] = Field(default_factory=dict)
     binds: list[BindSpec] = Field(default_factory=list)
     notify: str = ""
@@ -221,6 +240,8 @@ class SupervisorSpec(_Record):
     """The worker's workspace; with an account, every bind target lies below it."""
     job_dir: str = ""
     """The job's directory; with an account, every file of ``files`` lies below it."""
+    sandbox: SandboxSpec | None = None
+    """The worker's mount namespace; None: the host's, as it is."""
     terminal: bool = False
     """The supervisor's stdin is the slave side of a terminal (``gpuyard exec JOB shell``):
     the command runs in a session of its own with it as its controlling terminal, on its

@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import overload
 
+from gpuyard.models.disclosure import name_jobs
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.decide import Decisions, WaitCode, decide_on
 from gpuyard.scheduler.placement import Topology
@@ -337,21 +338,22 @@ def _requeued(job: RunningJob) -> PendingJob:
     )
 
 
-def in_words(forecast: Forecast, now: float) -> str:
-    """The forecast as a sentence."""
+def in_words(
+    forecast: Forecast, now: float, *, hidden_ahead: int = 0, hidden_waits: int = 0
+) -> str:
+    """The forecast as a sentence. ``forecast.ahead`` and ``waits_for`` are the jobs the
+    reader may see; ``hidden_ahead`` and ``hidden_waits`` count the others, which are
+    mentioned without their ids (docs/security.md, "What a user can see")."""
     if forecast.never is not None:
         return f"it can never start: {forecast.never}"
     if forecast.now:
         return "starts now"
-    behind = f", behind {_jobs(forecast.ahead)}" if forecast.ahead else ""
+    ahead = name_jobs(forecast.ahead, hidden_ahead)
+    behind = f", behind {ahead}" if ahead else ""
     if forecast.start_at is not None and not math.isinf(forecast.start_at):
         return f"starts in about {format_duration(max(0.0, forecast.start_at - now))}{behind}"
-    if forecast.waits_for:
-        which = _jobs(forecast.waits_for)
+    if forecast.waits_for or hidden_waits:
+        which = name_jobs(forecast.waits_for, hidden_waits)
         return f"no start time can be given: it waits for {which}, with no max runtime{behind}"
     stopped = forecast.stopped or f"within {MAX_STEPS} scheduling steps"
     return f"no start time can be given {stopped}{behind}"
-
-
-def _jobs(ids: Sequence[int]) -> str:
-    return ("jobs " if len(ids) > 1 else "job ") + ", ".join(map(str, ids))

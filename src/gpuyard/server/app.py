@@ -32,7 +32,7 @@ from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
-from gpuyard.services.metrics import registry as metrics_registry
+from gpuyard.services.metrics import MetricsService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.scheduling import SchedulingService
@@ -59,8 +59,10 @@ def create_app(
     notify: Notify = nobody,
     controller_health: Callable[[], dict[str, Any]] | None = None,
     plan_shell: PlanShell | None = None,
+    disk_health: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
+    ``disk_health``: the ``disk`` section of ``/health`` (the pool's disk reserve).
     ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
     without it, or without ``executor``, this server opens no shells."""
     if store is None:
@@ -102,7 +104,7 @@ def create_app(
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     app.state.services = Services(
         jobs=job_service,
-        nodes=NodeService(store),
+        nodes=NodeService(store, policy),
         logs=LogService(store, executor, policy),
         accounts=account_service,
         scheduling=SchedulingService(
@@ -123,7 +125,10 @@ def create_app(
         slurm_steps=SlurmStepService(store, executor, policy),
     )
     app.state.controller_health = controller_health
-    app.state.metrics = metrics_registry(store, controller_health or dict, usage_service.latest)
+    app.state.disk_health = disk_health
+    app.state.metrics = MetricsService(
+        store, policy, controller_health or dict, usage_service.latest
+    )
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestGuard)

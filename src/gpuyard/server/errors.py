@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -27,7 +27,7 @@ from gpuyard.errors import (
 )
 from gpuyard.models.validation import readable_validation_errors
 
-__all__ = ["allowed_methods", "install_error_handlers"]
+__all__ = ["allowed_methods", "install_error_handlers", "slash_redirect"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,24 @@ def allowed_methods(app: Any, scope: MutableMapping[str, Any]) -> list[str]:
     ]
 
 
+def slash_redirect(app: Any, scope: MutableMapping[str, Any]) -> str | None:
+    """Where a path that no route takes should go: the same path with its trailing slash
+    removed (or added) when some route takes that, as a path (never a host), with the
+    query; None when no route takes either."""
+    path: str = scope["path"]
+    if scope["type"] != "http" or path == "/":
+        return None
+    other = path.rstrip("/") if path.endswith("/") else path + "/"
+    if not other or not any(
+        route.matches({**scope, "path": other})[0] is not Match.NONE for route in app.router.routes
+    ):
+        return None
+    # "//host" would be a URL of another host to the client: one leading slash only.
+    location = "/" + other.lstrip("/\\")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{location}?{query}" if query else location
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GpuyardError)
     async def _gpuyard_error(_request: Request, exc: GpuyardError) -> JSONResponse:
@@ -75,8 +93,15 @@ def install_error_handlers(app: FastAPI) -> None:
         }
         return JSONResponse(body, status_code=422)
 
+    # Starlette's own redirect of a path with (or without) a trailing slash writes an absolute
+    # URL built from the request's Host header: a forged Host sends the client to another
+    # site. The 404 below redirects with a path instead, relative to wherever it was asked.
+    app.router.redirect_slashes = False
+
     @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 404 and (location := slash_redirect(request.app, request.scope)):
+            return RedirectResponse(location, status_code=307)
         headers = dict(exc.headers or {})
         method, path = request.method, request.url.path
         if exc.status_code == 405:

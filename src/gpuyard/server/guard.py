@@ -23,6 +23,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from gpuyard.errors import StorageFull
+from gpuyard.store.full import is_storage_full
+
 __all__ = ["MAX_BODY", "RequestGuard", "check_value"]
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,7 @@ MAX_BODY = 4 * 1024 * 1024
 """Bytes a request body may have (a batch of 5,000 typical specs is about 1 MiB)."""
 MAX_DEPTH = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
+FULL = "the pool's storage is full, so nothing was changed; it works again once space is freed"
 
 
 Loc = tuple[str | int, ...]
@@ -147,7 +151,13 @@ class RequestGuard:
                 await _answer(send, *refused)
                 return
             await self.app(scope, receive, tracked)
-        except Exception:
+        except Exception as exc:
+            if is_storage_full(exc):  # a file write outside the store: the same clear answer
+                path = scope.get("path")
+                log.error("%s %s: the disk is full: %s", scope.get("method"), path, exc)
+                if not started:
+                    await _answer(send, 503, FULL, StorageFull.code)
+                return
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if not started:  # else the answer is under way: nothing more can be said
                 await _answer(send, 500, "internal server error; see the server log", "internal")

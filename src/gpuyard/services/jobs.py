@@ -41,6 +41,7 @@ from gpuyard.quantities import format_duration
 from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.admission import Admission
 from gpuyard.services.auth import Policy
+from gpuyard.services.disclosure import Viewer
 from gpuyard.services.job_exec import stop_held
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
@@ -256,7 +257,11 @@ class JobService:
             ).all()
             caller = self.policy.caller(session, actor)
             allowed = self.policy.allowed(caller, row, sharing=self.policy.sharing(session))
-            return job_view(row, list(workers), allowed=allowed)
+            return _disclosed(
+                session,
+                Viewer.of(session, self.policy, actor),
+                job_view(row, list(workers), allowed=allowed),
+            )
 
     def list_jobs(
         self,
@@ -305,8 +310,14 @@ class JobService:
             rows = session.scalars(
                 query.order_by(JobRow.id.desc()).offset(offset).limit(limit)
             ).all()
+            viewer = Viewer(caller, sharing)
             items = [
-                job_view(r, allowed=self.policy.allowed(caller, r, sharing=sharing)) for r in rows
+                _disclosed(
+                    session,
+                    viewer,
+                    job_view(r, allowed=self.policy.allowed(caller, r, sharing=sharing)),
+                )
+                for r in rows
             ]
         return Page[JobView](items=items, total=total, offset=offset, limit=limit)
 
@@ -321,7 +332,13 @@ class JobService:
                 .order_by(EventRow.id)
                 .limit(min(limit, MAX_PAGE))
             ).all()
-            return [event_view(r) for r in rows]
+            viewer = Viewer.of(session, self.policy, actor)
+            return [
+                event.model_copy(update={"reason": viewer.redact(session, event.reason)})
+                if event.reason
+                else event
+                for event in map(event_view, rows)
+            ]
 
     def faults(self, job_id: int, *, actor: str) -> list[FaultEntry]:
         """The job's fault-tolerance log, oldest first."""
@@ -871,3 +888,12 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
         ),
         **request_columns(request_of(spec)),
     }
+
+
+def _disclosed(session: Session, viewer: Viewer, view: JobView) -> JobView:
+    """``view`` with its reason naming only the jobs ``viewer`` may see ("suspended to make
+    room for job 7" names another user's job)."""
+    if not view.reason:
+        return view
+    reason = viewer.redact(session, view.reason)
+    return view if reason == view.reason else view.model_copy(update={"reason": reason})

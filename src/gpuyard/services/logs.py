@@ -90,7 +90,7 @@ class LogService:
         if offset < 0 or not 1 <= limit <= MAX_CHUNK:
             raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_CHUNK}")
         job, row = self._worker(job_id, worker, attempt, actor)
-        data, size = self._read(row, offset, limit)
+        offset, data, size = self._read(row, offset, limit)
         data = complete_utf8(data)
         next_offset = offset + len(data)
         return LogChunk(
@@ -104,10 +104,18 @@ class LogService:
             eof=_finished(job, row) and next_offset >= size,
         )
 
-    def _read(self, row: WorkerRow | None, offset: int, limit: int) -> tuple[bytes, int]:
+    def _read(self, row: WorkerRow | None, offset: int, limit: int) -> tuple[int, bytes, int]:
+        """From ``offset``, or from the oldest byte kept when a capped log has dropped it:
+        (where the bytes start, the bytes, the log's size)."""
         if row is None or row.handle is None or self.executor is None:
-            return b"", 0
-        return self.executor.read_log(row.handle, offset, limit)
+            return offset, b"", 0
+        data, size = b"", 0
+        for _ in range(3):  # the cap can drop what we asked for between the two calls
+            offset = max(offset, self.executor.log_start(row.handle))
+            data, size = self.executor.read_log(row.handle, offset, limit)
+            if data or offset >= size:
+                break
+        return offset, data, size
 
     def check(
         self, job_id: int, *, actor: str, worker: int = 0, attempt: int | None = None
@@ -135,7 +143,7 @@ class LogService:
             job, row = await run_in_threadpool(self._worker, job_id, worker, attempt, actor)
             finished = _finished(job, row)
             while True:
-                data, size = await run_in_threadpool(self._read, row, offset, MAX_CHUNK)
+                offset, data, size = await run_in_threadpool(self._read, row, offset, MAX_CHUNK)
                 if not data:
                     break
                 if not await valid():  # a log that never stops growing is checked too

@@ -1,11 +1,14 @@
 """The pool as Prometheus sees it: ``GET /metrics`` (docs/monitoring.md).
 
 A collector reads the store at scrape time — no counter kept in memory can drift from what the
-store says, and a restarted server reports the same figures. Every series is about the pool as
-a whole (per pool, tier, state, node) or about a running job by its id alone: no job name or
-owner appears, so the endpoint is open to a scraper without a token, like ``/api/v1/health``.
-Per-job and per-node usage are the latest fresh sample (:meth:`UsageService.latest`); a
-figure that was not measured (GPUs without a driver) has no sample rather than a 0.
+store says, and a restarted server reports the same figures. No job name or owner appears.
+Without a token, a scrape gets the pool as a whole only (per pool, tier, state, node): the
+endpoint is open to a scraper, like ``/api/v1/health``, and says nothing of any one job. With
+a valid token it adds the usage of running jobs by id, each job only to a viewer who may see
+it (:mod:`gpuyard.models.disclosure`; an admin's token sees them all: what a Prometheus that
+scrapes per-job series holds). Per-job and per-node usage are the latest fresh sample
+(:meth:`UsageService.latest`); a figure that was not measured (GPUs without a driver) has no
+sample rather than a 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
@@ -22,11 +26,13 @@ from gpuyard.models import JobState
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.usage import Point
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
+from gpuyard.services.auth import Policy
+from gpuyard.services.disclosure import Viewer
 from gpuyard.services.usage import Latest
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, NodeRow
 
-__all__ = ["PoolCollector", "registry"]
+__all__ = ["MetricsService", "PoolCollector", "registry"]
 
 
 _USAGE = (
@@ -38,16 +44,22 @@ _USAGE = (
 """Usage figures: Point field, series suffix, help."""
 
 
+JobFilter = Callable[[dict[int, Point]], dict[int, Point]]
+"""Of the running jobs' latest samples, those a scrape may carry."""
+
+
 class PoolCollector(Collector):
     def __init__(
         self,
         store: Store,
         controller: Callable[[], dict[str, Any] | None],
         usage: Callable[[], Latest] | None = None,
+        jobs: JobFilter | None = None,
     ) -> None:
         self.store = store
         self.controller = controller
         self.usage = usage
+        self.jobs = jobs
 
     def collect(self) -> Iterator[Metric]:
         with self.store.read() as session:
@@ -81,7 +93,9 @@ class PoolCollector(Collector):
         yield from self._loop()
         if self.usage is not None:
             latest = self.usage()
-            yield from _usage("job", "a running job, its workers added up", latest.jobs)
+            if self.jobs is not None:
+                shown = self.jobs(latest.jobs)
+                yield from _usage("job", "a running job, its workers added up", shown)
             yield from _usage("node", "a node", latest.nodes)
 
     @staticmethod
@@ -182,9 +196,42 @@ def registry(
     store: Store,
     controller: Callable[[], dict[str, Any] | None],
     usage: Callable[[], Latest] | None = None,
+    jobs: JobFilter | None = None,
 ) -> CollectorRegistry:
     """A registry of the pool's collector alone (no process or platform series: the server's
-    own, not the pool's). ``usage``: the latest samples, for per-job and per-node series."""
+    own, not the pool's). ``usage``: the latest samples, for per-node series, and per-job
+    series of the jobs that ``jobs`` keeps (None: no per-job series at all)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(store, controller, usage))
+    registry.register(PoolCollector(store, controller, usage, jobs))
     return registry
+
+
+class MetricsService:
+    """What one scrape of ``/metrics`` gets, by who asks (docs/monitoring.md)."""
+
+    def __init__(
+        self,
+        store: Store,
+        policy: Policy,
+        controller: Callable[[], dict[str, Any] | None],
+        usage: Callable[[], Latest] | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.controller = controller
+        self.usage = usage
+
+    def exposition(self, viewer: str | None) -> bytes:
+        """The text format for ``viewer`` (a signed-in user's name; None: an anonymous
+        scrape, which gets no per-job series)."""
+        jobs = None if viewer is None else self._visible_to(viewer)
+        return generate_latest(registry(self.store, self.controller, self.usage, jobs))
+
+    def _visible_to(self, actor: str) -> JobFilter:
+        def visible(points: dict[int, Point]) -> dict[int, Point]:
+            with self.store.read() as session:
+                viewer = Viewer.of(session, self.policy, actor)
+                viewer.learn(session, points)
+            return {job_id: p for job_id, p in points.items() if viewer.sees(job_id)}
+
+        return visible

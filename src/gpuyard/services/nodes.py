@@ -4,7 +4,10 @@
 the latest findings are stored with the node, a *new* critical finding
 (:func:`gpuyard.models.health.newly_critical`) cordons a schedulable node with
 ``cordoned_by="inspection"``, and a GPU's Xid is attributed to the jobs placed on that GPU (an
-event of each). Nothing here uncordons: an admin decides that.
+event of each). A node cordoned because its job area is nearly full (the disk probe critical,
+alone or with the heartbeat whose write a full disk fails: ``cordoned_by="inspection (disk)"``)
+is uncordoned by the inspection that finds nothing critical on it; every other cordon is lifted
+by an admin only.
 """
 
 from __future__ import annotations
@@ -20,15 +23,19 @@ from sqlalchemy.orm import Session, undefer
 
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
-from gpuyard.models.health import Finding, Probe, newly_critical
+from gpuyard.models.disclosure import disclose
+from gpuyard.models.health import Finding, Probe, ProbeStatus, newly_critical
 from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
+from gpuyard.services.auth import Policy
+from gpuyard.services.disclosure import Viewer
 from gpuyard.services.transitions import record_event
 from gpuyard.services.views import to_datetime
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, NodeRow
 
 __all__ = [
+    "DISK_INSPECTION",
     "INSPECTION",
     "NodeHolder",
     "NodeService",
@@ -41,19 +48,26 @@ __all__ = [
 _HOLDING = HOLDING
 INSPECTION = "inspection"
 """Who cordons a node for a critical finding (``cordoned_by``), and the actor of its events."""
+DISK_INSPECTION = "inspection (disk)"
+"""Who cordons a node whose job area is nearly full: the inspection lifts this cordon itself
+once the disk is no longer critical (docs/node-health.md)."""
 
 
 class NodeService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, policy: Policy | None = None) -> None:
         self.store = store
+        self.policy = policy
 
-    def get_node(self, name: str) -> NodeView:
-        found = self.list_nodes(only=name)
+    def get_node(self, name: str, *, actor: str | None) -> NodeView:
+        found = self.list_nodes(only=name, actor=actor)
         if not found:
             raise NotFound(f"node {name} does not exist (see `gpuyard nodes`)")
         return found[0]
 
-    def list_nodes(self, *, only: str | None = None) -> list[NodeView]:
+    def list_nodes(self, *, actor: str | None, only: str | None = None) -> list[NodeView]:
+        """The nodes as ``actor`` may see them: the jobs on each that it may not see are
+        counted (``hidden_jobs``), not named, here and in the findings of GPU errors.
+        ``actor`` None: the pool's own view (every job named)."""
         query = select(NodeRow).options(undefer(NodeRow.health)).order_by(NodeRow.name)
         if only is not None:
             query = query.where(NodeRow.name == only)
@@ -62,24 +76,21 @@ class NodeService:
             placements = session.execute(
                 select(JobRow.id, JobRow.placement).where(JobRow.state.in_(_HOLDING))
             ).all()
-        gpus: dict[str, int] = defaultdict(int)
-        cpus: dict[str, float] = defaultdict(float)
-        memory: dict[str, int] = defaultdict(int)
-        jobs: dict[str, list[int]] = defaultdict(list)
-        capacity = {n.name: n for n in nodes}
-        for job_id, placement in placements:
-            for slot in placement or []:
-                name = slot["node"]
-                node = capacity.get(name)
-                jobs[name].append(job_id)
-                if slot.get("exclusive") and node is not None:
-                    gpus[name] += node.gpus
-                    cpus[name] += node.cpus
-                    memory[name] += node.memory
-                else:
-                    gpus[name] += len(slot.get("gpus", ()))
-                    cpus[name] += float(slot.get("cpus", 0))
-                    memory[name] += int(slot.get("memory", 0))
+            viewer = Viewer.of(session, self.policy, actor)
+            viewer.learn(session, [job_id for job_id, _ in placements])
+            # A failed node check names its job: "check:job 7", "failed the node check of job 7".
+            cordons = {
+                n.name: (
+                    viewer.redact(session, n.cordon_reason),
+                    viewer.redact(session, n.cordoned_by),
+                )
+                for n in nodes
+            }
+            viewer.learn(
+                session, [j for n in nodes for f in stored_findings(n.health) for j in f.jobs]
+            )
+        gpus, cpus, memory, jobs = _used(nodes, placements)
+        shown = {name: disclose(ids, viewer.sees) for name, ids in jobs.items()}
         return [
             NodeView(
                 name=n.name,
@@ -93,21 +104,24 @@ class NodeService:
                 memory_used=memory[n.name],
                 gpu_model=n.gpu_model,
                 labels=n.effective_labels(),  # an admin's labels win over the executor's
-                jobs=sorted(jobs[n.name]),
+                jobs=sorted(shown[n.name].shown) if n.name in shown else [],
+                hidden_jobs=shown[n.name].hidden if n.name in shown else 0,
                 updated_at=to_datetime(n.updated_at),
-                cordon_reason=n.cordon_reason,
-                cordoned_by=n.cordoned_by,
+                cordon_reason=cordons[n.name][0],
+                cordoned_by=cordons[n.name][1],
                 cordoned_at=to_datetime(n.cordoned_at),
-                health=stored_findings(n.health),
+                health=[_disclosed(f, viewer) for f in stored_findings(n.health)],
                 inspected_at=to_datetime(n.inspected_at),
                 isolation=NodeIsolation.from_labels(n.effective_labels()),
             )
             for n in nodes
         ]
 
-    def holders(self) -> dict[str, list[NodeHolder]]:
+    def holders(self, *, actor: str | None) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
-        page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages")."""
+        page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages"). A job
+        ``actor`` may not see is there with what it holds, but with neither id nor name
+        (``job_id`` 0, ``name`` empty)."""
         with self.store.read() as session:
             gpu_counts = dict(session.execute(select(NodeRow.name, NodeRow.gpus)).tuples().all())
             rows = session.execute(
@@ -115,8 +129,11 @@ class NodeService:
                 .where(JobRow.state.in_(_HOLDING))
                 .order_by(JobRow.id)
             ).all()
+            viewer = Viewer.of(session, self.policy, actor)
+            viewer.learn(session, [row[0] for row in rows])
         found: dict[str, list[NodeHolder]] = defaultdict(list)
-        for job_id, name, placement in rows:
+        for job_id, job_name, placement in rows:
+            shown_id, name = (job_id, job_name) if viewer.sees(job_id) else (0, "")
             for slot in placement or []:
                 node = slot["node"]
                 gpus = tuple(slot.get("gpus", ()))
@@ -124,21 +141,58 @@ class NodeService:
                     gpus = tuple(range(gpu_counts.get(node, 0)))
                 found[node].append(
                     NodeHolder(
-                        job_id, name, gpus, float(slot.get("cpus", 0)), bool(slot.get("exclusive"))
+                        shown_id,
+                        name,
+                        gpus,
+                        float(slot.get("cpus", 0)),
+                        bool(slot.get("exclusive")),
                     )
                 )
         return dict(found)
 
 
+def _used(
+    nodes: Sequence[NodeRow], placements: Sequence[Any]
+) -> tuple[dict[str, int], dict[str, float], dict[str, int], dict[str, list[int]]]:
+    """GPUs, CPUs and memory held on each node, and the ids of the jobs holding them."""
+    gpus: dict[str, int] = defaultdict(int)
+    cpus: dict[str, float] = defaultdict(float)
+    memory: dict[str, int] = defaultdict(int)
+    jobs: dict[str, list[int]] = defaultdict(list)
+    capacity = {n.name: n for n in nodes}
+    for job_id, placement in placements:
+        for slot in placement or []:
+            name = slot["node"]
+            node = capacity.get(name)
+            jobs[name].append(job_id)
+            if slot.get("exclusive") and node is not None:
+                gpus[name] += node.gpus
+                cpus[name] += node.cpus
+                memory[name] += node.memory
+            else:
+                gpus[name] += len(slot.get("gpus", ()))
+                cpus[name] += float(slot.get("cpus", 0))
+                memory[name] += int(slot.get("memory", 0))
+    return gpus, cpus, memory, jobs
+
+
 @dataclass(frozen=True)
 class NodeHolder:
-    """A job holding part of a node: its GPUs there (indexes into the node's GPUs)."""
+    """A job holding part of a node: its GPUs there (indexes into the node's GPUs). A job
+    the viewer may not see has ``job_id`` 0 and no name."""
 
     job_id: int
     name: str
     gpus: tuple[int, ...]
     cpus: float
     exclusive: bool
+
+
+def _disclosed(finding: Finding, viewer: Viewer) -> Finding:
+    """``finding`` naming only the jobs ``viewer`` may see."""
+    if not finding.jobs:
+        return finding
+    return finding.model_copy(update={"jobs": [j for j in finding.jobs if viewer.sees(j)]})
 
 
 def cordon_node(session: Session, name: str, *, reason: str, by: str, now: float) -> bool:
@@ -205,10 +259,23 @@ def record_inspection(
         row.inspected_at = now
         if new and row.state is NodeState.READY:
             reason = "; ".join(f.describe() for f in new)
-            cordon_node(session, row.name, reason=f"critical {reason}", by=INSPECTION, now=now)
+            # A full disk also fails the heartbeat's write: still the disk's cordon.
+            disk_only = any(f.probe is Probe.DISK for f in new) and all(
+                f.probe in (Probe.DISK, Probe.HEARTBEAT) for f in new
+            )
+            by = DISK_INSPECTION if disk_only else INSPECTION
+            if disk_only:
+                reason += " (the job area is nearly full; lifted when space is freed)"
+            cordon_node(session, row.name, reason=f"critical {reason}", by=by, now=now)
             cordoned[row.name] = new
+        elif row.cordoned_by == DISK_INSPECTION and not _critical(findings):
+            uncordon_node(session, row.name)  # its own cordon, for a disk that has room again
         _tell_jobs(session, row.name, findings, now)
     return cordoned
+
+
+def _critical(findings: Sequence[Finding]) -> bool:
+    return any(f.status is ProbeStatus.CRITICAL for f in findings)
 
 
 def _attributed(

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.errors import Conflict
@@ -21,6 +22,7 @@ from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
 from gpuyard.services.auth import Audit, Policy
+from gpuyard.services.disclosure import Viewer
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.views import job_view
@@ -91,12 +93,14 @@ class SchedulingService:
                     f"job {job_id} is {JobState(row.state).status.label}, not queued: there is "
                     "no start to predict"
                 )
+            viewer = Viewer.of(session, self.policy, actor)
             stored = stored_forecast(row.prediction or {}, row.version)
             if stored is not None:  # the controller's, made for this version of the job
-                return _prediction(stored, now)
+                return _prediction(session, viewer, stored, now)
             # Changed since the last forecast (just submitted, say): this job alone, bounded.
             snapshot = load_snapshot(session, now)
-        return _prediction(predict(snapshot, job_id, max_steps=ON_DEMAND_STEPS), now)
+            found = predict(snapshot, job_id, max_steps=ON_DEMAND_STEPS)
+            return _prediction(session, viewer, found, now)
 
     def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
         """When ``spec`` would start if it were submitted now (nothing is stored)."""
@@ -106,25 +110,33 @@ class SchedulingService:
             snapshot = load_snapshot(session, now)
             user = session.get(UserRow, owner)
             seq = (session.scalar(select(func.max(JobRow.id))) or 0) + 1
-        job = hypothetical(
-            snapshot,
-            request_of(spec),
-            priority=spec.priority,
-            owner=owner,
-            group=(user.group_name or "") if user else "",
-            seq=seq,
-        )
-        snapshot = replace(snapshot, pending=(*snapshot.pending, job))
-        return _prediction(predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS), now)
+            job = hypothetical(
+                snapshot,
+                request_of(spec),
+                priority=spec.priority,
+                owner=owner,
+                group=(user.group_name or "") if user else "",
+                seq=seq,
+            )
+            snapshot = replace(snapshot, pending=(*snapshot.pending, job))
+            found = predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS)
+            return _prediction(session, Viewer.of(session, self.policy, owner), found, now)
 
 
-def _prediction(forecast: Forecast, now: float) -> Prediction:
+def _prediction(session: Session, viewer: Viewer, forecast: Forecast, now: float) -> Prediction:
+    """The forecast as ``viewer`` may read it: the jobs it may not see are counted, not
+    named, in the lists and in the sentence (docs/security.md)."""
+    ahead = viewer.disclose(session, forecast.ahead)
+    waits = viewer.disclose(session, forecast.waits_for)
+    shown = replace(forecast, ahead=ahead.shown, waits_for=waits.shown)
     return Prediction(
         now=forecast.now,
         start_at=None
         if forecast.start_at is None
         else datetime.fromtimestamp(forecast.start_at, UTC),
-        ahead=list(forecast.ahead),
-        waits_for=list(forecast.waits_for),
-        reason=in_words(forecast, now),
+        ahead=list(ahead.shown),
+        hidden_ahead=ahead.hidden,
+        waits_for=list(waits.shown),
+        hidden_waits_for=waits.hidden,
+        reason=in_words(shown, now, hidden_ahead=ahead.hidden, hidden_waits=waits.hidden),
     )

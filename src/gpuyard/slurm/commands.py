@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TextIO
+from typing import TextIO, cast
 
 from gpuyard.client import Client
 from gpuyard.errors import GpuyardError as ClientError
@@ -24,6 +24,7 @@ from gpuyard.models.slurm import SlurmStepView
 from gpuyard.slurm.options import OptionError
 from gpuyard.slurm.records import JobRecord, StepRecord
 from gpuyard.spec_limits import MAX_SCRIPT, signal_number
+from gpuyard.terminal import PrintableWriter, printable
 
 __all__ = ["COMMANDS", "main"]
 
@@ -461,7 +462,7 @@ def scancel(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0912, PLR0915 
                     client.stop(job.id)
             except ClientError as exc:
                 print(
-                    f"scancel: error: Kill job error on job id {job.id}: {exc.detail}",
+                    printable(f"scancel: error: Kill job error on job id {job.id}: {exc.detail}"),
                     file=sys.stderr,
                 )
                 status = 1
@@ -605,14 +606,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest in (["--version"], ["-V"]):
         print(SLURM_VERSION)
         return 0
+    # Job names, commands, env and reasons are their owners' text: whatever a command
+    # prints reaches the terminal without escape sequences (gpuyard.terminal).
+    out = cast(TextIO, PrintableWriter(sys.stdout))
     try:
-        return COMMANDS[name](rest, sys.stdout)
+        return COMMANDS[name](rest, out)
     except CommandError as exc:
-        print(str(exc) if exc.raw else f"{name}: error: {exc}", file=sys.stderr)
+        print(printable(str(exc) if exc.raw else f"{name}: error: {exc}"), file=sys.stderr)
         return exc.status
     except OptionError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(printable(f"{name}: error: {exc}"), file=sys.stderr)
         return 1
     except ClientError as exc:
-        print(f"{name}: error: {exc.detail}", file=sys.stderr)
+        print(printable(f"{name}: error: {exc.detail}"), file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ import itertools
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
+
+from gpuyard.errors import StorageFull
+from gpuyard.store.full import is_storage_full
 
 __all__ = ["Store", "normalize_url"]
 
@@ -58,6 +61,8 @@ class Store:
         )
         self._generations: Counter[str] = Counter()
         _count_writes(self._write, self._generations)
+        self.on_full: list[Callable[[], None]] = []
+        """Called when a write fails because the disk is full."""
 
     def generation(self, *tables: str) -> tuple[int, ...]:
         """How many committed write transactions of this process touched each of ``tables``:
@@ -77,9 +82,24 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A session that commits at the end (or rolls back on error). Do not nest."""
-        with self._writers, self._write() as session, session.begin():
-            yield session
+        """A session that commits at the end (or rolls back on error). Do not nest. A write
+        that fails because the disk is full raises StorageFull, after calling each of
+        :attr:`on_full` (the pool releases its disk reserve)."""
+        try:
+            with self._writers, self._write() as session, session.begin():
+                yield session
+        except StorageFull:
+            raise
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            for hook in list(self.on_full):
+                with contextlib.suppress(Exception):
+                    hook()
+            raise StorageFull(
+                "the pool's storage is full, so nothing was changed; it works again once "
+                "space is freed (`gpuyard health` shows the disk)"
+            ) from exc
 
     def migrate(self, target: str = "head") -> None:
         """Bring the schema up to ``target`` (the newest migration by default)."""

@@ -47,6 +47,9 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
         env["GPUYARD_HOME"] = str(self.home)
         env["GPUYARD_RUN_AS"] = self.run_as
+        # Tests keep their files in pytest's directories under /tmp, which a worker with a
+        # private /tmp cannot see; the tests of that sandbox turn it back on in ``settings``.
+        env["GPUYARD_PRIVATE_TMP"] = "false"
         env.update(self.settings)
         return env
 

@@ -105,18 +105,19 @@ def usage_notation(holders: list[NodeHolder]) -> list[str]:
     holding CPUs only is ``cpu(N):name``."""
     found: list[str] = []
     for h in holders:
+        name = h.name or "another user's job"
         if h.gpus:
-            found.extend(f"{g}({g}):{h.name}" for g in h.gpus)
+            found.extend(f"{g}({g}):{name}" for g in h.gpus)
         else:
-            found.append(f"cpu({h.cpus:g}):{h.name}")
+            found.append(f"cpu({h.cpus:g}):{name}")
     return found
 
 
 @router.get("/nodes", response_class=HTMLResponse)
 def nodes(request: Request, caller: CallerDep) -> HTMLResponse:
     s = services(request)
-    listed = s.nodes.list_nodes()
-    holders = s.nodes.holders()
+    listed = s.nodes.list_nodes(actor=caller.name)
+    holders = s.nodes.holders(actor=caller.name)
     latest: dict[str, NodeNow] = {n.name: n for n in s.usage.now(actor=caller.name).nodes}
     return page(
         request,
@@ -156,7 +157,7 @@ def pools(request: Request, caller: CallerDep) -> HTMLResponse:
         caller,
         title="Pools and quotas",
         pools=s.accounts.list_pools(),
-        totals=_pool_totals(s.nodes.list_nodes()),
+        totals=_pool_totals(s.nodes.list_nodes(actor=caller.name)),
         quotas=s.accounts.list_quotas(),
         groups=s.accounts.list_groups(),
     )

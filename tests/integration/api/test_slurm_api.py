@@ -223,6 +223,42 @@ def test_commands_answer_and_fail_as_slurm_does(
     )
 
 
+def test_a_job_one_may_not_see_answers_exactly_as_one_that_does_not_exist(
+    api_url: str,
+    client: Client,
+    controller: Controller,
+    token_for: TokenFor,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Bob runs the Slurm commands on alice's private job and on an id nobody has: the same
+    status, output and errors, word for word (issue 24, point 11). For scancel that is what
+    Slurm 22.05.8 answered for an id that names no job (tests/data/slurm/cases/
+    scancel_no_such.json): nothing, exit 0. Her job goes on."""
+    hidden = client.submit({"command": "python train.py"}).id
+    controller.tick()
+    missing = hidden + 1000
+    monkeypatch.setenv("GPUYARD_URL", api_url)
+    monkeypatch.setenv("GPUYARD_TOKEN", token_for("bob"))
+
+    def answer(*words: str) -> tuple[int, str, str]:
+        status = commands.main(list(words))
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    for command in (
+        ["scancel"],
+        ["scancel", "--signal", "USR1"],
+        ["squeue", "-h", "-j"],
+        ["scontrol", "show", "job"],
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j"],
+    ):
+        nothing = answer(*command, str(missing))
+        assert answer(*command, str(hidden)) == nothing, command
+    assert answer("scancel", str(hidden)) == (0, "", "")  # as recorded from Slurm 22.05.8
+    assert client.job(hidden).state is JobState.RUNNING
+
+
 def test_hostile_sbatch_input_is_refused_with_a_message(
     slurm: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

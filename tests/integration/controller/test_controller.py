@@ -229,7 +229,7 @@ def test_nodes_that_vanish_are_marked_gone(store: Store, clock: ManualClock) -> 
     pool = Pool(store, FakeExecutor(TWO_NODES[:1]), clock)
     from gpuyard.services.nodes import NodeService
 
-    assert [(n.name, n.state.value) for n in NodeService(pool.store).list_nodes()] == [
+    assert [(n.name, n.state.value) for n in NodeService(pool.store).list_nodes(actor=None)] == [
         ("n0", "ready"),
         ("n1", "gone"),
     ]

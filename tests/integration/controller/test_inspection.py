@@ -80,7 +80,7 @@ class Pool:
         return [slot["node"] for slot in placement or []]
 
     def health(self, node: str) -> dict[tuple[Probe, str | None], ProbeStatus]:
-        return {(f.probe, f.gpu): f.status for f in self.nodes.get_node(node).health}
+        return {(f.probe, f.gpu): f.status for f in self.nodes.get_node(node, actor=None).health}
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def pool(store: Store, clock: ManualClock, tmp_path: Path) -> Iterator[Pool]:
 def test_a_critical_finding_cordons_the_node_and_the_scheduler_goes_elsewhere(pool: Pool) -> None:
     assert pool.inspect() == {}
     for name in ("node0", "node1"):
-        view = pool.nodes.get_node(name)
+        view = pool.nodes.get_node(name, actor=None)
         assert view.state is NodeState.READY and view.inspected_at is not None
         assert [f.probe for f in view.health] == [
             Probe.HEARTBEAT,
@@ -107,10 +107,10 @@ def test_a_critical_finding_cordons_the_node_and_the_scheduler_goes_elsewhere(po
     pool.nvml.xid(1, 79)  # GPU 1, node1's, falls off the bus
     cordoned = pool.inspect()
     assert [(f.probe, f.value) for f in cordoned["node1"]] == [(Probe.GPU_XID, 79)]
-    node1 = pool.nodes.get_node("node1")
+    node1 = pool.nodes.get_node("node1", actor=None)
     assert (node1.state, node1.cordoned_by) == (NodeState.CORDONED, "inspection")
     assert node1.cordon_reason is not None and node1.cordon_reason.startswith(f"critical {XID_79}")
-    assert pool.nodes.get_node("node0").state is NodeState.READY
+    assert pool.nodes.get_node("node0", actor=None).state is NodeState.READY
     # Two one-GPU jobs: one on node0, the other waits rather than go to node1.
     first, second = pool.submit(), pool.submit()
     pool.controller.applier.run()  # the scheduling part of a pass (no worker is launched)
@@ -118,7 +118,7 @@ def test_a_critical_finding_cordons_the_node_and_the_scheduler_goes_elsewhere(po
     assert pool.jobs.get(second, actor=OPS).state is JobState.QUEUED
     # Still cordoned after the next inspection finds the GPU quiet: an admin decides.
     assert pool.inspect() == {}
-    assert pool.nodes.get_node("node1").state is NodeState.CORDONED
+    assert pool.nodes.get_node("node1", actor=None).state is NodeState.CORDONED
     assert pool.health("node1")[(Probe.GPU_XID, "1")] is ProbeStatus.OK
 
 
@@ -126,7 +126,7 @@ def test_only_a_new_critical_finding_cordons_again_after_an_uncordon(pool: Pool)
     pool.inspect()
     pool.nvml.gpus[0].retirement_pending = True
     assert list(pool.inspect()) == ["node0"]
-    reason = pool.nodes.get_node("node0").cordon_reason
+    reason = pool.nodes.get_node("node0", actor=None).cordon_reason
     assert reason == (
         "critical gpu.retired_pages (GPU 0) = pending: 0 page(s) retired; a retirement is "
         "pending: reset the GPU"
@@ -134,7 +134,7 @@ def test_only_a_new_critical_finding_cordons_again_after_an_uncordon(pool: Pool)
     with pool.store.write() as session:
         uncordon_node(session, "node0")  # an admin looked and lets it run until a reset
     assert pool.inspect() == {}  # the same finding: not cordoned again
-    view = pool.nodes.get_node("node0")
+    view = pool.nodes.get_node("node0", actor=None)
     assert view.state is NodeState.READY
     assert pool.health("node0")[(Probe.GPU_RETIRED_PAGES, "0")] is ProbeStatus.CRITICAL
     pool.nvml.gpus[0].retirement_pending = False  # reset
@@ -153,7 +153,7 @@ def test_a_node_cordoned_already_keeps_its_reason(pool: Pool) -> None:
         cordon_node(session, "node1", reason="maintenance", by="user:ada", now=1.0)
     pool.nvml.xid(1, 79)
     assert pool.inspect() == {}
-    view = pool.nodes.get_node("node1")
+    view = pool.nodes.get_node("node1", actor=None)
     assert (view.cordon_reason, view.cordoned_by) == ("maintenance", "user:ada")
     assert pool.health("node1")[(Probe.GPU_XID, "1")] is ProbeStatus.CRITICAL
 
@@ -167,10 +167,12 @@ def test_an_application_xid_is_a_warning_attributed_to_the_jobs_on_that_gpu(pool
     pool.nvml.xid(gpu, 13)
     pool.nvml.xid(1 - gpu, 31)  # the other GPU has no job
     assert pool.inspect() == {}
-    [xid] = [f for f in pool.nodes.get_node(node).health if f.probe is Probe.GPU_XID]
+    [xid] = [f for f in pool.nodes.get_node(node, actor=None).health if f.probe is Probe.GPU_XID]
     assert (xid.status, xid.value, xid.jobs) == (ProbeStatus.WARNING, 13, [job])
     other = "node1" if node == "node0" else "node0"
-    assert [f.jobs for f in pool.nodes.get_node(other).health if f.probe is Probe.GPU_XID] == [[]]
+    assert [
+        f.jobs for f in pool.nodes.get_node(other, actor=None).health if f.probe is Probe.GPU_XID
+    ] == [[]]
     events = [e for e in pool.jobs.events(job, actor=OPS) if e.kind == "gpu_xid"]
     assert [(e.actor, e.node, e.reason) for e in events] == [
         (
@@ -180,9 +182,13 @@ def test_an_application_xid_is_a_warning_attributed_to_the_jobs_on_that_gpu(pool
             "the GPU is healthy",
         )
     ]
-    assert {n.state for n in (pool.nodes.get_node("node0"), pool.nodes.get_node("node1"))} == {
-        NodeState.READY
-    }
+    assert {
+        n.state
+        for n in (
+            pool.nodes.get_node("node0", actor=None),
+            pool.nodes.get_node("node1", actor=None),
+        )
+    } == {NodeState.READY}
 
 
 TWO_NODES = [
@@ -206,7 +212,7 @@ def test_an_executor_that_does_not_answer_misses_its_heartbeat(
     cordoned = inspector.run_once()
     assert set(cordoned) == {"n0", "n1"}
     nodes = NodeService(store)
-    n0 = nodes.get_node("n0")
+    n0 = nodes.get_node("n0", actor=None)
     assert n0.cordon_reason == (
         "critical heartbeat = no answer: the executor did not answer the inspection within 0.2 s"
     )
@@ -221,8 +227,13 @@ def test_an_executor_that_does_not_answer_misses_its_heartbeat(
     executor.inspect_delay = 0.0
     time.sleep(1.0)  # the hung call ends
     assert inspector.run_once() == {}
-    assert [f.status for f in nodes.get_node("n0").health] == [ProbeStatus.OK, ProbeStatus.WARNING]
-    assert nodes.get_node("n0").state is NodeState.CORDONED  # never uncordoned by itself
+    assert [f.status for f in nodes.get_node("n0", actor=None).health] == [
+        ProbeStatus.OK,
+        ProbeStatus.WARNING,
+    ]
+    assert (
+        nodes.get_node("n0", actor=None).state is NodeState.CORDONED
+    )  # never uncordoned by itself
 
 
 def test_the_inspection_runs_beside_the_loop_and_a_slow_one_does_not_stall_it(
@@ -234,13 +245,15 @@ def test_the_inspection_runs_beside_the_loop_and_a_slow_one_does_not_stall_it(
     controller.start()
     try:
         time.sleep(0.5)  # the first inspection is still running
-        assert NodeService(store).get_node("n0").inspected_at is None
+        assert NodeService(store).get_node("n0", actor=None).inspected_at is None
         assert controller.health()["passes"] >= 5 and controller.health()["progressing"]
         deadline = time.monotonic() + 10
-        while NodeService(store).get_node("n0").inspected_at is None:
+        while NodeService(store).get_node("n0", actor=None).inspected_at is None:
             assert time.monotonic() < deadline, "no inspection was recorded"
             time.sleep(0.05)
-        assert [f.probe for f in NodeService(store).get_node("n0").health] == [Probe.HEARTBEAT]
+        assert [f.probe for f in NodeService(store).get_node("n0", actor=None).health] == [
+            Probe.HEARTBEAT
+        ]
     finally:
         controller.stop()
 
@@ -297,3 +310,29 @@ def test_gpuyard_nodes_shows_the_health_and_why_a_node_is_cordoned(
             assert client.node("node1").state is NodeState.READY
             with pytest.raises(NotFound, match="node nope does not exist"):
                 client.node("nope")
+
+
+def test_a_nearly_full_job_area_cordons_the_node_until_space_returns(pool: Pool) -> None:
+    from gpuyard.executors.probes.host import DiskThresholds
+
+    pool.inspect()
+    # The real disk probe, told that all free space is "nearly full": critical on every node.
+    pool.executor.disk_thresholds = DiskThresholds(warning=1.0, critical=1.0)
+    assert sorted(pool.inspect()) == ["node0", "node1"]
+    for name in ("node0", "node1"):
+        view = pool.nodes.get_node(name, actor=None)
+        assert (view.state, view.cordoned_by) == (NodeState.CORDONED, "inspection (disk)")
+        assert view.cordon_reason is not None and view.cordon_reason.startswith("critical disk")
+        assert "nearly full" in view.cordon_reason
+    with pool.store.write() as session:  # an admin's cordon is the admin's to lift
+        cordon_node(session, "node1", reason="maintenance", by="user:ada", now=1.0)
+    assert pool.inspect() == {}  # still full: both stay cordoned
+    assert pool.nodes.get_node("node0", actor=None).state is NodeState.CORDONED
+    pool.executor.disk_thresholds = DiskThresholds()  # space is freed
+    assert pool.inspect() == {}
+    node0, node1 = (
+        pool.nodes.get_node("node0", actor=None),
+        pool.nodes.get_node("node1", actor=None),
+    )
+    assert (node0.state, node0.cordoned_by, node0.cordon_reason) == (NodeState.READY, None, None)
+    assert (node1.state, node1.cordoned_by) == (NodeState.CORDONED, "user:ada")

@@ -50,13 +50,14 @@ NONE = "none"
 
 V2_REQUIRED = ("memory", "pids")
 V1_REQUIRED = ("memory", "freezer")
-OPTIONAL = ("pids", "cpu", "cpuacct")
+OPTIONAL = ("pids", "cpu", "cpuacct", "devices")
 """Used where present; a warning says what is not enforced where they are not."""
 _WITHOUT = {
     "memory": "memory limits are not enforced",
     "pids": "process limits are not enforced",
     "cpu": "CPU limits are not enforced",
     "cpuacct": "a worker's CPU time is counted over its live processes instead",
+    "devices": "other GPUs' device files are hidden by the worker's mount namespace only",
 }
 CPU_PERIOD_US = 100_000
 KILL_TIMEOUT = 10.0
@@ -124,6 +125,7 @@ class Cgroup:
         pids: int = 0,
         ceiling_pids: int = 0,
         ceiling_memory: int = 0,
+        deny_devices: list[str] | None = None,
     ) -> None:
         self.version = version
         self.dirs = dirs
@@ -132,6 +134,8 @@ class Cgroup:
         self.pids = pids
         self.ceiling_pids = ceiling_pids
         self.ceiling_memory = ceiling_memory
+        self.deny_devices = list(deny_devices or [])
+        """``devices.deny`` rules (v1: ``c 195:1 rwm``), other GPUs' device files."""
 
     @property
     def main(self) -> str:
@@ -147,6 +151,7 @@ class Cgroup:
             "pids": self.pids,
             "ceiling_pids": self.ceiling_pids,
             "ceiling_memory": self.ceiling_memory,
+            "deny_devices": list(self.deny_devices),
         }
 
     @classmethod
@@ -163,9 +168,13 @@ class Cgroup:
             return None
         names = ("memory", "mcpus", "pids", "ceiling_pids", "ceiling_memory")
         limits = [data.get(k, 0) for k in names]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits):
+        deny = data.get("deny_devices") or []
+        sound_deny = isinstance(deny, list) and all(isinstance(d, str) for d in deny)
+        if not sound_deny or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in limits
+        ):
             return None
-        return cls(version, dirs, **dict(zip(names, limits, strict=True)))
+        return cls(version, dirs, **dict(zip(names, limits, strict=True)), deny_devices=deny)
 
     def _file(self, controller: str, name: str) -> str | None:
         directory = self.dirs.get("unified" if self.version == 2 else controller)
@@ -241,6 +250,9 @@ class Cgroup:
                     limits.append((memsw, str(self.memory)))
             if self.pids:
                 limits.append((self._file("pids", "pids.max"), str(self.pids)))
+            devices = self.dirs.get("devices")
+            if devices is not None:
+                limits.extend((os.path.join(devices, "devices.deny"), d) for d in self.deny_devices)
             if self.mcpus:
                 shares = max(2, self.mcpus * 1024 // 1000)  # 1 CPU = the default 1024
                 quota = max(1000, self.mcpus * CPU_PERIOD_US // 1000)
@@ -487,9 +499,11 @@ class Isolation:
         pids: int,
         ceiling_pids: int = 0,
         ceiling_memory: int = 0,
+        deny_devices: Iterable[str] = (),
     ) -> Cgroup | None:
         """The cgroup of worker ``name`` (not created yet), limited to what can be enforced;
-        the ceilings are the node's (all its workers together)."""
+        the ceilings are the node's (all its workers together); ``deny_devices``: devices it may
+        not open (v1's devices controller only)."""
         if self.mode == NONE:
             return None
         version = 2 if self.mode == CGROUP_V2 else 1
@@ -502,6 +516,7 @@ class Isolation:
             pids=pids if "pids" in self.controllers else 0,
             ceiling_pids=ceiling_pids if "pids" in self.controllers else 0,
             ceiling_memory=ceiling_memory if "memory" in self.controllers else 0,
+            deny_devices=list(deny_devices) if "devices" in self.controllers else [],
         )
 
     def remove_parents(self, fs: CgroupFs | None = None) -> None:

@@ -58,7 +58,7 @@ from pydantic import ValidationError
 from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors import slurmstep as slurmstep_module
 from gpuyard.executors.base import LaunchError
-from gpuyard.executors.local import cgroups, procfs, untrusted
+from gpuyard.executors.local import cgroups, logcap, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
 from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
@@ -76,8 +76,19 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
+from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.node import CONTROLLERS, IsolationMode, KillMethod, NodeIsolation
+from gpuyard.models.sandbox import (
+    DEFAULT_GPU_DEVICE_FILES,
+    DEFAULT_GPU_SHARED_FILES,
+    PRIVATE_DIRS,
+    hidden_gpu_files,
+    kept_paths,
+    memory_default,
+    parse_memory_default,
+    renumbered_devices,
+)
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
@@ -100,12 +111,13 @@ from gpuyard.models.workerdir import (
     ExitRecord,
     FileSpec,
     PreemptFile,
+    SandboxSpec,
     SupervisorSpec,
     TerminateRequest,
 )
 from gpuyard.quantities import format_bytes
 
-__all__ = ["DEFAULT_PIDS_LIMIT", "LocalExecutor"]
+__all__ = ["DEFAULT_LOG_MAX", "DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 
 SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
@@ -114,6 +126,8 @@ SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("slurmstep_entry
 """Run, never imported: it imports slurmstep.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
+DEFAULT_LOG_MAX = 64 << 20
+"""Bytes a worker's log may have before its oldest part is dropped (docs/security.md)."""
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
@@ -147,6 +161,12 @@ class LocalExecutor:
         disk_thresholds: DiskThresholds = DISK_THRESHOLDS,
         gpu_meter: GpuMeter | None = None,
         supervisor_prefix: Sequence[str] = (),
+        log_max: int = DEFAULT_LOG_MAX,
+        env_allow: Sequence[str] = (),
+        default_memory: str = "0",
+        private_tmp: bool = False,
+        gpu_device_files: str = DEFAULT_GPU_DEVICE_FILES,
+        gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
     ) -> None:
         """``pids_limit``: processes per worker, 0 for none. ``pids_ceiling`` and
         ``memory_ceiling``: processes and memory bytes of all workers together (the pool's
@@ -160,7 +180,22 @@ class LocalExecutor:
         a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
         each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
         supervisors to the agent's life). ``disk_thresholds``: free fractions of the
-        job directories' filesystem below which the disk probe warns and is critical."""
+        job directories' filesystem below which the disk probe warns and is critical.
+        ``log_max``: bytes each worker's log may have; past them its oldest half is dropped
+        (:mod:`gpuyard.executors.local.logcap`; 0: no cap).
+        ``env_allow``: names and globs of the pool's environment its jobs inherit beside
+        :data:`~gpuyard.models.environment.DEFAULT_JOB_ENV_ALLOW`. ``default_memory``: the
+        limit of a worker whose job names no memory (:func:`memory_default`: ``50%`` of its
+        node's, a size, ``0`` for none). ``private_tmp``: a private /tmp, /var/tmp and
+        /dev/shm per worker (a pool run by root only). ``gpu_device_files`` (with
+        ``{index}``) and ``gpu_shared_files``: the device files of the machine's GPUs, hidden
+        from workers not given them (:mod:`gpuyard.models.sandbox`)."""
+        self.env_allow = tuple(env_allow)
+        self.default_memory = parse_memory_default(default_memory)
+        self.private_tmp = private_tmp
+        self.gpu_device_files = gpu_device_files
+        self.gpu_shared_files = tuple(gpu_shared_files)
+        self._sandbox_ok: bool | None = None
         self.inject_faults = dict(inject_faults or {})
         self.disk_thresholds = disk_thresholds
         self._gpus = GpuProber(nvml)
@@ -171,6 +206,9 @@ class LocalExecutor:
         self.pids_limit = pids_limit
         self.pids_ceiling = cgroups.default_pids_ceiling() if pids_ceiling is None else pids_ceiling
         self.memory_ceiling = memory_ceiling
+        if 0 < log_max < logcap.MIN_CAP:
+            raise ValueError(f"a log cap is at least {logcap.MIN_CAP} bytes")
+        self.log_max = log_max
         self.supervisor_prefix = tuple(supervisor_prefix)
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self._name = f"gpuyard-{digest}"
@@ -227,7 +265,14 @@ class LocalExecutor:
 
     def warnings(self) -> list[str]:
         """What this executor cannot enforce on this machine (empty when all is well)."""
-        return list(self.isolation.warnings)
+        warnings = list(self.isolation.warnings)
+        if self.private_tmp and not self._can_sandbox():
+            warnings.append(
+                "workers share /tmp, /var/tmp and /dev/shm, and can open every GPU's device "
+                "file: this pool cannot give them a mount namespace of their own (it needs "
+                "root with CAP_SYS_ADMIN)"
+            )
+        return warnings
 
     @property
     def interface(self) -> str:
@@ -240,12 +285,9 @@ class LocalExecutor:
         )
 
     def base_env(self, node: str) -> Mapping[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("GPUYARD_") and k not in IDENTITY
-        }
-        env.pop("CUDA_VISIBLE_DEVICES", None)
+        # An allowlist, never the whole environment: the pool's may hold secrets
+        # (models/environment.py, docs/security.md "What the job gets").
+        env = inherited_environment(os.environ, self.env_allow)
         if fault := self.inject_faults.get(node):
             env[CHECK_INJECT_VARIABLE] = fault
         return env
@@ -407,14 +449,22 @@ class LocalExecutor:
         terminal: int | None = None,
     ) -> Handle:
         key = request.key
+        hidden = self._hidden_devices(request)
+        sandbox = self._sandbox(request, sdir, hidden)
         cgroup = self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}",
-            memory=request.limits.memory,
+            memory=request.limits.memory or self._default_memory(request.node),
             mcpus=request.limits.mcpus,
             pids=self.pids_limit,
             ceiling_pids=self.pids_ceiling,
             ceiling_memory=self.memory_ceiling,
+            deny_devices=_device_rules(hidden),
         )
+        env = dict(request.env)
+        isolated = (sandbox is not None and sandbox.hide) or (cgroup and cgroup.deny_devices)
+        if isolated and env.get("CUDA_VISIBLE_DEVICES"):
+            # Inside, CUDA numbers the GPUs whose files it can open from 0.
+            env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
         spec = SupervisorSpec(
             job=key.job_id,
             attempt=key.attempt,
@@ -423,12 +473,13 @@ class LocalExecutor:
             # The control directory is where this executor reads: the job is told so.
             env={
                 **_identity(account, wd / "workspace"),
-                **request.env,
+                **env,
                 CONTROL_DIR_VARIABLE: str(wd / "control"),
             },
             cwd=request.cwd,
             grace=request.grace,
             log=str(wd / "log"),
+            log_max=self.log_max,
             files={p: FileSpec(content=f.content, mode=f.mode) for p, f in request.files.items()},
             binds=[
                 BindSpec(target=b.target, source=b.source, readonly=b.readonly)
@@ -444,6 +495,7 @@ class LocalExecutor:
             workspace=str(wd / "workspace"),
             job_dir=self.job_dir(key.job_id),
             terminal=terminal is not None,
+            sandbox=sandbox,
         )
         fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
@@ -477,6 +529,63 @@ class LocalExecutor:
             "spawned_at": time.time(),
             **_placed(request),
         }
+
+    # -- sandbox ----------------------------------------------------------------------------
+
+    def _default_memory(self, node: str) -> int:
+        info = self._by_name.get(node) or self._nodes[0]  # tests name their one node freely
+        return memory_default(self.default_memory, info.memory)
+
+    def _can_sandbox(self) -> bool:
+        """Whether workers can have a mount namespace with a tmpfs of their own (root with
+        CAP_SYS_ADMIN: not root in a container without it), tried once in a child."""
+        if self._sandbox_ok is None:
+            self._sandbox_ok = self.switch_users and self._probe_sandbox()
+        return self._sandbox_ok
+
+    @staticmethod
+    def _probe_sandbox() -> bool:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _SANDBOX_PROBE],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        return probe.returncode == 0
+
+    def _hidden_devices(self, request: WorkerLaunch) -> list[str]:
+        """The device files of the machine's GPUs that ``request`` was not given, and the
+        shared ones when it was given none (those that exist here)."""
+        if len(self._nodes[0].gpu_devices) * len(self._nodes) > len(self.machine.gpus):
+            return []  # virtual GPUs: no device files behind them
+        by_uuid = {g.uuid: g.index for g in self.machine.gpus}
+        given = [
+            int(d) if d.isdigit() else by_uuid.get(d, -1)
+            for d in request.env.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            if d
+        ]
+        indices = max((g.index for g in self.machine.gpus), default=-1) + 1
+        files = hidden_gpu_files(self.gpu_device_files, indices, given, self.gpu_shared_files)
+        return [f for f in files if os.path.lexists(f)]
+
+    def _sandbox(self, request: WorkerLaunch, sdir: Path, hidden: list[str]) -> SandboxSpec | None:
+        """The worker's mount namespace (a pool run by root only: it needs CAP_SYS_ADMIN)."""
+        if not (self.private_tmp or hidden) or not self._can_sandbox():
+            return None
+        private = [d for d in PRIVATE_DIRS if os.path.isdir(d)] if self.private_tmp else []
+        mask = ""
+        if hidden:
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:  # what covers a hidden device file: nobody but root may open it
+                untrusted.write_file(fd, "hidden", b"", mode=0)
+            finally:
+                os.close(fd)
+            mask = str(sdir / "hidden")
+        # What the worker needs of the host there: the pool's home (its job's files), its
+        # working directory, and the Python and gpuyard its tools run (a checkout in /tmp).
+        keep = kept_paths(private, [str(self.home.resolve()), request.cwd, *_INSTALLATION])
+        return SandboxSpec(private=private, keep=keep, hide=hidden, mask=mask)
 
     def _adopt(self, request: WorkerLaunch) -> Handle:
         """The handle of a worker launched before: its supervisor is the earliest-started
@@ -800,23 +909,57 @@ class LocalExecutor:
         return read_slurm_steps(str(self.home), str(Path(handle["dir"]) / "control"))
 
     def read_log(self, handle: Handle, offset: int, limit: int) -> tuple[bytes, int]:
+        """Bytes from ``offset`` of the whole output, and its size: offsets count what was
+        dropped from a capped log too (:mod:`logcap`); an offset that was dropped reads
+        nothing (:meth:`log_start` says where the log now starts)."""
+        start, data, size = self._read_log(handle, offset, limit)
+        return (data, size) if start == offset else (b"", size)
+
+    def log_start(self, handle: Handle) -> int:
+        """The offset of the oldest byte of the log still kept (its drop marker, once the
+        cap has dropped something)."""
+        return self._read_log(handle, 0, 0)[0]
+
+    def _read_log(self, handle: Handle, offset: int, limit: int) -> tuple[int, bytes, int]:
         path = Path(handle["log"])
         try:
             dir_fd = untrusted.open_dir(str(self.home), str(path.parent))
         except (OSError, untrusted.Unreadable):
-            return b"", 0
+            return offset, b"", 0
         try:
-            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            for _ in range(10):  # a drop renames the file between our two reads: read again
+                fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+                with os.fdopen(fd, "rb") as fh:
+                    info = os.fstat(fh.fileno())
+                    if not stat.S_ISREG(info.st_mode):
+                        return offset, b"", 0
+                    base = self._log_base(handle, info.st_ino)
+                    if base < 0:
+                        continue
+                    fh.seek(max(0, offset - base))
+                    return max(offset, base), fh.read(limit), base + info.st_size
         except OSError:
-            return b"", 0
+            pass
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return b"", 0
-            fh.seek(offset)
-            return fh.read(limit), info.st_size
+        return offset, b"", 0
+
+    def _log_base(self, handle: Handle, inode: int) -> int:
+        sdir = handle.get("supervisor")
+        if not sdir:
+            return 0
+        try:
+            dir_fd = untrusted.open_dir(str(self.home), str(sdir))
+        except (OSError, untrusted.Unreadable):
+            return 0
+        try:
+            raw = untrusted.read_file(dir_fd, logcap.META, untrusted.CAP)
+            meta = None if raw is None else json.loads(raw)
+        except (untrusted.Unreadable, ValueError):
+            return -1
+        finally:
+            os.close(dir_fd)
+        return logcap.read_meta(meta, inode)
 
     def remove_job(self, job_id: int) -> None:
         shutil.rmtree(self.jobs_root / str(job_id), ignore_errors=True)
@@ -906,6 +1049,31 @@ def _identity(account: Account | None, workspace: Path) -> dict[str, str]:
     if account is None:
         return {k: os.environ[k] for k in IDENTITY if k in os.environ}
     return {"HOME": str(workspace), "USER": account.name, "LOGNAME": account.name}
+
+
+_SANDBOX_PROBE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ok = libc.unshare(0x00020000) == 0 and libc.mount(None, b"/", None, (1 << 18) | 16384, None) == 0
+ok = ok and libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0
+sys.exit(0 if ok else 1)
+"""
+"""Run in a child of its own: a private mount namespace, then a tmpfs in it (gone with it)."""
+_INSTALLATION = tuple(
+    {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, Path(__file__).parents[3])}
+)
+"""Where this Python and gpuyard live: the tools a worker runs (``Tools``) are there."""
+
+
+def _device_rules(files: Sequence[str]) -> list[str]:
+    """``devices.deny`` rules for the character devices among ``files``."""
+    rules = []
+    for path in files:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            if stat.S_ISCHR(info.st_mode):
+                rules.append(f"c {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rwm")
+    return rules
 
 
 def _placed(request: WorkerLaunch) -> Handle:

@@ -9,8 +9,9 @@ worker's handle: while this process lives, the worker is running, whatever any f
   runs, and keeps that directory open, so later renames or links change nothing it writes;
 - creates the worker's cgroup with its limits (:mod:`cgroups`); the child joins it before it
   execs, so no process of the job ever runs outside it;
-- starts the command in a process group of its own, with stdout and stderr going straight to
-  the log file (no pipe to drain, so the log is complete even if nobody is watching); or, for
+- starts the command in a process group of its own, with stdout and stderr a pipe that a
+  thread of the supervisor drains into the log file, which it keeps under the pool's cap by
+  dropping the oldest part (:mod:`logcap`; the job never writes the file itself); or, for
   an interactive shell (``terminal`` in its spec), in a session of its own whose controlling
   terminal is the one the supervisor got as its stdin (which it then lets go of, so that the
   terminal's other side sees its end when the command's processes have closed it);
@@ -38,12 +39,14 @@ from __future__ import annotations
 
 import _json
 import _socket
+import _thread
 import errno
 import os
 import sys
 import time
 
-from gpuyard.executors.local import cgroups, untrusted
+from gpuyard.executors.local import cgroups, logcap, untrusted
+from gpuyard.executors.local.sandbox import Sandbox
 
 TYPE_CHECKING = False  # typing itself costs an import
 if TYPE_CHECKING:
@@ -63,6 +66,11 @@ SIGNAL_NAMES = {
     and not name.startswith("SIG_")
     and name not in ("SIGCLD", "SIGIOT", "SIGPOLL")
 }
+FULL_RETRY = 1.0
+"""Seconds between tries to write the exit record while the disk is full."""
+DRAIN_WAIT = 10.0
+"""Seconds the supervisor waits, once the worker's processes are gone, for the rest of its
+output before it writes the exit record."""
 WAKE_SIGNALS = {_signal.SIGCHLD, _signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP}
 """Blocked for the supervisor's life and waited for with sigwaitinfo (SIGHUP only so that a
 stray one does not end it)."""
@@ -397,8 +405,10 @@ class Child:
         cgroup: cgroups.Cgroup | None,
         account: dict[str, Any] | None = None,
         terminal: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.argv = argv
+        self.sandbox = sandbox
         self.env = env
         self.cwd = cwd
         self.cgroup = cgroup
@@ -412,14 +422,14 @@ class Child:
 
             self.ioctl = (fcntl.ioctl, termios.TIOCSCTTY)
 
-    def spawn(self, log_fd: int, binder: Binder) -> int:
+    def spawn(self, out_fd: int, binder: Binder) -> int:
         """fork + exec in a new process group (with a terminal: a new session); raise
         SpawnError if a step before exec fails."""
         read_fd, write_fd = os.pipe()  # close-on-exec: EOF on read means exec succeeded
         devnull = os.open(os.devnull, os.O_RDONLY)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child either execs or exits
-            self._exec(write_fd, devnull, log_fd, binder)
+            self._exec(write_fd, devnull, out_fd, binder)
         os.close(write_fd)
         if self.terminal:
             # The terminal is the command's now: without our copy, its other side sees the
@@ -440,8 +450,19 @@ class Child:
             raise SpawnError(step, int(code or 0), where)
         return pid
 
+    def _sandbox(self, binder: Binder) -> None:  # pragma: no cover - child side
+        """The worker's private /tmp and hidden devices, in the namespace the binder made (or
+        one of its own): SpawnError("sandbox") naming the path that failed."""
+        if self.sandbox is None:
+            return
+        try:
+            self.sandbox.apply(unshared=binder.mode == "bind")
+        except OSError as exc:
+            where = f"{exc.filename}: {exc.strerror}"
+            raise SpawnError("sandbox", exc.errno or errno.EPERM, where) from None
+
     def _exec(
-        self, report_fd: int, devnull: int, log_fd: int, binder: Binder
+        self, report_fd: int, devnull: int, out_fd: int, binder: Binder
     ) -> None:  # pragma: no cover
         step = "setup"
         try:
@@ -465,6 +486,8 @@ class Child:
                 os.umask(0o077)  # what the job makes is its account's alone
             step = "mount"
             binder.apply()
+            step = "sandbox"
+            self._sandbox(binder)
             if self.account is not None:
                 step = "account"
                 drop_to(self.account)  # root (cgroup, mounts) ends here, before the job runs
@@ -475,8 +498,8 @@ class Child:
                 os.dup2(0, 2)
             else:
                 os.dup2(devnull, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
+                os.dup2(out_fd, 1)
+                os.dup2(out_fd, 2)
             step = "exec"
             execvpe(self.argv, self.env)
         except SpawnError as exc:
@@ -504,6 +527,7 @@ CANNOT_START = {
     "account": "cannot switch to the OS account {name!r}: {detail}",
     "mount": "cannot mount the workspace at {where!r}: {why}",
     "cgroup": "cannot set up the worker's cgroup: {detail}",
+    "sandbox": "cannot set up the worker's private /tmp and devices: {detail}",
     "terminal": "cannot make the terminal the command's own: {detail}",
     "chdir:missing": "working directory {cwd!r} does not exist",
     "chdir": "cannot enter working directory {cwd!r}{who}: {why}",
@@ -547,12 +571,12 @@ class Supervisor:
         if untrusted.read_file(self.dir_fd, "exit.json") is not None:
             return 0  # already ran to the end (a second start by mistake)
         self.write("state.json", self.identity)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        log_fd = os.open(self.spec["log"], flags, 0o644)
-        if self.account is not None:
-            # Its job reads it, nobody else; it writes only through the descriptor it is given.
-            os.fchown(log_fd, 0, self.account["gid"])
-            os.fchmod(log_fd, 0o640)
+        log = logcap.CappedLog(
+            self.spec["log"],
+            int(self.spec.get("log_max") or 0),
+            lambda meta: self.write(logcap.META, meta),
+            group=None if self.account is None else self.account["gid"],
+        )
         binder = Binder(
             [(b["target"], b["source"], b["readonly"]) for b in self.spec["binds"]],
             self.account,
@@ -565,6 +589,9 @@ class Supervisor:
             self.cgroup,
             self.account,
             terminal=bool(self.spec.get("terminal")),
+            sandbox=Sandbox(self.spec["sandbox"], self.account)
+            if self.spec.get("sandbox")
+            else None,
         )
         try:
             self._write_files()
@@ -576,9 +603,9 @@ class Supervisor:
                         "cgroup", exc.errno or errno.EPERM, exc.strerror or ""
                     ) from None
             binder.prepare()
-            pid = child.spawn(log_fd, binder)
+            pid, drained, pipe = self._spawn(child, binder, log)
         except SpawnError as exc:
-            return self._cannot_start(log_fd, exc)
+            return self._cannot_start(log, exc)
         self.pgid = pid
         started_at = time.time()
         self.write(
@@ -595,10 +622,73 @@ class Supervisor:
             "started_at": started_at,
             **self._end(),
         }
-        os.close(log_fd)
-        self.write("exit.json", {**record, "finished_at": time.time()}, sync=True)
-        self.notify("exited")
+        if self._drained(drained, pipe, log):
+            log.close()  # else its thread still holds it: it goes with this process
+        self._record_exit({**record, "finished_at": time.time()})
         return 0
+
+    def _record_exit(self, record: dict[str, Any]) -> None:
+        """Write ``exit.json`` and say so; on a full disk, wait for room (the worker shows
+        running until then, and its exit is recorded once space is freed)."""
+        while True:
+            try:
+                self.write("exit.json", record, sync=True)
+                break
+            except OSError as exc:
+                if exc.errno not in logcap.FULL:
+                    raise
+                time.sleep(FULL_RETRY)
+        self.notify("exited")
+
+    def _spawn(
+        self, child: Child, binder: Binder, log: logcap.CappedLog
+    ) -> tuple[int, _thread.LockType, int]:
+        """Start the command with its output on a pipe that a thread drains into ``log``;
+        the lock is released when the pipe has ended. (A terminal is the command's output:
+        no pipe, -1.)"""
+        drained = _thread.allocate_lock()
+        if child.terminal:
+            return child.spawn(-1, binder), drained, -1
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = child.spawn(write_fd, binder)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        drained.acquire()
+        _thread.start_new_thread(self._drain, (log, read_fd, drained))
+        return pid, drained, read_fd
+
+    def _drained(self, drained: _thread.LockType, pipe: int, log: logcap.CappedLog) -> bool:
+        """Wait for the rest of the worker's output. With a cgroup every process of the worker
+        is gone, so the pipe ends at once. Without one, a process that escaped the group
+        (``setsid``) may hold it open for ever: take what is in the pipe now, then stop
+        waiting (the executor kills that process when it reports the end)."""
+        if self.cgroup is not None or pipe < 0:
+            return drained.acquire(True, DRAIN_WAIT)
+        import fcntl  # only here: it costs an import
+        import termios
+
+        deadline, seen, count = time.monotonic() + DRAIN_WAIT, -1, bytearray(4)
+        while not drained.acquire(True, 0.05):
+            try:
+                fcntl.ioctl(pipe, termios.FIONREAD, count)
+            except OSError:  # its thread has just closed it: the pipe ended
+                return drained.acquire(True, DRAIN_WAIT)
+            idle = not int.from_bytes(count, sys.byteorder) and not log.busy
+            if (idle and log.consumed == seen) or time.monotonic() > deadline:
+                return False
+            seen = log.consumed if idle else -1
+        return True
+
+    @staticmethod
+    def _drain(log: logcap.CappedLog, read_fd: int, drained: _thread.LockType) -> None:
+        try:
+            log.drain(read_fd)
+        finally:
+            drained.release()
 
     def _end(self) -> dict[str, Any]:
         """Kill every process of the worker that is left, and say what the cgroup saw."""
@@ -668,18 +758,17 @@ class Supervisor:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
 
-    def _cannot_start(self, log_fd: int, exc: SpawnError) -> int:
+    def _cannot_start(self, log: logcap.CappedLog, exc: SpawnError) -> int:
         what = self._describe(exc)
-        os.write(log_fd, f"gpuyard: {what}\n".encode())
+        log.write(f"gpuyard: {what}\n".encode())
         code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
         if self.cgroup is not None:
             self.cgroup.kill()
             self.cgroup.remove()
         now = time.time()
         record = {"exit_code": code, "started_at": now, "finished_at": now, "message": what}
-        os.close(log_fd)
-        self.write("exit.json", record, sync=True)
-        self.notify("exited")
+        log.close()
+        self._record_exit(record)
         return 0
 
     def _describe(self, exc: SpawnError) -> str:

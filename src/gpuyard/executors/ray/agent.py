@@ -52,12 +52,6 @@ __all__ = ["NodeAgent", "agent_name"]
 
 T = TypeVar("T")
 
-ENV_DROPPED_PREFIXES = ("RAY_", "GPUYARD_")
-ENV_DROPPED = frozenset(
-    {"HOME", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH"}
-)
-"""What a worker's base environment does not take from the agent's: Ray's own variables
-(and the threads Ray chose for its worker), who the agent is, the GPUs Ray gave it."""
 PDEATHSIG = ("setpriv", "--pdeathsig", "TERM")
 
 
@@ -109,6 +103,9 @@ class NodeAgent:
             cpus_per_node=cpus,
             memory_per_node=memory,
             supervisor_prefix=PDEATHSIG,
+            # The control plane copies each log by offset as it grows (executors/ray/executor),
+            # which a drop would break: Ray nodes' logs are not capped yet (docs/security.md).
+            log_max=0,
         )
         self._lock = threading.Lock()
 
@@ -120,11 +117,8 @@ class NodeAgent:
         import ray
 
         node = self.local.nodes()[0]
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ENV_DROPPED and not k.startswith(ENV_DROPPED_PREFIXES)
-        }
+        # The allowlist of models/environment.py (no RAY_*, no secrets of the agent's).
+        env = dict(self.local.base_env(node.name))
         tools = self.local.tools()
         return {
             "node": self.node_name,

@@ -14,14 +14,15 @@ router = APIRouter(tags=["pool"])
 
 
 @router.get("/nodes")
-def list_nodes(services: ServicesDep) -> list[NodeView]:
-    return services.nodes.list_nodes()
+def list_nodes(services: ServicesDep, user: UserDep) -> list[NodeView]:
+    """Every node; of the jobs on it, only those the caller may see are named."""
+    return services.nodes.list_nodes(actor=user)
 
 
 @router.get("/nodes/{name}")
-def get_node(name: str, services: ServicesDep) -> NodeView:
+def get_node(name: str, services: ServicesDep, user: UserDep) -> NodeView:
     """One node, with every finding of its latest health inspection."""
-    return services.nodes.get_node(name)
+    return services.nodes.get_node(name, actor=user)
 
 
 @router.get("/nodes/{name}/usage")
@@ -40,21 +41,21 @@ def node_usage(
 def cordon_node(name: str, body: CordonRequest, services: ServicesDep, user: UserDep) -> NodeView:
     """Keep the node out of scheduling; jobs running on it go on."""
     services.accounts.cordon(name, body.reason, actor=user)
-    return _one(services, name)
+    return _one(services, name, user)
 
 
 @router.post("/nodes/{name}/drain")
 def drain_node(name: str, body: CordonRequest, services: ServicesDep, user: UserDep) -> NodeView:
     """Cordon the node and suspend the jobs running on it (they resume elsewhere)."""
     services.accounts.cordon(name, body.reason, actor=user, drain=True)
-    return _one(services, name)
+    return _one(services, name, user)
 
 
 @router.post("/nodes/{name}/uncordon")
 def uncordon_node(name: str, services: ServicesDep, user: UserDep) -> NodeView:
     services.accounts.uncordon(name, actor=user)
-    return _one(services, name)
+    return _one(services, name, user)
 
 
-def _one(services: Services, name: str) -> NodeView:
-    return services.nodes.get_node(name)
+def _one(services: Services, name: str, user: str) -> NodeView:
+    return services.nodes.get_node(name, actor=user)

@@ -1,5 +1,6 @@
 """/metrics over real HTTP: Prometheus' text format, parsed by Prometheus' own parser; open
-without a token, with aggregates only."""
+without a token, with aggregates only; per-job series with a token, of the jobs its holder
+may see."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
+from gpuyard.testing.auth import TokenFor
 
 JOB_USAGE = {
     "gpuyard_job_cpu_cores",
@@ -19,9 +21,13 @@ JOB_USAGE = {
 }
 
 
-def samples(api_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(
+    api_url: str, token: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     base = api_url.removesuffix("/api/v1")
-    response = httpx.get(f"{base}/metrics")  # no token: a scraper has none
+    # No token by default: a scraper of the open endpoint has none.
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(f"{base}/metrics", headers=headers)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     found = {}
@@ -91,7 +97,9 @@ def test_the_grafana_dashboard_queries_only_series_the_pool_serves(
 
     state = {"passes": 1, "pass_seconds": 0.1, "schedules": 1, "schedule_seconds": 0.1}
     state |= {"last_schedule_seconds": 0.1, "progressing": True}
-    text = generate_latest(registry(store, lambda: state, Latest)).decode()  # type: ignore[arg-type]
+    # As scraped with an admin's token (the dashboard's per-job panels need one).
+    every_job = registry(store, lambda: state, Latest, jobs=lambda points: points)  # type: ignore[arg-type]
+    text = generate_latest(every_job).decode()
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     served = {name + ("_total" if kind == "counter" else "") for name, kind in families.items()}
     path = Path(__file__).resolve().parents[4] / "docs" / "grafana-dashboard.json"
@@ -111,10 +119,11 @@ def test_usage_per_running_job_by_id_and_per_node(
     controller: Controller,
     fake_executor: FakeExecutor,
     clock: ManualClock,
+    token_for: TokenFor,
 ) -> None:
-    """The latest sample of each running job (labelled by its id alone) and of each node; a
-    figure never measured (GPUs without a driver) has no series rather than a 0; once the
-    sampler stops, the figures go with it."""
+    """The latest sample of each running job (labelled by its id alone, for a token that may
+    see it) and of each node; a figure never measured (GPUs without a driver) has no series
+    rather than a 0; once the sampler stops, the figures go with it."""
     job = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
     controller.tick()
     controller.tick()
@@ -122,7 +131,7 @@ def test_usage_per_running_job_by_id_and_per_node(
         fake_executor.use(job, cpu_seconds=seconds, memory=3 << 30)
         controller.sampler.sample_once()
         clock.advance(10)
-    found = samples(api_url)
+    found = samples(api_url, token_for("alice"))
     label = (("job", str(job)),)
     assert found[("gpuyard_job_cpu_cores", label)] == 2.5
     assert found[("gpuyard_job_memory_bytes", label)] == 3 << 30
@@ -132,4 +141,31 @@ def test_usage_per_running_job_by_id_and_per_node(
     assert found[("gpuyard_node_memory_bytes", (("node", "n3"),))] == 0  # no workers on it
     assert not any("alice" in str(key) or "train" in str(key) for key in found)
     clock.advance(30)  # three intervals without a sample: nothing is known of now
-    assert not any(name in JOB_USAGE for name, _ in samples(api_url))
+    assert not any(name in JOB_USAGE for name, _ in samples(api_url, token_for("alice")))
+
+
+def test_per_job_series_only_behind_a_token_and_only_of_jobs_one_may_see(
+    api_url: str,
+    client: Client,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+    token_for: TokenFor,
+) -> None:
+    """An anonymous scrape gets the pool as a whole, never one job's CPU and memory by id;
+    a user's token adds the jobs that user may see; an admin's, every job; a bad token is
+    refused, not taken for none (issue 24, point 10)."""
+    mine = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
+    controller.tick()
+    controller.tick()
+    fake_executor.use(mine, cpu_seconds=1.0, memory=1 << 30)
+    controller.sampler.sample_once()
+    label = ("gpuyard_job_memory_bytes", (("job", str(mine)),))
+    anonymous = samples(api_url)
+    assert not any(name in JOB_USAGE for name, _ in anonymous)
+    assert ("gpuyard_node_memory_bytes", (("node", "n3"),)) in anonymous  # aggregates stay
+    assert label in samples(api_url, token_for("alice"))
+    assert not any(name in JOB_USAGE for name, _ in samples(api_url, token_for("bob")))
+    assert label in samples(api_url, token_for("ada"))  # an admin (GPUYARD_ADMINS)
+    base = api_url.removesuffix("/api/v1")
+    bad = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer not-a-token"})
+    assert bad.status_code == 401
