@@ -32,17 +32,17 @@ _JOB_LIST = re.compile(r"\bjobs? (\d+(?:, \d+)*)\b")
 
 @dataclass(frozen=True, slots=True)
 class JobFacts:
-    """What the rule needs of a job: whose it is, its group, its access for others."""
+    """What the rule needs of a job: whose it is, its group (by id), its access for others."""
 
     id: int
     owner: str
-    group: str = ""
+    group_id: int | None = None
     access: Access = Access.NONE
 
 
 def may_see(caller: Caller, job: JobFacts, *, sharing: bool) -> bool:
     """Whether ``caller`` may be told that ``job`` exists (its id, its name)."""
-    relation = relation_to(caller, job.owner, job.group)
+    relation = relation_to(caller, job.owner, job.group_id)
     return decide(relation, Action.VIEW, job.access, sharing=sharing) is Verdict.ALLOW
 
 

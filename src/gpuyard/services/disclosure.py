@@ -63,12 +63,12 @@ class Viewer:
         if not wanted or self.sees_everything:
             return
         rows = session.execute(
-            select(JobRow.id, JobRow.owner, JobRow.group_name, JobRow.access).where(
+            select(JobRow.id, JobRow.owner, JobRow.group_id, JobRow.access).where(
                 JobRow.id.in_(sorted(wanted))
             )
         ).all()
         for job_id, owner, group, access in rows:
-            facts = JobFacts(job_id, owner, group or "", Access(access or Access.NONE.value))
+            facts = JobFacts(job_id, owner, group, Access(access or Access.NONE.value))
             self._known[job_id] = may_see(self.caller, facts, sharing=self.sharing)
         for job_id in wanted - self._known.keys():
             self._known[job_id] = False

@@ -7,19 +7,20 @@ import pytest
 from gpuyard.models.access import Access, Caller
 from gpuyard.models.disclosure import JobFacts, disclose, job_ids_in, may_see, name_jobs, redact
 
-ALICE_PRIVATE = JobFacts(1, "alice", "ml", Access.NONE)
-ALICE_SHARED = JobFacts(2, "alice", "ml", Access.READ_ONLY)
+ML, CV = 1, 2
+ALICE_PRIVATE = JobFacts(1, "alice", ML, Access.NONE)
+ALICE_SHARED = JobFacts(2, "alice", ML, Access.READ_ONLY)
 
 
 @pytest.mark.parametrize(
     ("caller", "job", "sharing", "seen"),
     [
-        (Caller("alice", group="ml"), ALICE_PRIVATE, True, True),  # owner
+        (Caller("alice", group="ml", group_id=ML), ALICE_PRIVATE, True, True),  # owner
         (Caller("ada", admin=True), ALICE_PRIVATE, True, True),  # admin
-        (Caller("bob", group="ml"), ALICE_PRIVATE, True, False),  # group, access none
-        (Caller("bob", group="ml"), ALICE_SHARED, True, True),  # group, shared
-        (Caller("bob", group="ml"), ALICE_SHARED, False, False),  # sharing turned off
-        (Caller("erin", group="cv"), ALICE_SHARED, True, False),  # another group
+        (Caller("bob", group="ml", group_id=ML), ALICE_PRIVATE, True, False),  # group, access none
+        (Caller("bob", group="ml", group_id=ML), ALICE_SHARED, True, True),  # group, shared
+        (Caller("bob", group="ml", group_id=ML), ALICE_SHARED, False, False),  # sharing turned off
+        (Caller("erin", group="cv", group_id=CV), ALICE_SHARED, True, False),  # another group
         (Caller(""), ALICE_SHARED, True, False),  # nobody signed in
     ],
 )
