@@ -255,8 +255,8 @@ def test_a_shell_in_a_held_jobs_worker(pool: ServerProcess) -> None:
         out, code = drain(conn)
         assert "40 132" in out and "/dev/pts/" in out, out
         assert code == 7
-    status = execute(pool, job_id, "status")
-    shell = next(w for w in status["workers"] if w["rank"] == EXEC)
+    # The pool records the exit in its own pass after the session told it (asynchronously).
+    shell = wait_run(pool, job_id, [EXEC])[EXEC]
     assert (shell["role"], shell["state"], shell["exit_code"]) == ("shell", "exited", 7)
 
     # A dropped connection kills the shell and what it started in the background.

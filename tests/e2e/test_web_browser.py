@@ -163,11 +163,14 @@ def node_view_shows_the_job_on_its_gpu(owner: Page, job: int) -> None:
 
 
 def pages_read_without_javascript_and_by_keyboard(
-    browser: Browser, pool: ServerProcess, owner_token: str, job: int
+    browser: Browser, pool: ServerProcess, owner: Page, job: int
 ) -> None:
+    """In a context of its own, with the owner's web session (a token of its own, made at
+    sign-in: the API token itself is no cookie)."""
+    [session] = [c for c in owner.context.cookies() if c["name"] == "gpuyard_session"]
     context = browser.new_context(base_url=pool.url, java_script_enabled=False)
     context.set_default_timeout(15_000)
-    context.add_cookies([{"name": "gpuyard_session", "value": owner_token, "url": pool.url}])
+    context.add_cookies([{"name": "gpuyard_session", "value": session["value"], "url": pool.url}])
     try:
         page = context.new_page()
         page.goto(f"/jobs/{job}?q=step+2")
@@ -201,5 +204,5 @@ def test_the_web_ui_from_sign_in_to_stopping_a_job(
     watch_the_job_run_with_its_log(owner, job)
     a_read_only_viewer_sees_no_stop_and_the_api_refuses(browser, pool, viewer_token, job)
     node_view_shows_the_job_on_its_gpu(owner, job)
-    pages_read_without_javascript_and_by_keyboard(browser, pool, owner_token, job)
+    pages_read_without_javascript_and_by_keyboard(browser, pool, owner, job)
     stop_the_job_from_its_page(owner, pool, job)

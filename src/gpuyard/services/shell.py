@@ -65,11 +65,11 @@ MAX_CONTROL = 1024
 MAX_SIZE = 1000
 READ_CHUNK = 64 * 1024
 EXIT_WAIT = 15.0
+"""Seconds to wait for the shell's supervisor to record its exit once its terminal closed."""
 RECHECK = 1.0
 """Seconds between checks that the token a shell was opened with is still valid: revoking it
 (or its expiry) ends the shell."""
 REVOKED = "the token this shell was opened with was revoked or has expired: the shell is ended"
-"""Seconds to wait for the shell's supervisor to record its exit once its terminal closed."""
 
 PlanShell = Callable[[JobRow, int, str], WorkerLaunch]
 """The launch of a shell of a job at a rank, on a node (the controller plans it)."""
