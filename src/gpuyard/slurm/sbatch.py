@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from gpuyard.slurm.hostlist import expand_hostlist
+from gpuyard.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
     KEPT,
     REFUSED,

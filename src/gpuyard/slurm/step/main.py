@@ -1,15 +1,17 @@
 """A Slurm batch job's commands inside its allocation: the batch step, ``srun``, ``scontrol``.
 
 A job submitted with ``sbatch`` (docs/slurm.md) runs as one worker per node. Worker 0 runs
-``slurmstep.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said
-and becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
+``entry.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said and
+becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
 ``srun`` in the script starts the step's tasks: those on worker 0's node as its own children,
 the others through the workers' ``serve`` (``executors/rexec.py``, which this file loads), each
 task with the ``SLURM_*`` variables Slurm gives it. ``scontrol`` answers what a job asks about
 itself (``show hostnames``, ``requeue``) without the server.
 
-Started as ``python -I -S slurmstep.py COMMAND ...`` from the job's ``slurm-bin`` directory,
-which is first on the job's PATH: the standard library only, like rexec.py.
+Started as ``python -I -S entry.py COMMAND ...`` (:mod:`gpuyard.slurm.step.entry`) from the
+job's ``slurm-bin`` directory, which is first on the job's PATH: the standard library only,
+like rexec.py, and of gpuyard only the stdlib-only :mod:`gpuyard.hostlist`, loaded when first
+used; nothing of the control plane (an import-linter contract holds it to that).
 
 Signals: ``srun`` forwards every signal it can catch to all its tasks (Slurm's srun does the
 same), so ``scancel --signal`` and ``--signal=SIG@secs`` reach the steps: the executor signals
@@ -83,110 +85,23 @@ class SlurmError(Exception):
 # --- host lists -------------------------------------------------------------------------
 
 
-MAX_HOSTS = 100_000
-
-
 def expand_hostlist(text: str) -> list[str]:
-    """``n[0001-0003,0010],gpu7`` → names, as Slurm's hostlist syntax reads (the same answers
-    as ``gpuyard.slurm.hostlist.expand_hostlist``; this script cannot import it)."""
-    import re
+    """``n[0001-0003,0010],gpu7`` -> names (:func:`gpuyard.hostlist.expand_hostlist`); a
+    malformed list is a :class:`SlurmError`. Loaded when first used: the batch step starts
+    without ``re``."""
+    from gpuyard.hostlist import expand_hostlist as expand
 
-    names: list[str] = []
-    for item in _split_top(text):
-        start = item.find("[")
-        if start < 0:
-            if "]" in item:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            names.append(item)
-            continue
-        end = item.find("]", start)
-        if end < 0 or end != len(item) - 1:
-            raise SlurmError(f"invalid hostlist {text!r}")  # unbalanced, or text after ']'
-        prefix = item[:start]
-        for part in item[start + 1 : end].split(","):
-            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-            if match is None:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-            if high < low or len(names) + high - low >= MAX_HOSTS:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            width = len(match.group(1))
-            names += [f"{prefix}{n:0{width}d}" for n in range(low, high + 1)]
-    return names
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas and whitespace outside brackets."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in text:
-        if char == "[":
-            depth += 1
-            if depth > 1:
-                raise SlurmError(f"invalid hostlist {text!r}")
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise SlurmError(f"invalid hostlist {text!r}")
-        if depth == 0 and (char == "," or char.isspace()):
-            if current:
-                parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    if depth:
-        raise SlurmError(f"invalid hostlist {text!r}")
-    if current:
-        parts.append("".join(current))
-    return parts
+    try:
+        return expand(text)
+    except ValueError:
+        raise SlurmError(f"invalid hostlist {text!r}") from None
 
 
 def compress_hostlist(hosts: Sequence[str]) -> str:
-    """The same as ``gpuyard.launch.slurm.compress_hostlist`` (this script cannot import it;
-    ``tests/unit/executors/test_slurmstep.py`` holds the two to the same answers)."""
-    import re
+    """Slurm's hostlist form of ``hosts`` (:func:`gpuyard.hostlist.compress_hostlist`)."""
+    from gpuyard.hostlist import compress_hostlist as compress
 
-    groups: dict[tuple[str, int], set[int]] = {}
-    order: list[tuple[str, int] | str] = []
-    plain: set[str] = set()
-    numbered = [(host, re.match(r"^(.*?)(\d+)$", host)) for host in hosts]
-    padded = {
-        (m.group(1), len(m.group(2)))
-        for _, m in numbered
-        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
-    }
-    for host, match in numbered:
-        if match is None:
-            if host not in plain:
-                plain.add(host)
-                order.append(host)
-            continue
-        prefix, digits = match.groups()
-        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
-        if key not in groups:
-            groups[key] = set()
-            order.append(key)
-        groups[key].add(int(digits))
-    parts = []
-    for entry in order:
-        if isinstance(entry, str):
-            parts.append(entry)
-            continue
-        prefix, width = entry
-        runs: list[list[int]] = []
-        for number in sorted(groups[entry]):
-            if runs and number == runs[-1][1] + 1:
-                runs[-1][1] = number
-            else:
-                runs.append([number, number])
-        text = ",".join(
-            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
-            for low, high in runs
-        )
-        single = len(runs) == 1 and runs[0][0] == runs[0][1]
-        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
-    return ",".join(parts)
+    return compress(hosts)
 
 
 def tasks_text(counts: Sequence[int]) -> str:
@@ -689,7 +604,10 @@ class _Task:
 def _load_rexec() -> ModuleType:
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rexec.py")
+    # executors/rexec.py, by its file: the step cannot import gpuyard.executors (its package
+    # loads the executor interface and the models) and the agent is a script of its own.
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(package, "executors", "rexec.py")
     spec = importlib.util.spec_from_file_location("gpuyard_rexec", path)
     if spec is None or spec.loader is None:
         raise SlurmError(f"cannot load {path}")
