@@ -95,6 +95,69 @@ def _srun_step(
     )
 
 
+def _pending_reason(job: JobView) -> str:
+    """Why a pending job waits, in Slurm's words."""
+    reason = "BeginTime" if job.state is JobState.SUSPENDED else "Priority"
+    if job.wait_code == "held":
+        reason = "JobHeldUser"
+    elif job.wait_code == "dependency":
+        never = (job.reason or "").startswith("can never")
+        reason = "DependencyNeverSatisfied" if never else "Dependency"
+    elif job.wait_code == "begin":
+        reason = "BeginTime"
+    elif job.wait_code == "array-limit":
+        reason = "JobArrayTaskLimit"
+    elif job.wait_code:
+        reason = "Resources" if "resource" in job.wait_code else "Priority"
+    return reason
+
+
+def _job_steps(
+    job: JobView,
+    state: str,
+    nodes: tuple[str, ...],
+    outcome: tuple[int, int],
+    times: tuple[float, float | None],
+    srun_steps: Sequence[SlurmStepView],
+) -> list[StepRecord]:
+    """The steps of a started Slurm batch job: ``batch``, ``extern`` and its ``srun`` steps;
+    ``outcome`` is the job's (exit code, signal), ``times`` its (start, end)."""
+    spec = job.spec
+    slurm = spec.slurm if spec is not None else None
+    (exit_code, signal), (start, end) = outcome, times
+    steps: list[StepRecord] = []
+    step_state = state if state != "COMPLETING" else "RUNNING"
+    steps.append(
+        StepRecord(
+            name="batch",
+            state="CANCELLED" if state == "CANCELLED" else step_state,
+            nodes=nodes[:1],
+            exit_code=exit_code,
+            signal=signal,
+            start=start,
+            end=end,
+            cpus=int(spec.resources.cpus) if spec is not None else 1,
+        )
+    )
+    # What a Slurm with PrologFlags=Contain (the recorded reference) shows for every job:
+    # the step that holds the allocation on each node, ended COMPLETED however the job did.
+    steps.append(
+        StepRecord(
+            name="extern",
+            state="RUNNING" if state in ("RUNNING", "COMPLETING") else "COMPLETED",
+            nodes=nodes,
+            start=start,
+            end=end,
+            tasks=len(nodes),
+            cpus=int((spec.resources.cpus if spec else 1) * (spec.nodes if spec else 1)),
+            job_name="extern",
+        )
+    )
+    cpus_per_task = (slurm.cpus_per_task or 1) if slurm is not None else 1
+    steps.extend(_srun_step(s, state, cpus_per_task, end) for s in srun_steps)
+    return steps
+
+
 def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] = ()) -> JobRecord:
     spec = job.spec
     slurm = spec.slurm if spec is not None else None
@@ -114,52 +177,11 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
         array_id = slurm.array.job_id or job.id
         array_task = str(slurm.array.task_id)
         throttle = slurm.array.throttle or 0
-    reason = "None"
-    if state == "PENDING":
-        reason = "BeginTime" if job.state is JobState.SUSPENDED else "Priority"
-        if job.wait_code == "held":
-            reason = "JobHeldUser"
-        elif job.wait_code == "dependency":
-            never = (job.reason or "").startswith("can never")
-            reason = "DependencyNeverSatisfied" if never else "Dependency"
-        elif job.wait_code == "begin":
-            reason = "BeginTime"
-        elif job.wait_code == "array-limit":
-            reason = "JobArrayTaskLimit"
-        elif job.wait_code:
-            reason = "Resources" if "resource" in job.wait_code else "Priority"
+    reason = _pending_reason(job) if state == "PENDING" else "None"
     start, end = _ts(job.started_at), _ts(job.finished_at)
     steps: list[StepRecord] = []
     if slurm is not None and start is not None and nodes:
-        step_state = state if state != "COMPLETING" else "RUNNING"
-        steps.append(
-            StepRecord(
-                name="batch",
-                state="CANCELLED" if state == "CANCELLED" else step_state,
-                nodes=nodes[:1],
-                exit_code=exit_code,
-                signal=signal,
-                start=start,
-                end=end,
-                cpus=int(spec.resources.cpus) if spec is not None else 1,
-            )
-        )
-        # What a Slurm with PrologFlags=Contain (the recorded reference) shows for every job:
-        # the step that holds the allocation on each node, ended COMPLETED however the job did.
-        steps.append(
-            StepRecord(
-                name="extern",
-                state="RUNNING" if state in ("RUNNING", "COMPLETING") else "COMPLETED",
-                nodes=nodes,
-                start=start,
-                end=end,
-                tasks=len(nodes),
-                cpus=int((spec.resources.cpus if spec else 1) * (spec.nodes if spec else 1)),
-                job_name="extern",
-            )
-        )
-        cpus_per_task = (slurm.cpus_per_task or 1) if slurm is not None else 1
-        steps.extend(_srun_step(s, state, cpus_per_task, end) for s in srun_steps)
+        steps = _job_steps(job, state, nodes, (exit_code, signal), (start, end), srun_steps)
     return JobRecord(
         job_id=job.id,
         name=slurm.job_name if slurm is not None else job.name,

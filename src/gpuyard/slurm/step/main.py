@@ -729,56 +729,58 @@ def _expand_counts(text: str | None) -> list[int]:
     return out
 
 
-def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
-    import contextlib
-    import shlex
-    import signal
-    import time
-
-    groups = [parse_srun(words) for words in _groups(args)]
-    env = dict(os.environ)
-    alloc = _Allocation(env)
-    parts = _plan(groups, alloc)
-    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
-    step = _next_step(control_dir) if control_dir else 0
-    for part in parts:
-        _step_env(part, parts, step, env)
-    first = parts[0].options
-    cwd = first.get("chdir") or os.getcwd()
-
-    step_nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
+def _step_tasks(parts: Sequence[_Part], step_nodes: list[str]) -> list[_Task]:
+    """The step's tasks, ranked across its parts, each with its rank on its node."""
     tasks: list[_Task] = []
     for part in parts:
         for node, count in zip(part.nodes, part.counts, strict=True):
             earlier = sum(1 for t in tasks if t.node == node)
             for local in range(count):
                 tasks.append(_Task(len(tasks), node, earlier + local, step_nodes.index(node), part))
+    return tasks
 
-    append = (first.get("open_mode") or "").lower().startswith("a") or (
-        "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"
-    )
 
-    def shell_command(task: _Task) -> str:
+class _Step:
+    """One ``srun``: its tasks and how each is run, on this node or through another's agent."""
+
+    def __init__(self, parts: list[_Part], alloc: _Allocation, env: dict[str, str], step: int):
+        self.parts, self.alloc, self.env, self.step = parts, alloc, env, step
+        first = parts[0].options
+        self.cwd = first.get("chdir") or os.getcwd()
+        self.nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
+        self.tasks = _step_tasks(parts, self.nodes)
+        self.append = (first.get("open_mode") or "").lower().startswith("a") or (
+            "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"
+        )
+        self.label = any("label" in part.options for part in parts)
+        self.unbuffered = any("unbuffered" in part.options for part in parts)
+        self.out_lock = threading.Lock()
+        self.rexec = _load_rexec()
+        self.token = env.get("GPUYARD_JOB_TOKEN", "")
+
+    def shell_command(self, task: _Task) -> str:
+        import shlex
+
         options = task.part.options
         words = " ".join(shlex.quote(w) for w in task.part.command)
         values = _pattern_values(
-            {**env, **task.part.forwarded, "SLURMD_NODENAME": task.node},
+            {**self.env, **task.part.forwarded, "SLURMD_NODENAME": task.node},
             task=str(task.rank),
             node_index=str(task.node_index),
-            step=str(step),
+            step=str(self.step),
         )
         out = options.get("output")
         err = options.get("error")
         redirect = ""
         if out:
             target = "/dev/null" if out == "none" else expand_pattern(out, values)
-            mode = ">>" if append or (_shared(out) and len(tasks) > 1) else ">"
+            mode = ">>" if self.append or (_shared(out) and len(self.tasks) > 1) else ">"
             redirect += f" {mode}{shlex.quote(target)}"
             if not err:
                 redirect += " 2>&1"
         if err:
             target = "/dev/null" if err == "none" else expand_pattern(err, values)
-            mode = "2>>" if append or (_shared(err) and len(tasks) > 1) else "2>"
+            mode = "2>>" if self.append or (_shared(err) and len(self.tasks) > 1) else "2>"
             redirect += f" {mode}{shlex.quote(target)}"
         if "input" in options and options["input"] != "all":
             redirect += " </dev/null"
@@ -789,6 +791,7 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         )
         return f"{prefix}exec {words}{redirect}"
 
+    @staticmethod
     def task_env(task: _Task) -> dict[str, str]:
         return {
             "SLURM_PROCID": str(task.rank),
@@ -797,25 +800,25 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             "SLURM_GTIDS": task.part.gtids[task.node],
         }
 
-    label = any("label" in part.options for part in parts)
-    unbuffered = any("unbuffered" in part.options for part in parts)
-    out_lock = threading.Lock()
+    def writer(self, fd: int, task: _Task) -> _TaskOutput:
+        prefix = f"{task.rank}: ".encode() if self.label else b""
+        return _TaskOutput(fd, prefix, self.unbuffered, self.out_lock)
 
-    def writer(fd: int, task: _Task) -> _TaskOutput:
-        return _TaskOutput(fd, f"{task.rank}: ".encode() if label else b"", unbuffered, out_lock)
+    def run(self, task: _Task) -> None:
+        if task.node == self.alloc.own:
+            self.run_local(task)
+        else:
+            self.run_remote(task)
 
-    rexec = _load_rexec()
-    token = env.get("GPUYARD_JOB_TOKEN", "")
-
-    def run_local(task: _Task) -> None:
+    def run_local(self, task: _Task) -> None:
         import subprocess
 
-        task_environ = {**env, **task.part.forwarded, **task_env(task)}
+        task_environ = {**self.env, **task.part.forwarded, **self.task_env(task)}
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", shell_command(task)],
+                ["/bin/sh", "-c", self.shell_command(task)],
                 env=task_environ,
-                cwd=cwd if os.path.isdir(cwd) else None,
+                cwd=self.cwd if os.path.isdir(self.cwd) else None,
                 process_group=0,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -827,20 +830,21 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             return
         task.pid = proc.pid
         pumps = [
-            threading.Thread(target=_pump, args=(proc.stdout, writer(1, task)), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, writer(2, task)), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stdout, self.writer(1, task)), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, self.writer(2, task)), daemon=True),
         ]
         for pump in pumps:
             pump.start()
         code = proc.wait()
         for pump in pumps:
             pump.join(2.0)
-        task.status = rexec.exit_status(code)
+        task.status = self.rexec.exit_status(code)
 
-    def run_remote(task: _Task) -> None:
+    def run_remote(self, task: _Task) -> None:
         import socket
 
-        address, port = alloc.hosts[task.node]
+        rexec = self.rexec
+        address, port = self.alloc.hosts[task.node]
         where = f"{task.node} at {address}:{port}"
         try:
             conn = rexec._connect(address, port, where)
@@ -849,32 +853,8 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             task.status = 1
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
-        remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
-        remote_env.update(task_env(task))
-        header = {"argv": [shell_command(task)], "env": remote_env, "cwd": cwd}
         try:
-            with task.lock:  # a signal frame must not come before the header
-                conn.sendall(rexec.hello(token, header))
-                conn.sendall(rexec._pack(rexec.STDIN, b""))
-                task.conn = conn
-            rfile = conn.makefile("rb")
-            outputs = {rexec.STDOUT: writer(1, task), rexec.STDERR: writer(2, task)}
-            try:
-                while (frame := rexec._read_frame(rfile)) is not None:
-                    channel, payload = frame
-                    if channel in outputs:
-                        outputs[channel].write(payload)
-                    elif channel == rexec.EXIT and len(payload) == 4:
-                        task.status = int.from_bytes(payload, "big")
-                        return
-                    elif channel == rexec.ERROR:
-                        message = payload.decode(errors="replace")
-                        _error(f"{task.node}: task {task.rank}: {message}")
-                        break
-            finally:
-                for output in outputs.values():
-                    output.close()
+            self._relay(task, conn)
         except rexec.AgentError as exc:
             _error(f"{task.node}: task {task.rank}: {exc}")
         except (OSError, ValueError) as exc:
@@ -885,8 +865,40 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         if task.status is None:
             task.status = 1
 
-    def deliver(signum: int) -> None:
-        for task in tasks:
+    def _relay(self, task: _Task, conn: socket.socket) -> None:
+        """Start ``task`` through its node's agent on ``conn`` and relay its output until it
+        exits (its status) or the agent reports an error (printed, no status)."""
+        rexec = self.rexec
+        remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
+        remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
+        remote_env.update(self.task_env(task))
+        header = {"argv": [self.shell_command(task)], "env": remote_env, "cwd": self.cwd}
+        with task.lock:  # a signal frame must not come before the header
+            conn.sendall(rexec.hello(self.token, header))
+            conn.sendall(rexec._pack(rexec.STDIN, b""))
+            task.conn = conn
+        rfile = conn.makefile("rb")
+        outputs = {rexec.STDOUT: self.writer(1, task), rexec.STDERR: self.writer(2, task)}
+        try:
+            while (frame := rexec._read_frame(rfile)) is not None:
+                channel, payload = frame
+                if channel in outputs:
+                    outputs[channel].write(payload)
+                elif channel == rexec.EXIT and len(payload) == 4:
+                    task.status = int.from_bytes(payload, "big")
+                    return
+                elif channel == rexec.ERROR:
+                    message = payload.decode(errors="replace")
+                    _error(f"{task.node}: task {task.rank}: {message}")
+                    break
+        finally:
+            for output in outputs.values():
+                output.close()
+
+    def deliver(self, signum: int) -> None:
+        import contextlib
+
+        for task in self.tasks:
             if task.status is not None:
                 continue
             if task.pid is not None:
@@ -895,48 +907,23 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             conn = task.conn
             if conn is not None:
                 with contextlib.suppress(OSError), task.lock:
-                    conn.sendall(rexec._pack(rexec.SIGNAL, signum.to_bytes(4, "big")))
+                    conn.sendall(self.rexec._pack(self.rexec.SIGNAL, signum.to_bytes(4, "big")))
 
-    def on_signal(signum: int, _frame: object) -> None:
-        deliver(signum)
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.deliver(signum)
 
-    for name in _FORWARDED:
-        signal.signal(getattr(signal, name), on_signal)
+    def wait(self, threads: Sequence[threading.Thread]) -> None:
+        """Until every task has ended; with ``--kill-on-bad-exit`` or ``--wait``, end the others
+        (SIGTERM, then SIGKILL 3 s later) once one fails or the first ended that long ago."""
+        import signal
+        import time
 
-    registration = ""
-    if control_dir:
-        try:
-            steps = os.path.join(control_dir, "steps")
-            os.makedirs(steps, exist_ok=True)
-            registration = os.path.join(steps, str(os.getpid()))
-            with open(registration, "w"):
-                pass
-        except OSError:
-            registration = ""
-
-    command = parts[0].command
-    record: dict[str, object] = {
-        "name": os.path.basename(command[0])[:1024] if command else "",
-        "nodes": step_nodes,
-        "tasks": len(tasks),
-        "start": time.time(),
-    }
-    if control_dir:
-        _record_step(control_dir, step, record)
-
-    threads = []
-    for task in tasks:
-        target = run_local if task.node == alloc.own else run_remote
-        thread = threading.Thread(target=target, args=(task,), daemon=True)
-        thread.start()
-        threads.append(thread)
-
-    kill_on_bad = any(part.options.get("kill_on_bad_exit", "0") not in ("0", "") for part in parts)
-    waits = [float(p.options["wait"]) for p in parts if p.options.get("wait", "").isdigit()]
-    wait_limit = max(waits) if waits else 0.0
-    first_end: float | None = None
-    killed = False
-    try:
+        parts, tasks = self.parts, self.tasks
+        kill_on_bad = any(p.options.get("kill_on_bad_exit", "0") not in ("0", "") for p in parts)
+        waits = [float(p.options["wait"]) for p in parts if p.options.get("wait", "").isdigit()]
+        wait_limit = max(waits) if waits else 0.0
+        first_end: float | None = None
+        killed = False
         while any(t.is_alive() for t in threads):
             time.sleep(0.05)
             ended = [t for t in tasks if t.status is not None]
@@ -948,22 +935,80 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             )
             if not killed and ((kill_on_bad and bad) or late):
                 killed = True
-                deliver(signal.SIGTERM)
+                self.deliver(signal.SIGTERM)
                 deadline = time.monotonic() + 3
                 while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
                     time.sleep(0.05)
-                deliver(signal.SIGKILL)
+                self.deliver(signal.SIGKILL)
+
+    def worst(self) -> int:
+        """The highest exit status of the tasks (each failure reported as srun does)."""
+        worst = 0
+        for task in self.tasks:
+            status = task.status if task.status is not None else 1
+            if status:
+                reason = "Killed" if status == 137 else f"Exited with exit code {status}"
+                _error(f"{task.node}: task {task.rank}: {reason}")
+            worst = max(worst, status)
+        return worst
+
+
+def _register(control_dir: str) -> str:
+    """Register this srun in ``$GPUYARD_CONTROL_DIR/steps`` (the executor signals what is
+    there); its path, or "" when it cannot."""
+    if not control_dir:
+        return ""
+    try:
+        steps = os.path.join(control_dir, "steps")
+        os.makedirs(steps, exist_ok=True)
+        registration = os.path.join(steps, str(os.getpid()))
+        with open(registration, "w"):
+            pass
+    except OSError:
+        return ""
+    return registration
+
+
+def srun(args: Sequence[str]) -> int:
+    import contextlib
+    import signal
+    import time
+
+    groups = [parse_srun(words) for words in _groups(args)]
+    env = dict(os.environ)
+    alloc = _Allocation(env)
+    parts = _plan(groups, alloc)
+    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
+    step = _next_step(control_dir) if control_dir else 0
+    for part in parts:
+        _step_env(part, parts, step, env)
+    run = _Step(parts, alloc, env, step)
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), run.on_signal)
+    registration = _register(control_dir)
+
+    command = parts[0].command
+    record: dict[str, object] = {
+        "name": os.path.basename(command[0])[:1024] if command else "",
+        "nodes": run.nodes,
+        "tasks": len(run.tasks),
+        "start": time.time(),
+    }
+    if control_dir:
+        _record_step(control_dir, step, record)
+
+    threads = []
+    for task in run.tasks:
+        thread = threading.Thread(target=run.run, args=(task,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    try:
+        run.wait(threads)
     finally:
         if registration:
             with contextlib.suppress(OSError):
                 os.unlink(registration)
-    worst = 0
-    for task in tasks:
-        status = task.status if task.status is not None else 1
-        if status:
-            reason = "Killed" if status == 137 else f"Exited with exit code {status}"
-            _error(f"{task.node}: task {task.rank}: {reason}")
-        worst = max(worst, status)
+    worst = run.worst()
     if control_dir:
         _record_step(control_dir, step, {**record, "end": time.time(), "exit_code": worst & 255})
     return worst
