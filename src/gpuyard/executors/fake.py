@@ -91,7 +91,7 @@ class FakeExecutor:
         return list(self._nodes)
 
     def tools(self) -> Tools:
-        return Tools(python="/fake/python", rexec="/fake/rexec.py", slurm="/fake/slurmstep.py")
+        return Tools(python="/fake/python", rexec="/fake/rexec.py", slurm="/fake/entry.py")
 
     def base_env(self, node: str) -> Mapping[str, str]:
         return {"PATH": "/usr/bin:/bin"}

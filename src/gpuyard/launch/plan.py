@@ -333,7 +333,7 @@ and come from ``gpuyard slurm-shims``)."""
 
 def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
     """A Slurm batch job: worker 0 runs the script (the batch step), the others serve the
-    ``srun`` tasks it starts on their nodes (``executors/slurmstep.py``)."""
+    ``srun`` tasks it starts on their nodes (``slurm/step/main.py``)."""
     ctx, slurm = w.ctx, w.spec.slurm
     assert slurm is not None
     files_dir = w.files_dir

@@ -10,11 +10,11 @@ own variables, which are right.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from gpuyard.hostlist import compress_hostlist
 
 if TYPE_CHECKING:  # sbatch's quick path imports this module: it must not load the models
     from gpuyard.models.slurm import SlurmBatch
@@ -24,71 +24,12 @@ __all__ = [
     "HET_VARIABLES",
     "Component",
     "batch_env",
-    "compress_hostlist",
     "het_env",
     "slurm_components",
     "slurm_env",
     "tasks_per_node",
     "tasks_per_node_text",
 ]
-
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-
-
-def compress_hostlist(hosts: Sequence[str]) -> str:
-    """Slurm's hostlist form: ``node[0-3,7],gpu[01-02,10]``. Names that end in a number are
-    grouped by their prefix and zero-padded width (``n01`` and ``n1`` stay apart, ``n01`` and
-    ``n10`` go together, as in Slurm), each group's numbers sorted into ranges; other names are
-    kept once, in order."""
-    return _compress(tuple(hosts))
-
-
-@functools.lru_cache(maxsize=64)
-def _compress(hosts: tuple[str, ...]) -> str:
-    # Every worker of a gang gets the same list: worked out once, not once per worker (a
-    # 1,000-node gang would cost a second of a launch).
-    groups: dict[tuple[str, int], set[int]] = {}
-    order: list[tuple[str, int] | str] = []
-    plain: set[str] = set()
-    numbered = [(host, _NUMBERED.match(host)) for host in hosts]
-    # A number without leading zeros joins the zero-padded ones of its length (gpu01, gpu10:
-    # gpu[01,10]); otherwise it is unpadded (n9, n10: n[9-10]).
-    padded = {
-        (m.group(1), len(m.group(2)))
-        for _, m in numbered
-        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
-    }
-    for host, match in numbered:
-        if match is None:
-            if host not in plain:
-                plain.add(host)
-                order.append(host)
-            continue
-        prefix, digits = match.groups()
-        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
-        if key not in groups:
-            groups[key] = set()
-            order.append(key)
-        groups[key].add(int(digits))
-    parts = []
-    for entry in order:
-        if isinstance(entry, str):
-            parts.append(entry)
-            continue
-        prefix, width = entry
-        runs: list[list[int]] = []
-        for number in sorted(groups[entry]):
-            if runs and number == runs[-1][1] + 1:
-                runs[-1][1] = number
-            else:
-                runs.append([number, number])
-        text = ",".join(
-            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
-            for low, high in runs
-        )
-        single = len(runs) == 1 and runs[0][0] == runs[0][1]
-        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
-    return ",".join(parts)
 
 
 def slurm_env(

@@ -219,6 +219,6 @@ class Tools:
     rexec: str = ""
     """Path of gpuyard/executors/rexec.py (MPI's remote launch without ssh)."""
     slurm: str = ""
-    """Path of gpuyard/executors/slurmstep.py (a Slurm batch job's batch step and srun)."""
+    """Path of gpuyard/slurm/step/entry.py (a Slurm batch job's batch step and srun)."""
     check: str = ""
     """Path of gpuyard/executors/nodecheck.py (the node check before a job's command)."""

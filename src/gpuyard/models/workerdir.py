@@ -125,7 +125,7 @@ STEP_FILE_CAP = 16 * 1024
 
 class SlurmStepFile(ControlFile):
     """``control/slurm-steps/<n>``: step ``n`` of a Slurm batch job, as its ``srun`` wrote it
-    (``executors/slurmstep.py``) when it started and again when it ended; empty while
+    (``slurm/step/main.py``) when it started and again when it ended; empty while
     reserved. What sacct shows as the ``<job>.<n>`` row."""
 
     name: Annotated[str, Field(max_length=1024)]

@@ -197,11 +197,18 @@ def _flags(job: JobRecord) -> list[str]:
 
 def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
     """One entry of ``jobs``, key for key as 22.05 prints it."""
+    out = _squeue_identity(job, cluster)
+    if _allocated(job):
+        out["job_resources"] = _job_resources(job)
+    return out | _squeue_sizes(job) | _squeue_settings(job)
+
+
+def _squeue_identity(job: JobRecord, cluster: str) -> dict[str, Any]:
+    """``squeue_job``'s keys from ``account`` to ``job_id``, in Slurm's order."""
     array_job, array_task, array_string = _array(job)
     pending = job.state == "PENDING"
     raw_exit = _wait_status(job.exit_code, job.signal)
-    gpus = f"gres:gpu:{job.gpus_per_node}" if job.gpus_per_node else ""
-    out: dict[str, Any] = {
+    return {
         "account": job.account,
         "accrue_time": _epoch(job.accrue),
         "admin_comment": "",
@@ -252,9 +259,11 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
         "group_name": job.group,
         "job_id": job.job_id,
     }
-    if _allocated(job):
-        out["job_resources"] = _job_resources(job)
-    out |= {
+
+
+def _squeue_sizes(job: JobRecord) -> dict[str, Any]:
+    """``squeue_job``'s keys from ``job_state`` to ``priority``, in Slurm's order."""
+    return {
         "job_state": job.state,
         "last_sched_evaluation": _epoch(job.last_sched_eval),
         "licenses": "",
@@ -284,6 +293,13 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
         "preempt_time": 0,
         "pre_sus_time": 0,
         "priority": job.priority,
+    }
+
+
+def _squeue_settings(job: JobRecord) -> dict[str, Any]:
+    """``squeue_job``'s keys from ``profile`` to the end, in Slurm's order."""
+    gpus = f"gres:gpu:{job.gpus_per_node}" if job.gpus_per_node else ""
+    return {
         "profile": None,
         "qos": job.qos,
         "reboot": False,
@@ -321,7 +337,6 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
         "wckey": "",
         "current_working_directory": job.work_dir,
     }
-    return out
 
 
 # --- sacct --json -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ spec with the same functions (``gpuyard.slurm.sbatch``, standard library only) a
 with a small HTTP/1.1 client on a socket (``http.client`` alone would load the ``email``
 package, a third of what this path imports). Whatever it does not handle (an array, a script
 on standard input, an option error, an answer that is not a success) it leaves to the full
-command (:func:`gpuyard.slurm.commands.sbatch`), which runs from the start and prints what
+command (:func:`gpuyard.slurm.commands.sbatch.sbatch`), which runs from the start and prints what
 Slurm would, so both paths print the same. It never leaves after the pool may have taken the
 job: once the request may have been sent, a failure is an error that says to check first.
 """

@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuyard.slurm.hostlist import compress_hostlist, expand_hostlist
+from gpuyard.hostlist import compress_hostlist, expand_hostlist
 from gpuyard.slurm.records import JobRecord, NodeRecord, PartitionRecord, StepRecord
 
 __all__ = [

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from gpuyard.slurm.hostlist import expand_hostlist
+from gpuyard.hostlist import expand_hostlist
 from gpuyard.slurm.options import (
     KEPT,
     REFUSED,
@@ -34,6 +34,8 @@ from gpuyard.spec_limits import (
 TYPE_CHECKING = False  # typing is not imported at run time: sbatch's quick path runs without it
 if TYPE_CHECKING:
     from typing import Any
+
+    from gpuyard.slurm.options import ArraySpec
 
 __all__ = ["build_specs", "forwarded_environment", "specs_from_here"]
 
@@ -224,7 +226,110 @@ def specs_from_here(
     )
 
 
-def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in order
+def _refuse(options: SbatchOptions) -> None:
+    """Refuse the options gpuyard cannot honour (``REFUSED``), saying why."""
+    for component in options.components or [options.values]:
+        for name in component:
+            reason = REFUSED.get(name)
+            if reason:
+                raise OptionError(f"--{name}: {reason}")
+
+
+def _pool(partition: str, pools: Sequence[str]) -> str | None:
+    """The pool a ``--partition`` names (None: the default one)."""
+    if not partition or partition == DEFAULT_POOL:
+        return None
+    if partition not in pools:
+        raise OptionError(
+            "invalid partition specified: "
+            f"{partition} (partitions here: {', '.join(sorted({DEFAULT_POOL, *pools}))})"
+        )
+    return partition
+
+
+def _priority(qos: str) -> str | None:
+    """The priority a ``--qos`` names (None: none asked for)."""
+    if not qos:
+        return None
+    if qos.lower() not in PRIORITIES:
+        choices = ", ".join(PRIORITIES)
+        raise OptionError(f"invalid qos specification: {qos} (QOS here: {choices})")
+    return qos.lower()
+
+
+def _signal(text: str) -> dict[str, Any]:
+    """``--signal=[B:]SIG[@seconds]`` as the spec's ``slurm.signal``."""
+    batch = text.startswith(("B:", "b:"))
+    body = text[2:] if batch else text
+    name, _, seconds = body.partition("@")
+    if seconds and not seconds.isdigit():
+        raise OptionError(f"Invalid --signal specification: {text}")
+    try:
+        return {
+            "signal": signal_number(name),
+            "seconds": int(seconds) if seconds else 60,
+            "batch": batch,
+        }
+    except ValueError as exc:
+        raise OptionError(f"Invalid --signal specification: {exc}") from None
+
+
+def _node_lists(options: SbatchOptions) -> tuple[list[str], list[str]]:
+    """``--nodelist`` and ``--exclude``, expanded. A heterogeneous job's node lists are the
+    job's: any of its nodes may serve any component."""
+    node_names: list[str] = []
+    excluded: list[str] = []
+    for component in options.components or [options.values]:
+        for option, into in (("nodelist", node_names), ("exclude", excluded)):
+            try:
+                found = expand_hostlist(component[option]) if option in component else []
+            except ValueError as exc:
+                raise OptionError(f"--{option}: {exc}") from None
+            into += [n for n in found if n not in into]
+    return node_names, excluded
+
+
+def _spec_name(job_name: str) -> str:
+    """A gpuyard job name for Slurm's ``--job-name``: what the spec allows of it."""
+    name = _NAME.sub("-", job_name).strip("-.")[:128] or "sbatch"
+    if not name[0].isalnum():
+        name = "j" + name[:127]
+    return name
+
+
+def _placement(
+    *, pool: str | None, node_names: list[str], excluded: list[str], priority: str | None
+) -> dict[str, Any]:
+    """The spec's placement keys that were asked for, in the spec's order."""
+    spec: dict[str, Any] = {}
+    if pool:
+        spec["pool"] = pool
+    if node_names:
+        spec["node_names"] = node_names
+    if excluded:
+        spec["exclude_nodes"] = excluded
+    if priority is not None:
+        spec["priority"] = priority
+    return spec
+
+
+def _sizes(
+    options: SbatchOptions, layout: _Layout, script_name: str
+) -> tuple[list[dict[str, Any]], int, int, float | None]:
+    """(the heterogeneous components, nodes, tasks, the time limit): a heterogeneous job's are
+    its components' sums, and its limit their longest (none if one has none)."""
+    values = options.values
+    max_runtime = parse_time(values["time"]) if "time" in values else None
+    het = _components(options, script_name) if options.components else []
+    if not het:
+        return het, layout.nodes, layout.ntasks, max_runtime
+    nodes, ntasks = sum(c["nodes"] for c in het), sum(c["ntasks"] for c in het)
+    limits = [parse_time(c["time"]) if "time" in c else None for c in options.components]
+    max_runtime = None if None in limits else max(x for x in limits if x is not None)
+    return het, nodes, ntasks, max_runtime
+
+
+def build_specs(
     options: SbatchOptions,
     script: str,
     *,
@@ -237,92 +342,35 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
 ) -> list[dict[str, Any]]:
     """The job specs: one, or one per array task (the first is the array's)."""
     values = options.values
-    for component in options.components or [values]:
-        for name in component:
-            reason = REFUSED.get(name)
-            if reason:
-                raise OptionError(f"--{name}: {reason}")
+    _refuse(options)
     layout = _layout(values)
-    nodes, ntasks, per_node = layout.nodes, layout.ntasks, layout.ntasks_per_node
-    cpus_per_task, gpus, cpus, memory_mb = (
-        layout.cpus_per_task,
-        layout.gpus,
-        layout.cpus,
-        layout.memory_mb,
-    )
-    max_runtime = parse_time(values["time"]) if "time" in values else None
-    het = _components(options, script_name) if options.components else []
-    if het:
-        nodes, ntasks = sum(c["nodes"] for c in het), sum(c["ntasks"] for c in het)
-        limits = [parse_time(c["time"]) if "time" in c else None for c in options.components]
-        max_runtime = None if None in limits else max(x for x in limits if x is not None)
+    het, nodes, ntasks, max_runtime = _sizes(options, layout, script_name)
     begin = parse_begin(values["begin"], time.time()) if "begin" in values else None
 
     partition = values.get("partition", "").split(",")[0]
-    pool: str | None = None
-    if partition and partition != DEFAULT_POOL:
-        if partition not in pools:
-            raise OptionError(
-                "invalid partition specified: "
-                f"{partition} (partitions here: {', '.join(sorted({DEFAULT_POOL, *pools}))})"
-            )
-        pool = partition
-    priority = None
+    pool = _pool(partition, pools)
     qos = values.get("qos", "")
-    if qos:
-        if qos.lower() not in PRIORITIES:
-            choices = ", ".join(PRIORITIES)
-            raise OptionError(f"invalid qos specification: {qos} (QOS here: {choices})")
-        priority = qos.lower()
-
-    signal = None
-    if "signal" in values:
-        text = values["signal"]
-        batch = text.startswith(("B:", "b:"))
-        body = text[2:] if batch else text
-        name, _, seconds = body.partition("@")
-        if seconds and not seconds.isdigit():
-            raise OptionError(f"Invalid --signal specification: {text}")
-        try:
-            signal = {
-                "signal": signal_number(name),
-                "seconds": int(seconds) if seconds else 60,
-                "batch": batch,
-            }
-        except ValueError as exc:
-            raise OptionError(f"Invalid --signal specification: {exc}") from None
+    priority = _priority(qos)
+    signal = _signal(values["signal"]) if "signal" in values else None
     if "open-mode" in values and values["open-mode"] not in ("append", "truncate"):
         raise OptionError(f"Invalid --open-mode specification: {values['open-mode']}")
 
     array = parse_array(values["array"]) if "array" in values else None
     job_name = values.get("job-name") or script_name
-    name = _NAME.sub("-", job_name).strip("-.")[:128] or "sbatch"
-    if not name[0].isalnum():
-        name = "j" + name[:127]
+    name = _spec_name(job_name)
     work_dir = _absolute(values.get("chdir", "."), cwd)
-    default_output = "slurm-%A_%a.out" if array else "slurm-%j.out"
-    kept = {k: v for k, v in values.items() if k in KEPT}
-    # A heterogeneous job's node lists are the job's: any of its nodes may serve any component.
-    node_names: list[str] = []
-    excluded: list[str] = []
-    for component in options.components or [values]:
-        for option, into in (("nodelist", node_names), ("exclude", excluded)):
-            try:
-                found = expand_hostlist(component[option]) if option in component else []
-            except ValueError as exc:
-                raise OptionError(f"--{option}: {exc}") from None
-            into += [n for n in found if n not in into]
+    node_names, excluded = _node_lists(options)
     env = forwarded_environment(environ, values.get("export"))
 
     slurm: dict[str, Any] = {
         "script": script,
         "job_name": job_name,
         "ntasks": ntasks,
-        "ntasks_per_node": per_node,
-        "cpus_per_task": cpus_per_task,
+        "ntasks_per_node": layout.ntasks_per_node,
+        "cpus_per_task": layout.cpus_per_task,
         "submit_dir": cwd,
         "work_dir": work_dir,
-        "output": values.get("output", default_output),
+        "output": values.get("output", "slurm-%A_%a.out" if array else "slurm-%j.out"),
         "error": values.get("error"),
         "open_mode": values.get("open-mode", "truncate"),
         "requeue": "no-requeue" not in values,
@@ -331,10 +379,13 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         "account": values.get("account", ""),
         "qos": qos or "normal",
         "comment": values.get("comment", ""),
-        "options": kept,
+        "options": {k: v for k, v in values.items() if k in KEPT},
         "submit_host": socket.gethostname(),
         "uid": uid,
         "gid": gid,
+        **({"begin": begin} if begin is not None else {}),
+        **({"script_args": list(options.script_args)} if options.script_args else {}),
+        **({"het": het} if het else {}),
     }
     spec: dict[str, Any] = {
         "name": name,
@@ -342,35 +393,26 @@ def build_specs(  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, in o
         "command": "sbatch " + shlex.quote(script_name),
         "nodes": nodes,
         "resources": {
-            "gpus": gpus,
-            "cpus": cpus,
-            **({"memory": memory_mb << 20} if memory_mb else {}),
+            "gpus": layout.gpus,
+            "cpus": layout.cpus,
+            **({"memory": layout.memory_mb << 20} if layout.memory_mb else {}),
         },
         "env": env,
         "slurm": slurm,
+        **({"max_runtime": max_runtime} if max_runtime is not None else {}),
     }
-    if max_runtime is not None:
-        spec["max_runtime"] = max_runtime
-    if pool:
-        spec["pool"] = pool
-    if node_names:
-        spec["node_names"] = node_names
-    if excluded:
-        spec["exclude_nodes"] = excluded
-    if priority is not None:
-        spec["priority"] = priority
+    spec |= _placement(pool=pool, node_names=node_names, excluded=excluded, priority=priority)
     if "dependency" in values:
         spec["after"] = parse_dependency(values["dependency"])
     if "hold" in values:
         spec["hold"] = True
-    if begin is not None:
-        slurm["begin"] = begin
-    if options.script_args:
-        slurm["script_args"] = list(options.script_args)
-    if het:
-        slurm["het"] = het
-    if array is None:
-        return [spec]
+    return [spec] if array is None else _array_specs(spec, slurm, array)
+
+
+def _array_specs(
+    spec: dict[str, Any], slurm: dict[str, Any], array: ArraySpec
+) -> list[dict[str, Any]]:
+    """One spec per task of the array, each with its task's ``slurm.array``."""
     specs = []
     for index in array.indices:
         one = {**spec, "slurm": {**slurm}}

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpuyard.hostlist import compress_hostlist
 from gpuyard.launch.network import Network, NetworkPreset
 from gpuyard.launch.plan import MPIRUN_SHIM, JobContext, MpiInstall, plan_worker
-from gpuyard.launch.slurm import compress_hostlist
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, MpiImplementation, Slot
 from gpuyard.models.worker import Bind, File, Tools

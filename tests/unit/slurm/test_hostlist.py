@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.slurm.hostlist import MAX_HOSTS, compress_hostlist, expand_hostlist
+from gpuyard.hostlist import MAX_HOSTS, compress_hostlist, expand_hostlist
 from gpuyard.slurm.render import hostlist_ranged
 
 

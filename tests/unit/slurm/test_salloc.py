@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpuyard.slurm import salloc
+from gpuyard.slurm.commands import salloc
 from gpuyard.slurm.options import OptionError
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "slurm" / "cases"
@@ -18,7 +18,7 @@ SALLOC_CASES = [json.loads(p.read_text()) for p in sorted(CASES.glob("salloc_*.j
 
 
 def _nodes(stderr: str) -> list[str]:
-    from gpuyard.slurm.hostlist import expand_hostlist
+    from gpuyard.hostlist import expand_hostlist
 
     for line in stderr.splitlines():
         if line.startswith("salloc: Nodes "):

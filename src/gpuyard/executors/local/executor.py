@@ -56,7 +56,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuyard.executors import rexec as rexec_module
-from gpuyard.executors import slurmstep as slurmstep_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, logcap, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
@@ -116,14 +115,15 @@ from gpuyard.models.workerdir import (
     TerminateRequest,
 )
 from gpuyard.quantities import format_bytes
+from gpuyard.slurm.step import main as slurmstep_module
 
 __all__ = ["DEFAULT_LOG_MAX", "DEFAULT_PIDS_LIMIT", "LocalExecutor"]
 
 SUPERVISOR = Path(__file__).resolve().with_name("supervisor_entry.py")
 """Run, never imported (it starts a supervisor)."""
 REXEC = Path(rexec_module.__file__).resolve()
-SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("slurmstep_entry.py")
-"""Run, never imported: it imports slurmstep.py, whose bytecode the import above caches."""
+SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("entry.py")
+"""Run, never imported: it imports the step's main.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
 DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_LOG_MAX = 64 << 20

@@ -5,16 +5,20 @@
   or nested brackets, ``[3-1]``, ``[a-b]``, empty ranges, text after ``]`` which Slurm 22.05
   refuses too) raises ``ValueError`` naming the offending part; a list that would expand to
   more than ``limit`` names raises ``ValueError`` before anything is built.
-* ``compress_hostlist(names) -> str`` (from :mod:`gpuyard.launch.slurm`, which writes the jobs'
-  ``SLURM_NODELIST`` with it) is what ``sacct``/``squeue`` NodeList print: names that end in a
-  number are grouped by prefix (and zero-padded width), sorted, and runs become ranges; other
-  names are kept as they are.
+* ``compress_hostlist(names) -> str`` is what ``sacct``/``squeue`` NodeList print and what a
+  job's ``SLURM_NODELIST`` holds (:mod:`gpuyard.launch.slurm`): names that end in a number are
+  grouped by prefix (and zero-padded width), sorted, and runs become ranges; other names are
+  kept as they are.
 
-Pure functions, no I/O.
+The one copy of these rules, for every side: the Slurm commands (:mod:`gpuyard.slurm`), the
+launch plan (:mod:`gpuyard.launch.slurm`, which may not import ``gpuyard.slurm``) and the steps
+inside a job (:mod:`gpuyard.slurm.step`, which run with the standard library only). So it is a
+foundation module: pure functions over the standard library, importing nothing of gpuyard.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 TYPE_CHECKING = False  # typing is not imported at run time (sbatch's quick path)
@@ -27,14 +31,7 @@ MAX_HOSTS = 100_000
 """The most names ``expand_hostlist`` builds: ``n[0-99999999]`` from a client is refused."""
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def compress_hostlist(hosts: Sequence[str]) -> str:
-    """:func:`gpuyard.launch.slurm.compress_hostlist`, loaded when first used: ``sbatch``'s
-    quick path only expands host lists."""
-    from gpuyard.launch.slurm import compress_hostlist as compress
-
-    return compress(hosts)
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 def _split_top(text: str) -> list[str]:
@@ -119,3 +116,59 @@ def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
     for item in items:
         names.extend(_expand_item(item))
     return names
+
+
+def compress_hostlist(hosts: Sequence[str]) -> str:
+    """Slurm's hostlist form: ``node[0-3,7],gpu[01-02,10]``. Names that end in a number are
+    grouped by their prefix and zero-padded width (``n01`` and ``n1`` stay apart, ``n01`` and
+    ``n10`` go together, as in Slurm), each group's numbers sorted into ranges; other names are
+    kept once, in order."""
+    return _compress(tuple(hosts))
+
+
+@functools.lru_cache(maxsize=64)
+def _compress(hosts: tuple[str, ...]) -> str:
+    # Every worker of a gang gets the same list: worked out once, not once per worker (a
+    # 1,000-node gang would cost a second of a launch).
+    groups: dict[tuple[str, int], set[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    plain: set[str] = set()
+    numbered = [(host, _NUMBERED.match(host)) for host in hosts]
+    # A number without leading zeros joins the zero-padded ones of its length (gpu01, gpu10:
+    # gpu[01,10]); otherwise it is unpadded (n9, n10: n[9-10]).
+    padded = {
+        (m.group(1), len(m.group(2)))
+        for _, m in numbered
+        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
+    }
+    for host, match in numbered:
+        if match is None:
+            if host not in plain:
+                plain.add(host)
+                order.append(host)
+            continue
+        prefix, digits = match.groups()
+        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
+        if key not in groups:
+            groups[key] = set()
+            order.append(key)
+        groups[key].add(int(digits))
+    parts = []
+    for entry in order:
+        if isinstance(entry, str):
+            parts.append(entry)
+            continue
+        prefix, width = entry
+        runs: list[list[int]] = []
+        for number in sorted(groups[entry]):
+            if runs and number == runs[-1][1] + 1:
+                runs[-1][1] = number
+            else:
+                runs.append([number, number])
+        text = ",".join(
+            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
+            for low, high in runs
+        )
+        single = len(runs) == 1 and runs[0][0] == runs[0][1]
+        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
+    return ",".join(parts)

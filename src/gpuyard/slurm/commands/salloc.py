@@ -3,7 +3,7 @@
 Slurm's salloc grants the allocation and runs the command on the submit host, where ``srun``
 reaches the nodes through slurmctld and slurmd. gpuyard's ``srun`` reaches the other nodes
 through the job's own workers: it needs the job's secret token and the workers' addresses,
-which only the job's own processes have (``executors/slurmstep.py``); a process outside the
+which only the job's own processes have (``slurm/step/main.py``); a process outside the
 pool has neither, and handing the token out would let anyone who can read it run commands as
 the job. So gpuyard's salloc runs the command *inside* the allocation, as its batch step (as
 ``sbatch --wrap`` would), where ``srun``, ``scontrol show hostnames`` and every ``SLURM_*``
@@ -83,7 +83,7 @@ def _options(args: Sequence[str]) -> tuple[list[str], list[str]]:
 def salloc(args: Sequence[str], out: TextIO) -> int:
     """Grant, run the command inside, relinquish; the command's exit status."""
     from gpuyard.slurm import sbatch as build
-    from gpuyard.slurm.commands import _client
+    from gpuyard.slurm.commands.base import open_client
 
     options, command = _options(args)
     sbatch_args = [
@@ -108,7 +108,7 @@ def salloc(args: Sequence[str], out: TextIO) -> int:
         s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     job_id: int | None = None
-    with _client() as client:
+    with open_client() as client:
         try:
             pools = [p.name for p in client.pools()]
             spec = build.specs_from_here(parsed, script, script_name=name, pools=pools)[0]

@@ -1,38 +1,21 @@
-"""slurmstep.py, the batch step and ``srun`` inside a Slurm job: its pure parts.
+"""gpuyard.slurm.step.main, the batch step and ``srun`` inside a Slurm job: its pure parts.
 
-The script runs as ``python -I -S slurmstep.py`` and cannot import gpuyard, so it keeps its own
-copy of the host-list code; the tests at the end hold that copy to gpuyard's answers.
+The step runs as ``python -I -S entry.py`` and reads host lists through :mod:`gpuyard.hostlist`,
+turning its errors into its own; the tests at the end hold its answers to gpuyard's.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-import gpuyard.executors
-from gpuyard.launch.slurm import compress_hostlist
-from gpuyard.slurm.hostlist import MAX_HOSTS, expand_hostlist
-
-SLURMSTEP = Path(gpuyard.executors.__file__).parent / "slurmstep.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("slurmstep_under_test", SLURMSTEP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-step = _load()
-
+from gpuyard.hostlist import MAX_HOSTS, compress_hostlist, expand_hostlist
+from gpuyard.slurm.step import main as step
 
 # --- file name patterns ---------------------------------------------------------------------
 

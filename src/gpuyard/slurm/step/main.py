@@ -1,15 +1,17 @@
 """A Slurm batch job's commands inside its allocation: the batch step, ``srun``, ``scontrol``.
 
 A job submitted with ``sbatch`` (docs/slurm.md) runs as one worker per node. Worker 0 runs
-``slurmstep.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said
-and becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
+``entry.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said and
+becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
 ``srun`` in the script starts the step's tasks: those on worker 0's node as its own children,
 the others through the workers' ``serve`` (``executors/rexec.py``, which this file loads), each
 task with the ``SLURM_*`` variables Slurm gives it. ``scontrol`` answers what a job asks about
 itself (``show hostnames``, ``requeue``) without the server.
 
-Started as ``python -I -S slurmstep.py COMMAND ...`` from the job's ``slurm-bin`` directory,
-which is first on the job's PATH: the standard library only, like rexec.py.
+Started as ``python -I -S entry.py COMMAND ...`` (:mod:`gpuyard.slurm.step.entry`) from the
+job's ``slurm-bin`` directory, which is first on the job's PATH: the standard library only,
+like rexec.py, and of gpuyard only the stdlib-only :mod:`gpuyard.hostlist`, loaded when first
+used; nothing of the control plane (an import-linter contract holds it to that).
 
 Signals: ``srun`` forwards every signal it can catch to all its tasks (Slurm's srun does the
 same), so ``scancel --signal`` and ``--signal=SIG@secs`` reach the steps: the executor signals
@@ -83,110 +85,23 @@ class SlurmError(Exception):
 # --- host lists -------------------------------------------------------------------------
 
 
-MAX_HOSTS = 100_000
-
-
 def expand_hostlist(text: str) -> list[str]:
-    """``n[0001-0003,0010],gpu7`` → names, as Slurm's hostlist syntax reads (the same answers
-    as ``gpuyard.slurm.hostlist.expand_hostlist``; this script cannot import it)."""
-    import re
+    """``n[0001-0003,0010],gpu7`` -> names (:func:`gpuyard.hostlist.expand_hostlist`); a
+    malformed list is a :class:`SlurmError`. Loaded when first used: the batch step starts
+    without ``re``."""
+    from gpuyard.hostlist import expand_hostlist as expand
 
-    names: list[str] = []
-    for item in _split_top(text):
-        start = item.find("[")
-        if start < 0:
-            if "]" in item:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            names.append(item)
-            continue
-        end = item.find("]", start)
-        if end < 0 or end != len(item) - 1:
-            raise SlurmError(f"invalid hostlist {text!r}")  # unbalanced, or text after ']'
-        prefix = item[:start]
-        for part in item[start + 1 : end].split(","):
-            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-            if match is None:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-            if high < low or len(names) + high - low >= MAX_HOSTS:
-                raise SlurmError(f"invalid hostlist {text!r}")
-            width = len(match.group(1))
-            names += [f"{prefix}{n:0{width}d}" for n in range(low, high + 1)]
-    return names
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas and whitespace outside brackets."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in text:
-        if char == "[":
-            depth += 1
-            if depth > 1:
-                raise SlurmError(f"invalid hostlist {text!r}")
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise SlurmError(f"invalid hostlist {text!r}")
-        if depth == 0 and (char == "," or char.isspace()):
-            if current:
-                parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    if depth:
-        raise SlurmError(f"invalid hostlist {text!r}")
-    if current:
-        parts.append("".join(current))
-    return parts
+    try:
+        return expand(text)
+    except ValueError:
+        raise SlurmError(f"invalid hostlist {text!r}") from None
 
 
 def compress_hostlist(hosts: Sequence[str]) -> str:
-    """The same as ``gpuyard.launch.slurm.compress_hostlist`` (this script cannot import it;
-    ``tests/unit/executors/test_slurmstep.py`` holds the two to the same answers)."""
-    import re
+    """Slurm's hostlist form of ``hosts`` (:func:`gpuyard.hostlist.compress_hostlist`)."""
+    from gpuyard.hostlist import compress_hostlist as compress
 
-    groups: dict[tuple[str, int], set[int]] = {}
-    order: list[tuple[str, int] | str] = []
-    plain: set[str] = set()
-    numbered = [(host, re.match(r"^(.*?)(\d+)$", host)) for host in hosts]
-    padded = {
-        (m.group(1), len(m.group(2)))
-        for _, m in numbered
-        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
-    }
-    for host, match in numbered:
-        if match is None:
-            if host not in plain:
-                plain.add(host)
-                order.append(host)
-            continue
-        prefix, digits = match.groups()
-        key = (prefix, len(digits) if (prefix, len(digits)) in padded else 0)
-        if key not in groups:
-            groups[key] = set()
-            order.append(key)
-        groups[key].add(int(digits))
-    parts = []
-    for entry in order:
-        if isinstance(entry, str):
-            parts.append(entry)
-            continue
-        prefix, width = entry
-        runs: list[list[int]] = []
-        for number in sorted(groups[entry]):
-            if runs and number == runs[-1][1] + 1:
-                runs[-1][1] = number
-            else:
-                runs.append([number, number])
-        text = ",".join(
-            f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
-            for low, high in runs
-        )
-        single = len(runs) == 1 and runs[0][0] == runs[0][1]
-        parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
-    return ",".join(parts)
+    return compress(hosts)
 
 
 def tasks_text(counts: Sequence[int]) -> str:
@@ -689,7 +604,10 @@ class _Task:
 def _load_rexec() -> ModuleType:
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rexec.py")
+    # executors/rexec.py, by its file: the step cannot import gpuyard.executors (its package
+    # loads the executor interface and the models) and the agent is a script of its own.
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(package, "executors", "rexec.py")
     spec = importlib.util.spec_from_file_location("gpuyard_rexec", path)
     if spec is None or spec.loader is None:
         raise SlurmError(f"cannot load {path}")
@@ -811,56 +729,58 @@ def _expand_counts(text: str | None) -> list[int]:
     return out
 
 
-def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over Slurm's options, read top to bottom
-    import contextlib
-    import shlex
-    import signal
-    import time
-
-    groups = [parse_srun(words) for words in _groups(args)]
-    env = dict(os.environ)
-    alloc = _Allocation(env)
-    parts = _plan(groups, alloc)
-    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
-    step = _next_step(control_dir) if control_dir else 0
-    for part in parts:
-        _step_env(part, parts, step, env)
-    first = parts[0].options
-    cwd = first.get("chdir") or os.getcwd()
-
-    step_nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
+def _step_tasks(parts: Sequence[_Part], step_nodes: list[str]) -> list[_Task]:
+    """The step's tasks, ranked across its parts, each with its rank on its node."""
     tasks: list[_Task] = []
     for part in parts:
         for node, count in zip(part.nodes, part.counts, strict=True):
             earlier = sum(1 for t in tasks if t.node == node)
             for local in range(count):
                 tasks.append(_Task(len(tasks), node, earlier + local, step_nodes.index(node), part))
+    return tasks
 
-    append = (first.get("open_mode") or "").lower().startswith("a") or (
-        "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"
-    )
 
-    def shell_command(task: _Task) -> str:
+class _Step:
+    """One ``srun``: its tasks and how each is run, on this node or through another's agent."""
+
+    def __init__(self, parts: list[_Part], alloc: _Allocation, env: dict[str, str], step: int):
+        self.parts, self.alloc, self.env, self.step = parts, alloc, env, step
+        first = parts[0].options
+        self.cwd = first.get("chdir") or os.getcwd()
+        self.nodes = list(dict.fromkeys(n for part in parts for n in part.nodes))
+        self.tasks = _step_tasks(parts, self.nodes)
+        self.append = (first.get("open_mode") or "").lower().startswith("a") or (
+            "open_mode" not in first and env.get("SLURM_OPEN_MODE") == "a"
+        )
+        self.label = any("label" in part.options for part in parts)
+        self.unbuffered = any("unbuffered" in part.options for part in parts)
+        self.out_lock = threading.Lock()
+        self.rexec = _load_rexec()
+        self.token = env.get("GPUYARD_JOB_TOKEN", "")
+
+    def shell_command(self, task: _Task) -> str:
+        import shlex
+
         options = task.part.options
         words = " ".join(shlex.quote(w) for w in task.part.command)
         values = _pattern_values(
-            {**env, **task.part.forwarded, "SLURMD_NODENAME": task.node},
+            {**self.env, **task.part.forwarded, "SLURMD_NODENAME": task.node},
             task=str(task.rank),
             node_index=str(task.node_index),
-            step=str(step),
+            step=str(self.step),
         )
         out = options.get("output")
         err = options.get("error")
         redirect = ""
         if out:
             target = "/dev/null" if out == "none" else expand_pattern(out, values)
-            mode = ">>" if append or (_shared(out) and len(tasks) > 1) else ">"
+            mode = ">>" if self.append or (_shared(out) and len(self.tasks) > 1) else ">"
             redirect += f" {mode}{shlex.quote(target)}"
             if not err:
                 redirect += " 2>&1"
         if err:
             target = "/dev/null" if err == "none" else expand_pattern(err, values)
-            mode = "2>>" if append or (_shared(err) and len(tasks) > 1) else "2>"
+            mode = "2>>" if self.append or (_shared(err) and len(self.tasks) > 1) else "2>"
             redirect += f" {mode}{shlex.quote(target)}"
         if "input" in options and options["input"] != "all":
             redirect += " </dev/null"
@@ -871,6 +791,7 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         )
         return f"{prefix}exec {words}{redirect}"
 
+    @staticmethod
     def task_env(task: _Task) -> dict[str, str]:
         return {
             "SLURM_PROCID": str(task.rank),
@@ -879,25 +800,25 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             "SLURM_GTIDS": task.part.gtids[task.node],
         }
 
-    label = any("label" in part.options for part in parts)
-    unbuffered = any("unbuffered" in part.options for part in parts)
-    out_lock = threading.Lock()
+    def writer(self, fd: int, task: _Task) -> _TaskOutput:
+        prefix = f"{task.rank}: ".encode() if self.label else b""
+        return _TaskOutput(fd, prefix, self.unbuffered, self.out_lock)
 
-    def writer(fd: int, task: _Task) -> _TaskOutput:
-        return _TaskOutput(fd, f"{task.rank}: ".encode() if label else b"", unbuffered, out_lock)
+    def run(self, task: _Task) -> None:
+        if task.node == self.alloc.own:
+            self.run_local(task)
+        else:
+            self.run_remote(task)
 
-    rexec = _load_rexec()
-    token = env.get("GPUYARD_JOB_TOKEN", "")
-
-    def run_local(task: _Task) -> None:
+    def run_local(self, task: _Task) -> None:
         import subprocess
 
-        task_environ = {**env, **task.part.forwarded, **task_env(task)}
+        task_environ = {**self.env, **task.part.forwarded, **self.task_env(task)}
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", shell_command(task)],
+                ["/bin/sh", "-c", self.shell_command(task)],
                 env=task_environ,
-                cwd=cwd if os.path.isdir(cwd) else None,
+                cwd=self.cwd if os.path.isdir(self.cwd) else None,
                 process_group=0,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -909,20 +830,21 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             return
         task.pid = proc.pid
         pumps = [
-            threading.Thread(target=_pump, args=(proc.stdout, writer(1, task)), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, writer(2, task)), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stdout, self.writer(1, task)), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, self.writer(2, task)), daemon=True),
         ]
         for pump in pumps:
             pump.start()
         code = proc.wait()
         for pump in pumps:
             pump.join(2.0)
-        task.status = rexec.exit_status(code)
+        task.status = self.rexec.exit_status(code)
 
-    def run_remote(task: _Task) -> None:
+    def run_remote(self, task: _Task) -> None:
         import socket
 
-        address, port = alloc.hosts[task.node]
+        rexec = self.rexec
+        address, port = self.alloc.hosts[task.node]
         where = f"{task.node} at {address}:{port}"
         try:
             conn = rexec._connect(address, port, where)
@@ -931,32 +853,8 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             task.status = 1
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
-        remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
-        remote_env.update(task_env(task))
-        header = {"argv": [shell_command(task)], "env": remote_env, "cwd": cwd}
         try:
-            with task.lock:  # a signal frame must not come before the header
-                conn.sendall(rexec.hello(token, header))
-                conn.sendall(rexec._pack(rexec.STDIN, b""))
-                task.conn = conn
-            rfile = conn.makefile("rb")
-            outputs = {rexec.STDOUT: writer(1, task), rexec.STDERR: writer(2, task)}
-            try:
-                while (frame := rexec._read_frame(rfile)) is not None:
-                    channel, payload = frame
-                    if channel in outputs:
-                        outputs[channel].write(payload)
-                    elif channel == rexec.EXIT and len(payload) == 4:
-                        task.status = int.from_bytes(payload, "big")
-                        return
-                    elif channel == rexec.ERROR:
-                        message = payload.decode(errors="replace")
-                        _error(f"{task.node}: task {task.rank}: {message}")
-                        break
-            finally:
-                for output in outputs.values():
-                    output.close()
+            self._relay(task, conn)
         except rexec.AgentError as exc:
             _error(f"{task.node}: task {task.rank}: {exc}")
         except (OSError, ValueError) as exc:
@@ -967,8 +865,40 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
         if task.status is None:
             task.status = 1
 
-    def deliver(signum: int) -> None:
-        for task in tasks:
+    def _relay(self, task: _Task, conn: socket.socket) -> None:
+        """Start ``task`` through its node's agent on ``conn`` and relay its output until it
+        exits (its status) or the agent reports an error (printed, no status)."""
+        rexec = self.rexec
+        remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
+        remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
+        remote_env.update(self.task_env(task))
+        header = {"argv": [self.shell_command(task)], "env": remote_env, "cwd": self.cwd}
+        with task.lock:  # a signal frame must not come before the header
+            conn.sendall(rexec.hello(self.token, header))
+            conn.sendall(rexec._pack(rexec.STDIN, b""))
+            task.conn = conn
+        rfile = conn.makefile("rb")
+        outputs = {rexec.STDOUT: self.writer(1, task), rexec.STDERR: self.writer(2, task)}
+        try:
+            while (frame := rexec._read_frame(rfile)) is not None:
+                channel, payload = frame
+                if channel in outputs:
+                    outputs[channel].write(payload)
+                elif channel == rexec.EXIT and len(payload) == 4:
+                    task.status = int.from_bytes(payload, "big")
+                    return
+                elif channel == rexec.ERROR:
+                    message = payload.decode(errors="replace")
+                    _error(f"{task.node}: task {task.rank}: {message}")
+                    break
+        finally:
+            for output in outputs.values():
+                output.close()
+
+    def deliver(self, signum: int) -> None:
+        import contextlib
+
+        for task in self.tasks:
             if task.status is not None:
                 continue
             if task.pid is not None:
@@ -977,48 +907,23 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             conn = task.conn
             if conn is not None:
                 with contextlib.suppress(OSError), task.lock:
-                    conn.sendall(rexec._pack(rexec.SIGNAL, signum.to_bytes(4, "big")))
+                    conn.sendall(self.rexec._pack(self.rexec.SIGNAL, signum.to_bytes(4, "big")))
 
-    def on_signal(signum: int, _frame: object) -> None:
-        deliver(signum)
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.deliver(signum)
 
-    for name in _FORWARDED:
-        signal.signal(getattr(signal, name), on_signal)
+    def wait(self, threads: Sequence[threading.Thread]) -> None:
+        """Until every task has ended; with ``--kill-on-bad-exit`` or ``--wait``, end the others
+        (SIGTERM, then SIGKILL 3 s later) once one fails or the first ended that long ago."""
+        import signal
+        import time
 
-    registration = ""
-    if control_dir:
-        try:
-            steps = os.path.join(control_dir, "steps")
-            os.makedirs(steps, exist_ok=True)
-            registration = os.path.join(steps, str(os.getpid()))
-            with open(registration, "w"):
-                pass
-        except OSError:
-            registration = ""
-
-    command = parts[0].command
-    record: dict[str, object] = {
-        "name": os.path.basename(command[0])[:1024] if command else "",
-        "nodes": step_nodes,
-        "tasks": len(tasks),
-        "start": time.time(),
-    }
-    if control_dir:
-        _record_step(control_dir, step, record)
-
-    threads = []
-    for task in tasks:
-        target = run_local if task.node == alloc.own else run_remote
-        thread = threading.Thread(target=target, args=(task,), daemon=True)
-        thread.start()
-        threads.append(thread)
-
-    kill_on_bad = any(part.options.get("kill_on_bad_exit", "0") not in ("0", "") for part in parts)
-    waits = [float(p.options["wait"]) for p in parts if p.options.get("wait", "").isdigit()]
-    wait_limit = max(waits) if waits else 0.0
-    first_end: float | None = None
-    killed = False
-    try:
+        parts, tasks = self.parts, self.tasks
+        kill_on_bad = any(p.options.get("kill_on_bad_exit", "0") not in ("0", "") for p in parts)
+        waits = [float(p.options["wait"]) for p in parts if p.options.get("wait", "").isdigit()]
+        wait_limit = max(waits) if waits else 0.0
+        first_end: float | None = None
+        killed = False
         while any(t.is_alive() for t in threads):
             time.sleep(0.05)
             ended = [t for t in tasks if t.status is not None]
@@ -1030,22 +935,80 @@ def srun(args: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 - one pass over 
             )
             if not killed and ((kill_on_bad and bad) or late):
                 killed = True
-                deliver(signal.SIGTERM)
+                self.deliver(signal.SIGTERM)
                 deadline = time.monotonic() + 3
                 while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
                     time.sleep(0.05)
-                deliver(signal.SIGKILL)
+                self.deliver(signal.SIGKILL)
+
+    def worst(self) -> int:
+        """The highest exit status of the tasks (each failure reported as srun does)."""
+        worst = 0
+        for task in self.tasks:
+            status = task.status if task.status is not None else 1
+            if status:
+                reason = "Killed" if status == 137 else f"Exited with exit code {status}"
+                _error(f"{task.node}: task {task.rank}: {reason}")
+            worst = max(worst, status)
+        return worst
+
+
+def _register(control_dir: str) -> str:
+    """Register this srun in ``$GPUYARD_CONTROL_DIR/steps`` (the executor signals what is
+    there); its path, or "" when it cannot."""
+    if not control_dir:
+        return ""
+    try:
+        steps = os.path.join(control_dir, "steps")
+        os.makedirs(steps, exist_ok=True)
+        registration = os.path.join(steps, str(os.getpid()))
+        with open(registration, "w"):
+            pass
+    except OSError:
+        return ""
+    return registration
+
+
+def srun(args: Sequence[str]) -> int:
+    import contextlib
+    import signal
+    import time
+
+    groups = [parse_srun(words) for words in _groups(args)]
+    env = dict(os.environ)
+    alloc = _Allocation(env)
+    parts = _plan(groups, alloc)
+    control_dir = env.get("GPUYARD_CONTROL_DIR", "")
+    step = _next_step(control_dir) if control_dir else 0
+    for part in parts:
+        _step_env(part, parts, step, env)
+    run = _Step(parts, alloc, env, step)
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), run.on_signal)
+    registration = _register(control_dir)
+
+    command = parts[0].command
+    record: dict[str, object] = {
+        "name": os.path.basename(command[0])[:1024] if command else "",
+        "nodes": run.nodes,
+        "tasks": len(run.tasks),
+        "start": time.time(),
+    }
+    if control_dir:
+        _record_step(control_dir, step, record)
+
+    threads = []
+    for task in run.tasks:
+        thread = threading.Thread(target=run.run, args=(task,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    try:
+        run.wait(threads)
     finally:
         if registration:
             with contextlib.suppress(OSError):
                 os.unlink(registration)
-    worst = 0
-    for task in tasks:
-        status = task.status if task.status is not None else 1
-        if status:
-            reason = "Killed" if status == 137 else f"Exited with exit code {status}"
-            _error(f"{task.node}: task {task.rank}: {reason}")
-        worst = max(worst, status)
+    worst = run.worst()
     if control_dir:
         _record_step(control_dir, step, {**record, "end": time.time(), "exit_code": worst & 255})
     return worst
