@@ -24,7 +24,8 @@ class EventKind(StrEnum):
     SIGNAL = "signal"
     """A signal was sent to its tasks."""
     EXEC = "exec"
-    """A command was run in it (``gpuyard exec``), or its outcome."""
+    """Workers were launched in a held job for a command (``gpuyard exec``), or could not
+    be, or what came of it."""
     USERCALL = "usercall"
     """A person acted on it through its fault-tolerance log (a shell, an exec stop)."""
     NOTICE = "notice"
