@@ -129,12 +129,7 @@ def batch_env(
         **_node_vars(nodes, node_rank),
         **_task_vars(ntasks, ntasks_per_node, len(nodes)),
         **_node_share_vars(cpus, gpus, len(nodes)),
-        "SLURM_SUBMIT_DIR": submit_dir,
-        "SLURM_SUBMIT_HOST": submit_host,
-        "SLURM_PRIO_PROCESS": "0",
-        "SLURM_GTIDS": "0",
-        "ENVIRONMENT": "BATCH",
-        "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+        **_shell_vars(submit_dir, submit_host, gpus),
     }
     if open_mode == "append":  # truncate is Slurm's default, and then it sets nothing
         env["SLURM_OPEN_MODE"] = "a"
@@ -203,6 +198,18 @@ def _node_share_vars(cpus: float, gpus: Sequence[str], nodes: int) -> dict[str, 
         "SLURM_CPUS_ON_NODE": str(cpus_on_node),
         "SLURM_JOB_CPUS_PER_NODE": compress_counts([cpus_on_node] * nodes),
         "SLURM_GPUS_ON_NODE": str(len(gpus)),
+    }
+
+
+def _shell_vars(submit_dir: str, submit_host: str, gpus: Sequence[str]) -> dict[str, str]:
+    """Where it was submitted from, and what the batch shell is."""
+    return {
+        "SLURM_SUBMIT_DIR": submit_dir,
+        "SLURM_SUBMIT_HOST": submit_host,
+        "SLURM_PRIO_PROCESS": "0",
+        "SLURM_GTIDS": "0",
+        "ENVIRONMENT": "BATCH",
+        "CUDA_VISIBLE_DEVICES": ",".join(gpus),
     }
 
 
