@@ -496,18 +496,19 @@ class Controller:
         (or batch shell) get the signal, once per attempt. Whether one is now due."""
         now = self.clock.now()
         with self.store.read() as session:
-            rows = session.execute(
-                select(JobRow.id, JobRow.spec).where(
+            rows = session.scalars(
+                select(JobRow).where(
                     JobRow.state == JobState.RUNNING,
                     JobRow.limit_signal.is_not(None),
                     JobRow.started_at + JobRow.max_runtime - JobRow.limit_signal <= now,
                 )
             ).all()
-        due: list[tuple[int, int, bool]] = []
-        for job_id, spec in rows:
-            wanted = ((spec or {}).get("slurm") or {}).get("signal")
-            if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
-                due.append((job_id, wanted["signal"], not wanted.get("batch", False)))
+            due: list[tuple[int, int, bool]] = []
+            for row in rows:
+                spec = row.loaded_spec()
+                wanted = spec.slurm.signal if spec is not None and spec.slurm is not None else None
+                if wanted is not None:
+                    due.append((row.id, wanted.signal, not wanted.batch))
         if not due:
             return False
         added = False
