@@ -49,7 +49,7 @@ from gpuyard.launch.exec_workers import (
     exec_launches,
 )
 from gpuyard.launch.plan import JobContext
-from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models import JobState, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.states import end_of_hold
@@ -357,7 +357,7 @@ class Hold:
         if base_env is None:
             base_env = {n: self.executor.base_env(n) for n in set(ranks.values())}
         return exec_launches(
-            launch_spec(JobSpec.model_validate(job.spec), len(placement)),
+            launch_spec(job.job_spec(), len(placement)),
             self._context(job, placement, run_as),
             argv=argv,
             ranks=ranks,

@@ -41,7 +41,7 @@ from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
-from gpuyard.models import JobSpec, JobState, JobType, Slot
+from gpuyard.models import JobState, JobType, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import MpiImplementation
@@ -132,7 +132,7 @@ class Lifecycle:
             account=self._account,
             gpu_devices=gpu_devices,
             new_workers=lambda row, slots, attempt, check: worker_rows(
-                row.id, JobSpec.model_validate(row.spec), slots, attempt, check=check
+                row.id, row.job_spec(), slots, attempt, check=check
             ),
             alert=alert,
             hold_failed=self.hold.hold_failed,
@@ -165,7 +165,7 @@ class Lifecycle:
         if checks and self.recovery.checks(job, checks) is not CheckProgress.PASSED:
             return  # the job's own workers start once every node passed its check
         placement = [Slot.model_validate(s) for s in job.placement or []]
-        spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
+        spec = launch_spec(job.job_spec(), len(placement))
         run_as, refused = None, ""
         try:
             run_as = self._account(job)
@@ -308,9 +308,7 @@ class Lifecycle:
         now = self.clock.now()
         if self._suspended_itself(job, workers, now):
             return
-        verdict = settle(
-            [_facts(w) for w in workers], batch=job.spec.get("type") == JobType.BATCH.value
-        )
+        verdict = settle([_facts(w) for w in workers], batch=job.job_spec().type is JobType.BATCH)
         if verdict.outcome is Outcome.FAIL:
             failure = verdict.failure
             ended = all(w.state.is_ended() for w in workers)
@@ -411,7 +409,7 @@ class Lifecycle:
     ) -> None:
         """Tell some workers of a job that goes on to exit (a failed sub-task, idle helpers)."""
         now = self.clock.now()
-        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        grace = job.grace()
         signalled = []
         for w in workers:
             if w.handle is not None and w.terminate_sent_at is None:
@@ -451,7 +449,7 @@ class Lifecycle:
         """Tell live workers to exit within ``grace`` seconds (default: the job's graceful
         period); SIGKILL stragglers; end the job when all have exited."""
         now = self.clock.now()
-        spec_grace = float(job.spec.get("graceful_shutdown", 30.0))
+        spec_grace = job.grace()
         grace = spec_grace if grace is None else min(grace, spec_grace)
         signalled: list[WorkerRow] = []
         killed: list[WorkerRow] = []
@@ -609,7 +607,7 @@ def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -
     if status.cause:
         return f"{who} ended: {status.cause} (exit code {code})"
     if status.escalated:
-        grace = float(job.spec.get("graceful_shutdown", 30.0)) if job else 0.0
+        grace = job.grace() if job else 0.0
         return (
             f"{who} did not exit within the graceful period ({format_duration(grace)}) after "
             f"SIGTERM and was {ESCALATED} (exit code {code})"

@@ -100,8 +100,8 @@ def log_tail(executor: Executor, handle: Handle, limit: int) -> list[str]:
 
 
 def fault_tolerance(job: JobRow) -> FaultTolerance | None:
-    raw = (job.spec or {}).get("fault_tolerance")
-    return FaultTolerance.model_validate(raw) if raw else None
+    spec = job.loaded_spec()
+    return spec.fault_tolerance if spec is not None else None
 
 
 class FaultRecovery:

@@ -24,6 +24,7 @@ from gpuyard.clock import Clock
 from gpuyard.executors.base import Executor
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
+from gpuyard.models.job import JobMode, JobSpec
 from gpuyard.models.states import JobState
 from gpuyard.models.worker import ControlState, Notice, WorkerState
 from gpuyard.quantities import format_duration
@@ -59,7 +60,9 @@ class Suspender:
         unnotified = [w for w in live if w.notice_sent_at is None]
         notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
         asked = job.reason == REQUEUE_ASKED
-        slurm_signals = slurm_preemption_signals(job.spec) if unnotified and not asked else []
+        slurm_signals = (
+            slurm_preemption_signals(job.loaded_spec()) if unnotified and not asked else []
+        )
         for w in unnotified:
             self.executor.notify(w.handle or {}, notice)
             for signum, steps in slurm_signals:
@@ -179,7 +182,7 @@ class Suspender:
             finish_suspension(session, row, actor=ACTOR, why=why, now=now)
 
 
-def slurm_preemption_signals(spec: Any) -> list[tuple[int, bool]]:
+def slurm_preemption_signals(spec: JobSpec | None) -> list[tuple[int, bool]]:
     """What a preempted Slurm batch job is sent when its notice period begins, as
     ``(signal, to the steps)`` pairs: SIGCONT, then the job's ``--signal`` (to its steps, or
     to its batch shell with ``B:``) if it has one, else SIGTERM to its steps. That is Slurm's
@@ -188,12 +191,12 @@ def slurm_preemption_signals(spec: Any) -> list[tuple[int, bool]]:
     ``--signal`` they asked for (``USR2@90``, ``SIGUSR1@90``) and never see SIGTERM as the
     moment to save. The job then has the pool's notice period before SIGTERM and SIGKILL, as
     Slurm's GraceTime. Empty for jobs of other modes (their runtime has the notice)."""
-    if not isinstance(spec, dict) or spec.get("mode") != "slurm":
+    if spec is None or spec.mode is not JobMode.SLURM:
         return []
-    wanted = (spec.get("slurm") or {}).get("signal")
+    wanted = spec.slurm.signal if spec.slurm is not None else None
     signals = [(int(_signals.SIGCONT), True)]
-    if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
-        signals.append((wanted["signal"], not wanted.get("batch", False)))
+    if wanted is not None:
+        signals.append((wanted.signal, not wanted.batch))
     else:
         signals.append((int(_signals.SIGTERM), True))
     return signals

@@ -833,14 +833,9 @@ def _check_arrays(session: Session, part: _Submission) -> None:
     }
     for head in sorted(heads):
         row = session.get(JobRow, head)
-        slurm = ((row.spec or {}) if row is not None else {}).get("slurm")
-        array = slurm.get("array") if isinstance(slurm, dict) else None
-        if (
-            row is None
-            or row.owner != part.owner
-            or not isinstance(array, dict)
-            or array.get("job_id") is not None
-        ):
+        spec = row.loaded_spec() if row is not None else None
+        array = spec.slurm.array if spec is not None and spec.slurm is not None else None
+        if row is None or row.owner != part.owner or array is None or array.job_id is not None:
             raise InvalidSpec(
                 f"slurm.array.job_id: job {head} is not the first task of a job array of "
                 f"{part.owner}'s; an array task joins its own owner's array"
