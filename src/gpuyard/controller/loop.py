@@ -60,6 +60,8 @@ from gpuyard.controller.suspension import REQUEUE_ASKED
 from gpuyard.errors import IllegalTransition, StaleWrite
 from gpuyard.executors.base import Executor
 from gpuyard.models import JobState, NodeState
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import HOLDING
 from gpuyard.models.usage import DEFAULT_INTERVAL
 from gpuyard.models.worker import (
@@ -82,7 +84,7 @@ log = logging.getLogger("gpuyard.controller")
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
-TIME_LIMIT_ACTOR = "time-limit"
+TIME_LIMIT_ACTOR = Actor.TIME_LIMIT
 """Who sends ``--signal=SIG@SECONDS`` before a job's time limit."""
 CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' runtime reports (checkpoints, listeners)."""
@@ -450,7 +452,7 @@ class Controller:
                     record_event(
                         session,
                         job,
-                        kind="worker_lost" if lost else "worker_exited",
+                        kind=EventKind.WORKER_LOST if lost else EventKind.WORKER_EXITED,
                         actor=ACTOR,
                         reason=worker.detail,
                         node=worker.node,
@@ -590,7 +592,7 @@ class Controller:
                     begin_suspension(
                         session,
                         row,
-                        actor="job",
+                        actor=Actor.JOB,
                         why=REQUEUE_ASKED,
                         now=now,
                         notice=0.0,
@@ -661,7 +663,7 @@ class Controller:
                         record_event(
                             session,
                             job,
-                            kind="control_file",
+                            kind=EventKind.CONTROL_FILE,
                             actor=ACTOR,
                             time=now,
                             reason=f"ignored a control file of worker {worker_id}: {problem}",
@@ -776,7 +778,7 @@ class Controller:
                 record_event(
                     session,
                     job,
-                    kind="controller_error",
+                    kind=EventKind.CONTROLLER_ERROR,
                     actor=ACTOR,
                     time=self.clock.now(),
                     reason=f"{message}; "

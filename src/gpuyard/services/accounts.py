@@ -47,6 +47,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.access import Action
 from gpuyard.models.accounts import OFF
+from gpuyard.models.actor import Actor
 from gpuyard.models.states import HOLDING, LIVE, JobState
 from gpuyard.scheduler.snapshot import (
     DEFAULT_POOL,
@@ -156,7 +157,7 @@ class AccountService:
         affect scheduling)."""
         with self.store.write() as session:
             self.policy.require(session, actor, action, doing)
-            self.audit.record(session, f"user:{actor}", verb, target, detail)
+            self.audit.record(session, Actor.user(actor), verb, target, detail)
             yield session
         if notify:
             self.notify()
@@ -753,7 +754,7 @@ class AccountService:
             actor, Action.MANAGE_POOL, "cordon nodes", verb, f"node:{node}", reason
         ) as session:
             self._node(session, node)
-            cordon_node(session, node, reason=reason, by=f"user:{actor}", now=now)
+            cordon_node(session, node, reason=reason, by=Actor.user(actor), now=now)
             if drain:
                 for job in session.scalars(
                     select(JobRow).where(JobRow.state == JobState.RUNNING).order_by(JobRow.id)
@@ -762,7 +763,7 @@ class AccountService:
                         begin_suspension(
                             session,
                             job,
-                            actor=f"user:{actor}",
+                            actor=Actor.user(actor),
                             why=f"node {node} is drained by {actor}: {reason}",
                             now=now,
                         )

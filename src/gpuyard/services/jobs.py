@@ -32,6 +32,8 @@ from gpuyard.models import (
     Priority,
 )
 from gpuyard.models.access import Action
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.job_query import MAX_PAGE, JobQuery
 from gpuyard.models.request import request_of
@@ -209,8 +211,8 @@ class JobService:
                 {
                     "job_id": job_id,
                     "time": row["created_at"],
-                    "kind": "submitted",
-                    "actor": f"user:{row['owner']}",
+                    "kind": EventKind.SUBMITTED,
+                    "actor": Actor.user(row["owner"]),
                     "from_state": None,
                     "to_state": JobState.QUEUED,
                     "reason": "submitted",
@@ -346,7 +348,7 @@ class JobService:
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.STOP)
             target = _stop_target(row, actor)
-            self.audit.record(session, f"user:{actor}", "job.stop", f"job:{job_id}")
+            self.audit.record(session, Actor.user(actor), "job.stop", f"job:{job_id}")
             if target is None:
                 return job_view(row)  # already stopping: stopping twice is not an error
             _stop_row(session, row, target, actor=actor, now=now)
@@ -371,7 +373,7 @@ class JobService:
             )
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.signal",
                 f"job:{job_id}",
                 f"signal {signum} to the {'steps' if steps else 'batch shell'}",
@@ -426,12 +428,12 @@ class JobService:
         if bool(row.held) is held:
             return
         guarded_update(session, row, held=held)  # a new version: a start decided is dropped
-        self.audit.record(session, f"user:{actor}", f"job.{verb}", f"job:{row.id}")
+        self.audit.record(session, Actor.user(actor), f"job.{verb}", f"job:{row.id}")
         record_event(
             session,
             row,
-            kind=verb,
-            actor=f"user:{actor}",
+            kind=EventKind.HOLD if held else EventKind.RELEASE,
+            actor=Actor.user(actor),
             reason=f"held by {actor}" if held else f"released by {actor}",
             time=now,
         )
@@ -462,7 +464,7 @@ class JobService:
             )
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.priority",
                 f"job:{job_id}",
                 f"{old.value} -> {priority.value}",
@@ -470,8 +472,8 @@ class JobService:
             record_event(
                 session,
                 row,
-                kind="priority",
-                actor=f"user:{actor}",
+                kind=EventKind.PRIORITY,
+                actor=Actor.user(actor),
                 reason=f"priority {old.value} -> {priority.value}",
                 time=now,
             )
@@ -504,9 +506,14 @@ class JobService:
             was = "no limit" if old is None else format_duration(old)
             change = f"max runtime {was} -> {format_duration(max_runtime)}"
             record_event(
-                session, row, kind="runtime", actor=f"user:{actor}", reason=change, time=now
+                session,
+                row,
+                kind=EventKind.RUNTIME,
+                actor=Actor.user(actor),
+                reason=change,
+                time=now,
             )
-            self.audit.record(session, f"user:{actor}", "job.runtime", f"job:{job_id}", change)
+            self.audit.record(session, Actor.user(actor), "job.runtime", f"job:{job_id}", change)
             view = job_view(row)
         self.notify(job_id)
         return view
@@ -528,7 +535,7 @@ class JobService:
             _check_deletable(row)
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.delete",
                 f"job:{job_id}",
                 f"{row.name} of {row.owner}",
@@ -564,7 +571,7 @@ class JobService:
             self._stop_pending(session, pending, actor=actor, now=now)
             result.states.update((row.id, JobState.STOPPED) for row in pending)
             self.audit.record_many(
-                session, f"user:{actor}", "job.stop", [f"job:{i}" for i in result.states]
+                session, Actor.user(actor), "job.stop", [f"job:{i}" for i in result.states]
             )
         result.done = [job_id for job_id in ids if job_id in result.states]  # as asked
         for job_id in draining:
@@ -602,8 +609,8 @@ class JobService:
                 {
                     "job_id": row.id,
                     "time": now,
-                    "kind": "transition",
-                    "actor": f"user:{actor}",
+                    "kind": EventKind.TRANSITION,
+                    "actor": Actor.user(actor),
                     "from_state": row.state,
                     "to_state": JobState.STOPPED,
                     "reason": f"stop requested by {actor}",
@@ -628,7 +635,7 @@ class JobService:
                 else:
                     result.done.append(row.id)
             self.audit.record_many(
-                session, f"user:{actor}", "job.delete", [f"job:{i}" for i in result.done]
+                session, Actor.user(actor), "job.delete", [f"job:{i}" for i in result.done]
             )
             for chunk in range(0, len(result.done), 500):
                 session.execute(
@@ -749,7 +756,7 @@ def _stop_row(
         session,
         row,
         state,
-        actor=f"user:{actor}",
+        actor=Actor.user(actor),
         why=f"stop requested by {actor}",
         time=now,
         reason=reason,

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from gpuyard.client import Client
 from gpuyard.models import JobView
+from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm import openapi, render
 from gpuyard.slurm.commands.base import (
     Args,
@@ -147,7 +148,10 @@ def _squeue_select(
     id stays visible for MinJobAge, 300 s, after it ends, as in Slurm), partition and name."""
     if not states and not listed:
         records = [
-            r for r in records if r.state in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+            r
+            for r in records
+            if r.state
+            in (SlurmState.PENDING, SlurmState.RUNNING, SlurmState.SUSPENDED, SlurmState.COMPLETING)
         ]
     elif not states:
         records = [r for r in records if r.end is None or now - r.end < 300]
