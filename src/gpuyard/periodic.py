@@ -10,10 +10,12 @@ errors, since what to log differs.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 
-__all__ = ["Periodic"]
+__all__ = ["Periodic", "paced"]
 
 
 class Periodic:
@@ -57,3 +59,15 @@ class Periodic:
             return
         while not self._stop.is_set():
             self.wait(self._round())
+
+
+def paced(run: Callable[[], object], every: float, log: logging.Logger, failed: str) -> float:
+    """Run ``run`` once, logging ``failed`` with the traceback if it raises (the next round
+    tries again), and return the wait that starts the next round ``every`` seconds after this
+    one began (at once if this one took longer)."""
+    began = time.monotonic()
+    try:
+        run()
+    except Exception:
+        log.exception(failed)
+    return every - (time.monotonic() - began)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, update
 
 from gpuyard.clock import Clock
 from gpuyard.models.states import PENDING
-from gpuyard.periodic import Periodic
+from gpuyard.periodic import Periodic, paced
 from gpuyard.scheduler import Budget, forecast, frozen_heap
 from gpuyard.store.engine import Store
 from gpuyard.store.forecasts import forecast_to_store
@@ -82,12 +81,7 @@ class Forecaster:
         if self._periodic.stopping:
             return 0.0
         self._changed.clear()
-        began = time.monotonic()
-        try:
-            self.run_once()
-        except Exception:  # the next change tries again
-            log.exception("forecasting the queue failed")
-        return self.every - (time.monotonic() - began)
+        return paced(self.run_once, self.every, log, "forecasting the queue failed")
 
     def run_once(self) -> int:
         """Forecast every queued job and store what changed; return how many were stored."""

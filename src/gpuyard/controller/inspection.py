@@ -26,7 +26,7 @@ from gpuyard.clock import Clock
 from gpuyard.executors.base import Executor
 from gpuyard.models import NodeState
 from gpuyard.models.health import Finding, Probe, ProbeStatus
-from gpuyard.periodic import Periodic
+from gpuyard.periodic import Periodic, paced
 from gpuyard.services.nodes import record_inspection, stored_findings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import NodeRow
@@ -98,12 +98,7 @@ class Inspector:
         self._periodic.stop(timeout)
 
     def _round(self) -> float:
-        began = time.monotonic()
-        try:
-            self.run_once()
-        except Exception:  # the next inspection tries again
-            log.exception("inspecting the nodes failed")
-        return self.every - (time.monotonic() - began)
+        return paced(self.run_once, self.every, log, "inspecting the nodes failed")
 
     def run_once(self) -> dict[str, list[Finding]]:
         """Inspect every node and record it; return the nodes cordoned, with the findings
