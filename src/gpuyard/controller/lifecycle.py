@@ -107,17 +107,13 @@ class Lifecycle:
         self._mark_dirty = mark_dirty
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
-        self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+        self.suspender = Suspender(store, executor, clock, self)
         self.hold = Hold(
             store,
             executor,
             clock,
-            fresh=self._fresh,
-            drain=self._drain,
-            mark_dirty=mark_dirty,
-            account=self._account,
+            self,
             context=self._context,
-            gpu_devices=gpu_devices,
             restart=lambda job: self.recovery.restart(job, counted=False),
             kill_backstop=KILL_BACKSTOP,
         )
@@ -125,12 +121,8 @@ class Lifecycle:
             store,
             executor,
             clock,
-            fresh=self._fresh,
-            drain=self._drain,
-            mark_dirty=mark_dirty,
+            self,
             look_again=look_again,
-            account=self._account,
-            gpu_devices=gpu_devices,
             new_workers=lambda row, slots, attempt, check: worker_rows(
                 row.id, row.job_spec(), slots, attempt, check=check
             ),
@@ -549,6 +541,18 @@ class Lifecycle:
         if row is None:
             raise StaleWrite(f"job {job.id} changed since it was read")
         return row
+
+    # -- JobActions: what hold, recovery and suspension ask of their lifecycle -------------
+    # The protocol's public names for the lifecycle's own guard, drain and account.
+    fresh = _fresh
+    drain = _drain
+    account = _account
+
+    def mark_dirty(self) -> None:
+        self._mark_dirty()
+
+    def gpu_devices(self) -> Mapping[str, Sequence[str]]:
+        return self._gpu_devices()
 
 
 _WORKERS = cast("Table", WorkerRow.__table__)

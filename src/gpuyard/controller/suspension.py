@@ -14,13 +14,13 @@ Each pass over a job in ``suspending``:
 from __future__ import annotations
 
 import signal as _signals
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import update
 
 from gpuyard.clock import Clock
+from gpuyard.controller.job_actions import JobActions
 from gpuyard.executors.base import Executor
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
@@ -48,10 +48,8 @@ class Suspender:
     store: Store
     executor: Executor
     clock: Clock
-    fresh: Callable[[Any, JobRow], JobRow | None]
-    """The job's row if nobody changed it since it was read (the controller's guard)."""
-    drain: Callable[[JobRow, JobState, list[WorkerRow]], None]
-    """Tell live workers to exit, SIGKILL stragglers (the controller's drain)."""
+    actions: JobActions
+    """The row guard and the drain of the lifecycle that owns this suspender."""
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
         now = self.clock.now()
@@ -75,7 +73,7 @@ class Suspender:
                 self._record_notices(session, job, unnotified, deadline, now)
             self._record_control(session, job, list(zip(handled, states, strict=True)), now)
         if now >= deadline and live:
-            self.drain(job, JobState.SUSPENDING, workers)
+            self.actions.drain(job, JobState.SUSPENDING, workers)
         if all(w.state.is_ended() for w in workers):
             self._requeue(job, workers, now)
 
@@ -147,7 +145,7 @@ class Suspender:
             w.state is WorkerState.EXITED and w.exit_code == 0 for w in primaries
         )
         with self.store.write() as session:
-            row = self.fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return
             if finished:
