@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuyard.hostlist import compress_hostlist
+from gpuyard.hostlist import compress_counts, compress_hostlist
 
 if TYPE_CHECKING:  # sbatch's quick path imports this module: it must not load the models
     from gpuyard.models.slurm import SlurmBatch
@@ -101,16 +101,7 @@ def tasks_per_node(ntasks: int, nodes: int, per_node: int) -> list[int]:
 
 def tasks_per_node_text(counts: Sequence[int]) -> str:
     """``SLURM_TASKS_PER_NODE``: ``2(x3),1`` for [2, 2, 2, 1]."""
-    parts: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        parts.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(parts)
+    return compress_counts(counts)
 
 
 def batch_env(
