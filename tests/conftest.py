@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 
 from gpuyard.client import Client
 from gpuyard.clock import ManualClock
+from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.server.app import create_app
 from gpuyard.settings import Settings
@@ -71,6 +72,15 @@ def fake_executor() -> FakeExecutor:
 
 
 @pytest.fixture
+def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
+    """The real controller over the test's store and executor, its nodes registered (the
+    default fake executor's: one node, 8 GPUs, 64 CPUs, 1 TiB)."""
+    controller = Controller(store, fake_executor, clock=clock)
+    controller.register_nodes()
+    return controller
+
+
+@pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(home=tmp_path / "home")
 
@@ -117,6 +127,37 @@ def as_user(api_url: str, token_for: TokenFor) -> Iterator[AsUser]:
 def client(as_user: AsUser) -> Client:
     """Signed in as alice, a plain user."""
     return as_user("alice")
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """``mount_tmpfs(name, size=..., mode=None)``: a size-limited tmpfs mounted on a new
+    directory ``name`` of the test's tmp_path (``size`` and ``mode`` as mount's options take
+    them), unmounted after the test. Skips the test where it cannot mount one (not root)."""
+    mounted: list[Path] = []
+
+    def mount(name: str, *, size: int | str, mode: str | None = None) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a size-limited tmpfs needs root")
+        where = tmp_path / name
+        where.mkdir()
+        options = f"size={size}" if mode is None else f"size={size},mode={mode}"
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    try:
+        yield mount
+    finally:
+        for where in reversed(mounted):
+            subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @pytest.fixture(scope="session")

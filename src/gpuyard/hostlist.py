@@ -129,6 +129,21 @@ def compress_hostlist(hosts: Sequence[str]) -> str:
     return _compress(tuple(hosts))
 
 
+def compress_counts(counts: Sequence[int]) -> str:
+    """Slurm's form of a count per node: a run of equal counts is ``count(xN)``, ``2(x3),1``
+    for [2, 2, 2, 1]."""
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        parts.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(parts)
+
+
 @functools.lru_cache(maxsize=64)
 def _compress(hosts: tuple[str, ...]) -> str:
     # Every worker of a gang gets the same list: worked out once, not once per worker (a
@@ -174,17 +189,4 @@ def _compress(hosts: tuple[str, ...]) -> str:
         )
         single = len(runs) == 1 and runs[0][0] == runs[0][1]
         parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
-    return ",".join(parts)
-
-
-def compress_counts(counts: Sequence[int]) -> str:
-    """Slurm's form of a per-node list of numbers: ``2(x3),1`` for [2, 2, 2, 1]."""
-    parts: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        parts.append(f"{counts[i]}(x{j - i + 1})" if j > i else str(counts[i]))
-        i = j + 1
     return ",".join(parts)

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
-from gpuyard.clock import SystemClock
+from gpuyard.clock import Clock, SystemClock
 from gpuyard.controller.alerts import WebhookAlerts
 from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
@@ -152,51 +153,20 @@ def launch_config(
 
 def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
     """Serve until SIGINT/SIGTERM. Running jobs are left running for the next server to adopt."""
-    home = settings.home
     # The API's event loop gives up the GIL at every socket call and then waits for it; with
     # Python's default 5 ms switch interval it waits behind a busy controller pass that long
     # each time. 1 ms cut the p99 of submissions during a burst (bench/control_plane.py).
     sys.setswitchinterval(SWITCH_INTERVAL)
-    with server_lock(home):
-        reserve = DiskReserve(home, settings.disk_reserve)
+    with server_lock(settings.home):
+        reserve = DiskReserve(settings.home, settings.disk_reserve)
         reserve.start()
-        store = Store(settings.resolved_database_url)
-        store.on_full.append(reserve.release)
-        store.migrate()
+        store = _open_store(settings, reserve)
         tls = check_exposure(settings)
-        sock = _bind(settings.host, settings.port)
-        port = sock.getsockname()[1]
-        url = f"{'https' if tls else 'http'}://{_url_host(settings.host)}:{port}"
+        sock, url = _listen(settings, tls=tls)
         executor = make_executor(settings)
-        if isinstance(executor, LocalExecutor):
-            for note in executor.isolation.notes:
-                log.info("%s", note)
-            log.info("isolation of each worker: %s", executor.enforced().describe())
-            for warning in executor.warnings():
-                log.warning("%s", warning)
-        who, warning = run_as(settings, euid=os.geteuid())
-        if warning:
-            log.warning("%s", warning)
-        elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
-            # Every job would fail to start: run them as the pool's user instead, loudly. (A
-            # root pool with the default home under /root lands here; `make run` too.)
-            who = RunAs.POOL
-            log.warning(
-                "%s. Until then jobs run as the pool's own user, which can read the pool's files",
-                unreachable,
-            )
+        _log_isolation(executor)
         clock = SystemClock()
-        controller = Controller(
-            store,
-            executor,
-            clock=clock,
-            interval=settings.controller_interval,
-            inspect_every=settings.inspect_interval,
-            control_url=url,
-            launch_config=launch_config(settings, who=who),
-            alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
-            usage_interval=settings.usage_interval,
-        )
+        controller = _make_controller(settings, store, executor, clock=clock, url=url)
         app = create_app(
             settings,
             store=store,
@@ -209,22 +179,10 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
         )
         ensure_owner_token(settings, app.state.services.tokens)
         controller.start()
-        server_file = settings.server_file
-        _write_server_file(server_file, {"url": url, "pid": os.getpid(), "started_at": time.time()})
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            # Log followers hold connections open; do not let them block a shutdown.
-            timeout_graceful_shutdown=3,
-            # A shell's messages are keystrokes and resizes (services/shell.py takes at most
-            # 64 KiB of input at once): a WebSocket message is not let grow past 1 MiB.
-            ws_max_size=1 << 20,
-            ssl_certfile=str(settings.tls_cert) if tls else None,
-            ssl_keyfile=str(settings.tls_key) if tls else None,
+        _write_server_file(
+            settings.server_file, {"url": url, "pid": os.getpid(), "started_at": time.time()}
         )
-        server = uvicorn.Server(config)
+        server = uvicorn.Server(_uvicorn_config(app, settings, tls=tls))
         on_ready(url)
         try:
             server.run(sockets=[sock])
@@ -233,9 +191,89 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
             executor.close()
             store.close()
             reserve.stop()
-            info = read_server_file(home)
-            if info and info.get("pid") == os.getpid():
-                server_file.unlink(missing_ok=True)
+            _remove_server_file(settings)
+
+
+def _open_store(settings: Settings, reserve: DiskReserve) -> Store:
+    """The pool's database, migrated; a full disk releases the reserve for it."""
+    store = Store(settings.resolved_database_url)
+    store.on_full.append(reserve.release)
+    store.migrate()
+    return store
+
+
+def _listen(settings: Settings, *, tls: bool) -> tuple[socket.socket, str]:
+    """The API's listening socket, and the URL clients reach it at."""
+    sock = _bind(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    return sock, f"{'https' if tls else 'http'}://{_url_host(settings.host)}:{port}"
+
+
+def _log_isolation(executor: Executor) -> None:
+    """Say at start what the local executor holds each worker to, and what it cannot."""
+    if not isinstance(executor, LocalExecutor):
+        return
+    for note in executor.isolation.notes:
+        log.info("%s", note)
+    log.info("isolation of each worker: %s", executor.enforced().describe())
+    for warning in executor.warnings():
+        log.warning("%s", warning)
+
+
+def _whose_jobs(settings: Settings, executor: Executor) -> RunAs:
+    """Whose account runs jobs (:func:`run_as`), falling back, with a warning, to the pool's
+    own where the owners' accounts could not start them."""
+    who, warning = run_as(settings, euid=os.geteuid())
+    if warning:
+        log.warning("%s", warning)
+    elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
+        # Every job would fail to start: run them as the pool's user instead, loudly. (A
+        # root pool with the default home under /root lands here; `make run` too.)
+        who = RunAs.POOL
+        log.warning(
+            "%s. Until then jobs run as the pool's own user, which can read the pool's files",
+            unreachable,
+        )
+    return who
+
+
+def _make_controller(
+    settings: Settings, store: Store, executor: Executor, *, clock: Clock, url: str
+) -> Controller:
+    return Controller(
+        store,
+        executor,
+        clock=clock,
+        interval=settings.controller_interval,
+        inspect_every=settings.inspect_interval,
+        control_url=url,
+        launch_config=launch_config(settings, who=_whose_jobs(settings, executor)),
+        alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
+        usage_interval=settings.usage_interval,
+    )
+
+
+def _uvicorn_config(app: FastAPI, settings: Settings, *, tls: bool) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        # Log followers hold connections open; do not let them block a shutdown.
+        timeout_graceful_shutdown=3,
+        # A shell's messages are keystrokes and resizes (services/shell.py takes at most
+        # 64 KiB of input at once): a WebSocket message is not let grow past 1 MiB.
+        ws_max_size=1 << 20,
+        ssl_certfile=str(settings.tls_cert) if tls else None,
+        ssl_keyfile=str(settings.tls_key) if tls else None,
+    )
+
+
+def _remove_server_file(settings: Settings) -> None:
+    """Remove ``server.json`` if it is still this process's (not a successor's)."""
+    info = read_server_file(settings.home)
+    if info and info.get("pid") == os.getpid():
+        settings.server_file.unlink(missing_ok=True)
 
 
 def _unreachable_home(executor: Executor) -> str:

@@ -11,13 +11,11 @@ elsewhere; SQLite's in the full home, where the reserve is what lets it write).
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +44,8 @@ FILL = (
 
 
 @pytest.fixture
-def small_home(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    home = tmp_path / "home"
-    home.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0755", "tmpfs", str(home)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
-        yield home
-    finally:
-        subprocess.run(["umount", "-l", str(home)], check=False)
+def small_home(mount_tmpfs: Callable[..., Path]) -> Path:
+    return mount_tmpfs("home", size=SIZE, mode="0755")
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:

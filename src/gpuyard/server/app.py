@@ -69,7 +69,6 @@ def create_app(
         store = Store(settings.resolved_database_url)
         store.migrate()
     clock = clock or SystemClock()
-    on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
     app = FastAPI(
         title="gpuyard",
         version=__version__,
@@ -77,9 +76,68 @@ def create_app(
         docs_url="/api/docs",
         openapi_url="/api/v1/openapi.json",
     )
+    services = _services(settings, store, executor, clock=clock, notify=notify, plan=plan_shell)
+    app.state.services = services
+    app.state.controller_health = controller_health
+    app.state.disk_health = disk_health
+    app.state.metrics = MetricsService(
+        store, services.policy, controller_health or dict, services.usage.latest
+    )
+    install_error_handlers(app)
+    install_openapi(app)
+    app.add_middleware(RequestGuard)
+    _install_routes(app)
+    # The web UI under / (docs/web.md): pages over the same services, signed in by cookie.
+    install_web(app)
+    return app
+
+
+def _services(
+    settings: Settings,
+    store: Store,
+    executor: Executor | None,
+    *,
+    clock: Clock,
+    notify: Notify,
+    plan: PlanShell | None,
+) -> Services:
+    """The services the routes call, sharing one policy and one audit."""
     audit = Audit(clock)
     policy = Policy(store, clock, audit, admin_exec=settings.admin_exec)
-    account_service = AccountService(
+    accounts = _account_service(settings, store, clock=clock, notify=notify, policy=policy)
+    on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
+    jobs = JobService(
+        store, clock=clock, notify=notify, on_delete=on_delete, accounts=accounts, policy=policy
+    )
+    execs = ExecService(store, clock=clock, policy=policy, notify=notify)
+    return Services(
+        jobs=jobs,
+        nodes=NodeService(store, policy),
+        logs=LogService(store, executor, policy),
+        accounts=accounts,
+        scheduling=SchedulingService(
+            store,
+            clock=clock,
+            notify=notify,
+            check_submission=lambda spec, owner: jobs.check_submission(spec, owner=owner),
+            policy=policy,
+        ),
+        tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
+        policy=policy,
+        usage=UsageService(store, clock=clock, policy=policy, interval=settings.usage_interval),
+        execs=execs,
+        shells=ShellService(
+            store, clock=clock, execs=execs, executor=executor, plan=plan, notify=notify
+        ),
+        search=JobSearch(store, policy),
+        slurm_steps=SlurmStepService(store, executor, policy),
+    )
+
+
+def _account_service(
+    settings: Settings, store: Store, *, clock: Clock, notify: Notify, policy: Policy
+) -> AccountService:
+    service = AccountService(
         store,
         clock=clock,
         user_tiers=parse_tiers(settings.user_tiers, "GPUYARD_USER_TIERS"),
@@ -89,49 +147,11 @@ def create_app(
     )
     # The pool's own user and GPUYARD_ADMINS are admins from the start; everyone else is
     # created by an admin (`gpuyard users add`), who gives them a token.
-    account_service.ensure_admins([settings.user, *settings.admins])
-    job_service = JobService(
-        store,
-        clock=clock,
-        notify=notify,
-        on_delete=on_delete,
-        accounts=account_service,
-        policy=policy,
-    )
-    usage_service = UsageService(
-        store, clock=clock, policy=policy, interval=settings.usage_interval
-    )
-    execs = ExecService(store, clock=clock, policy=policy, notify=notify)
-    app.state.services = Services(
-        jobs=job_service,
-        nodes=NodeService(store, policy),
-        logs=LogService(store, executor, policy),
-        accounts=account_service,
-        scheduling=SchedulingService(
-            store,
-            clock=clock,
-            notify=notify,
-            check_submission=lambda spec, owner: job_service.check_submission(spec, owner=owner),
-            policy=policy,
-        ),
-        tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
-        policy=policy,
-        usage=usage_service,
-        execs=execs,
-        shells=ShellService(
-            store, clock=clock, execs=execs, executor=executor, plan=plan_shell, notify=notify
-        ),
-        search=JobSearch(store, policy),
-        slurm_steps=SlurmStepService(store, executor, policy),
-    )
-    app.state.controller_health = controller_health
-    app.state.disk_health = disk_health
-    app.state.metrics = MetricsService(
-        store, policy, controller_health or dict, usage_service.latest
-    )
-    install_error_handlers(app)
-    install_openapi(app)
-    app.add_middleware(RequestGuard)
+    service.ensure_admins([settings.user, *settings.admins])
+    return service
+
+
+def _install_routes(app: FastAPI) -> None:
     app.include_router(health.router, prefix="/api/v1")
     app.include_router(metrics.router)
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
@@ -140,6 +160,3 @@ def create_app(
     for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")
-    # The web UI under / (docs/web.md): pages over the same services, signed in by cookie.
-    install_web(app)
-    return app

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpx
 from sqlalchemy import select, update
 
 from gpuyard.client import Client
@@ -15,7 +16,7 @@ from gpuyard.services.accounts import AccountService
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import GroupRow, UserRow
 
-__all__ = ["OPS", "AsUser", "TokenFor", "ensure_ops", "user_token"]
+__all__ = ["OPS", "AsUser", "Call", "TokenFor", "api_caller", "ensure_ops", "user_token"]
 
 OPS = "ops"
 """An admin that tests calling the services directly act as (see :func:`ensure_ops`)."""
@@ -24,6 +25,10 @@ AsUser = Callable[..., Client]
 """The ``as_user`` fixture: ``as_user(name, admin=False, group=None)`` -> a signed-in Client."""
 TokenFor = Callable[..., str]
 """The ``token_for`` fixture: ``token_for(name, admin=False, group=None)`` -> a token."""
+
+Call = Callable[..., httpx.Response]
+"""``call(who, method, path, **kwargs)``: an HTTP request to ``/api/v1<path>`` as ``who`` (None:
+nobody signed in); ``kwargs`` go to :func:`httpx.request`. Made by :func:`api_caller`."""
 
 TEST_TOKEN_LIFE = 366 * 86400.0
 
@@ -54,3 +59,14 @@ def user_token(app: Any, name: str, *, admin: bool = False, group: str | None = 
 def ensure_ops(store: Store) -> None:
     """Make :data:`OPS` an admin of ``store`` (idempotent)."""
     AccountService(store, clock=SystemClock()).ensure_admins([OPS])
+
+
+def api_caller(api_url: str, tokens: Mapping[str, str]) -> Call:
+    """A :data:`Call` to the API at ``api_url`` with the bearer token ``tokens`` maps each
+    user to (made with the ``token_for`` fixture)."""
+
+    def send(who: str | None, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {tokens[who]}"} if who else {}
+        return httpx.request(method, f"{api_url}/api/v1{path}", headers=headers, **kwargs)
+
+    return send

@@ -22,13 +22,6 @@ from gpuyard.testing.auth import AsUser, TokenFor
 
 
 @pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()  # one fake node: 8 GPUs, 64 CPUs, 1 TiB
-    return controller
-
-
-@pytest.fixture
 def admin(as_user: AsUser, settings: Settings) -> Client:
     return as_user(settings.user)  # the pool's own user is an admin
 

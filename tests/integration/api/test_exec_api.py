@@ -4,18 +4,15 @@ anything is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.worker import NodeInfo
-from gpuyard.store.engine import Store
-from gpuyard.testing.auth import TokenFor
+from gpuyard.testing.auth import Call, TokenFor, api_caller
 
 OWNER, ADMIN, WRITER, READER, OUTSIDER = "olga", "ada", "wanda", "rita", "otto"
 
@@ -35,30 +32,17 @@ def fake_executor() -> FakeExecutor:
 
 
 @pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
-
-
-Call = Callable[..., httpx.Response]
-
-
-@pytest.fixture
 def call(api_url: str, token_for: TokenFor) -> Call:
-    tokens = {
-        OWNER: token_for(OWNER, group="lab"),
-        WRITER: token_for(WRITER, group="lab"),
-        READER: token_for(READER, group="lab"),
-        OUTSIDER: token_for(OUTSIDER, group="other"),
-        ADMIN: token_for(ADMIN, admin=True, group="ops"),
-    }
-
-    def send(who: str | None, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {tokens[who]}"} if who else {}
-        return httpx.request(method, f"{api_url}/api/v1{path}", headers=headers, **kwargs)
-
-    return send
+    return api_caller(
+        api_url,
+        {
+            OWNER: token_for(OWNER, group="lab"),
+            WRITER: token_for(WRITER, group="lab"),
+            READER: token_for(READER, group="lab"),
+            OUTSIDER: token_for(OUTSIDER, group="other"),
+            ADMIN: token_for(ADMIN, admin=True, group="ops"),
+        },
+    )
 
 
 def held_job(call: Call, controller: Controller, access: str = "read-only") -> int:

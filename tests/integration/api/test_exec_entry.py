@@ -4,24 +4,17 @@ Over real HTTP, on both databases."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.worker import NodeInfo
 from gpuyard.settings import Settings
-from gpuyard.store.engine import Store
-from gpuyard.testing.auth import TokenFor
+from gpuyard.testing.auth import Call, TokenFor, api_caller
 
 OWNER, ADMIN, WRITER = "olga", "ada", "wanda"
-
-Call = Callable[..., httpx.Response]
 
 
 @pytest.fixture(params=[False, True], ids=["admin-exec-off", "admin-exec-on"])
@@ -35,25 +28,15 @@ def fake_executor() -> FakeExecutor:
 
 
 @pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
-
-
-@pytest.fixture
 def call(api_url: str, token_for: TokenFor) -> Call:
-    tokens = {
-        OWNER: token_for(OWNER, group="lab"),
-        WRITER: token_for(WRITER, group="lab"),
-        ADMIN: token_for(ADMIN, admin=True, group="ops"),
-    }
-
-    def send(who: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {tokens[who]}"}
-        return httpx.request(method, f"{api_url}/api/v1{path}", headers=headers, **kwargs)
-
-    return send
+    return api_caller(
+        api_url,
+        {
+            OWNER: token_for(OWNER, group="lab"),
+            WRITER: token_for(WRITER, group="lab"),
+            ADMIN: token_for(ADMIN, admin=True, group="ops"),
+        },
+    )
 
 
 def test_admins_enter_only_where_the_pool_allows_it_and_are_audited(

@@ -7,20 +7,12 @@ import pytest
 from sqlalchemy import func, select
 
 from gpuyard.client import Client
-from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, NotFound
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import EventRow, JobRow
 from gpuyard.testing.auth import AsUser, TokenFor
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()  # one fake node: 8 GPUs, 64 CPUs, 1 TiB
-    return controller
 
 
 def test_submit_get_and_defaults(client: Client) -> None:

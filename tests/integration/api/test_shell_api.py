@@ -62,13 +62,6 @@ def app(settings: Settings, store: Store, fake_executor: FakeExecutor, clock: Ma
 
 
 @pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
-
-
-@pytest.fixture
 def olga(api_url: str, token_for: TokenFor) -> Client:
     return Client(api_url, token=token_for("olga", group="lab"))
 

@@ -21,7 +21,6 @@ from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobState
 from gpuyard.models.worker import NodeInfo, SlurmStep, WorkerKey
 from gpuyard.slurm import commands
-from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser, TokenFor
 
 
@@ -31,13 +30,6 @@ def fake_executor() -> FakeExecutor:
     return FakeExecutor(
         [NodeInfo(f"fake{i}", f"127.0.0.{i + 2}", gpus=8, cpus=64, memory=1 << 40) for i in (0, 1)]
     )
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 def slurm_spec(**slurm: Any) -> dict[str, Any]:

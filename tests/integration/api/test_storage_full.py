@@ -9,8 +9,7 @@ same code (:mod:`gpuyard.store.full`), and the log-flood e2e runs the pool on it
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,23 +26,8 @@ from gpuyard.testing.server import serve
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
+def small_disk(mount_tmpfs: Callable[..., Path]) -> Path:
+    return mount_tmpfs("disk", size="16m")
 
 
 def fill(path: Path) -> None:

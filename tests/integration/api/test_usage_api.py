@@ -12,7 +12,6 @@ from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.usage import NodeUsage, Window
 from gpuyard.models.worker import NodeInfo
-from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser
 
 MiB = 1 << 20
@@ -23,13 +22,6 @@ def fake_executor() -> FakeExecutor:
     return FakeExecutor(
         [NodeInfo(f"n{i}", f"10.0.0.{i}", gpus=8, cpus=32, memory=1 << 38) for i in range(2)]
     )
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 def running(client: Client, controller: Controller, **spec: object) -> int:

@@ -14,13 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuyard.cli.main import app as cli_app
-from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import Conflict, InvalidSpec, PermissionDenied
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.worker import NodeInfo
 from gpuyard.settings import Settings
-from gpuyard.store.engine import Store
 from gpuyard.testing.auth import TokenFor
 
 
@@ -39,13 +37,6 @@ def fake_executor() -> FakeExecutor:
     return FakeExecutor(
         [NodeInfo(f"n{i}", f"127.0.0.{10 + i}", gpus=8, cpus=32, memory=64 << 30) for i in range(3)]
     )
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 class Cli:

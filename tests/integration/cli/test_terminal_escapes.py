@@ -12,12 +12,10 @@ from typer.testing import CliRunner
 
 from gpuyard.cli.main import app as cli_app
 from gpuyard.client import Client
-from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.settings import Settings
 from gpuyard.slurm import commands
-from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser, TokenFor
 
 TITLE = "\x1b]0;pwned\x07"
@@ -37,13 +35,6 @@ def shows_no_escape(text: str) -> None:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(home=tmp_path / "home", user="root", admins=["ada"])
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 @pytest.fixture

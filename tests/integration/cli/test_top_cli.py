@@ -14,7 +14,6 @@ from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.usage import NodeUsage
 from gpuyard.models.worker import NodeInfo
-from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser, TokenFor
 
 GiB = 1 << 30
@@ -30,13 +29,6 @@ def fake_executor() -> FakeExecutor:
     return FakeExecutor(
         [NodeInfo(f"n{i}", f"10.0.0.{i}", gpus=8, cpus=32, memory=64 * GiB) for i in range(2)]
     )
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 def top(api_url: str, token: str, *args: str) -> str:

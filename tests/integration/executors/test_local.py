@@ -29,6 +29,7 @@ from gpuyard.models.worker import (
     WorkerState,
     WorkerStatus,
 )
+from gpuyard.testing.waits import whole_log as log
 
 ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
 NO_CGROUPS = cgroups.Isolation(cgroups.NONE)
@@ -63,10 +64,6 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"worker still {status.state} after {timeout}s")
         time.sleep(0.02)
-
-
-def log(ex: LocalExecutor, handle: Handle) -> str:
-    return ex.read_log(handle, 0, 1 << 20)[0].decode()
 
 
 def state(handle: Handle) -> dict[str, Any]:

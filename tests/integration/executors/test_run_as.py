@@ -34,6 +34,8 @@ from gpuyard.executors.local.accounts import Accounts
 from gpuyard.executors.local.executor import REXEC, LocalExecutor
 from gpuyard.models.worker import Bind, File, Handle, WorkerKey, WorkerLaunch, WorkerState
 from gpuyard.store.engine import Store
+from gpuyard.testing.waits import wait_log
+from gpuyard.testing.waits import whole_log as log
 
 MakeExecutor = Callable[..., LocalExecutor]
 pytestmark = pytest.mark.skipif(
@@ -150,19 +152,6 @@ def wait_exit(ex: LocalExecutor, handle: Handle, timeout: float = 20) -> tuple[i
         assert status.state is WorkerState.RUNNING, status
         if time.monotonic() > deadline:
             raise AssertionError(f"worker still running after {timeout}s: {log(ex, handle)}")
-        time.sleep(0.02)
-
-
-def log(ex: LocalExecutor, handle: Handle) -> str:
-    return ex.read_log(handle, 0, 1 << 20)[0].decode()
-
-
-def wait_log(ex: LocalExecutor, handle: Handle, text: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log(ex, handle):
-        [status] = ex.status([handle])
-        if status.state is not WorkerState.RUNNING or time.monotonic() > deadline:
-            raise AssertionError(f"no {text!r} in the log: {log(ex, handle)!r} ({status})")
         time.sleep(0.02)
 
 

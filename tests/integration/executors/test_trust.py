@@ -30,8 +30,9 @@ from gpuyard.models.worker import (
     WorkerKey,
     WorkerLaunch,
     WorkerState,
-    WorkerStatus,
 )
+from gpuyard.testing.waits import first_ended, wait_until
+from gpuyard.testing.waits import whole_log as log
 
 ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
 
@@ -100,26 +101,6 @@ def launch_forger(ex: LocalExecutor, victim: int, *, again: bool = False) -> Han
     handle = ex.launch(WorkerLaunch(WorkerKey(1, 0, 0), "local", argv, ENV, "/", 30.0))
     wait_until(lambda: "forged" in log(ex, handle))
     return handle
-
-
-def log(ex: LocalExecutor, handle: Handle) -> str:
-    return ex.read_log(handle, 0, 1 << 20)[0].decode()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)
-
-
-def first_ended(ex: LocalExecutor, handle: Handle, timeout: float = 10) -> WorkerStatus:
-    deadline = time.monotonic() + timeout
-    while (status := ex.status([handle])[0]).state is WorkerState.RUNNING:
-        assert time.monotonic() < deadline, "still running"
-        time.sleep(0.01)
-    return status
 
 
 def wait_ended(ex: LocalExecutor, handle: Handle) -> None:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,10 @@ from gpuyard.executors.local import cgroups, procfs
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.models.node import IsolationMode, NodeIsolation
 from gpuyard.models.resources import Resources
-from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState, WorkerStatus
+from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState
+from gpuyard.testing.waits import first_ended as ended
+from gpuyard.testing.waits import wait_until
+from gpuyard.testing.waits import whole_log as log
 
 ENV = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
 NO_LIMITS = Resources()
@@ -65,26 +67,6 @@ def launch(
     return ex.launch(
         WorkerLaunch(WorkerKey(1, 0, 0), "local", argv, ENV, "/", grace, limits=limits)
     )
-
-
-def log(ex: LocalExecutor, handle: Handle) -> str:
-    return ex.read_log(handle, 0, 1 << 20)[0].decode()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)
-
-
-def ended(ex: LocalExecutor, handle: Handle, timeout: float = 10) -> WorkerStatus:
-    deadline = time.monotonic() + timeout
-    while (status := ex.status([handle])[0]).state is WorkerState.RUNNING:
-        assert time.monotonic() < deadline, "still running"
-        time.sleep(0.01)
-    return status
 
 
 @pytest.mark.parametrize("end", ["command exits", "terminate", "kill"])

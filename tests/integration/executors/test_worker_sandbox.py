@@ -28,6 +28,8 @@ from gpuyard.executors.local.gpumeter import NoGpus
 from gpuyard.executors.local.machine import GpuDevice, Machine
 from gpuyard.models.resources import Resources
 from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState
+from gpuyard.testing.waits import wait_log
+from gpuyard.testing.waits import whole_log as log
 
 MakeExecutor = Callable[..., LocalExecutor]
 pytestmark = pytest.mark.skipif(
@@ -61,19 +63,6 @@ def launch(
             limits=limits or Resources(),
         )
     )
-
-
-def log(ex: LocalExecutor, handle: Handle) -> str:
-    return ex.read_log(handle, 0, 1 << 20)[0].decode()
-
-
-def wait_log(ex: LocalExecutor, handle: Handle, text: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while text not in log(ex, handle):
-        [status] = ex.status([handle])
-        if status.state is not WorkerState.RUNNING or time.monotonic() > deadline:
-            raise AssertionError(f"no {text!r} in the log: {log(ex, handle)!r} ({status})")
-        time.sleep(0.02)
 
 
 def finished(ex: LocalExecutor, handle: Handle) -> str:
@@ -116,7 +105,7 @@ def test_a_job_that_names_no_memory_gets_the_pools_default_limit(
     ex = make_executor(default_memory="25%", memory_per_node=8 << 30)
     go = tmp_path / "home" / "go"
     handle = launch(ex, f"echo up; while [ ! -e {go} ]; do sleep 0.05; done")
-    wait_log(ex, handle, "up")
+    wait_log(ex, handle, "up", TIMEOUT)
     cgroup = cgroups.Cgroup.from_json(handle["cgroup"])
     assert cgroup is not None and cgroup.memory == 2 << 30
     limit = Path(cgroup.dirs["memory"]) / "memory.limit_in_bytes"
@@ -149,7 +138,7 @@ def test_each_worker_has_its_own_tmp_and_shm_gone_at_its_end(
         f"echo mine > /tmp/{name} && echo mine > /dev/shm/{name} && echo mine > /var/tmp/{name}"
         f" && echo written; while [ ! -e {go} ]; do sleep 0.05; done",
     )
-    wait_log(ex, writer, "written")
+    wait_log(ex, writer, "written", TIMEOUT)
     probe = (
         f"for d in /tmp /dev/shm /var/tmp; do [ -e $d/{name} ] && echo seen $d; done; "
         "stat -c '%a %U' /tmp; echo probed"

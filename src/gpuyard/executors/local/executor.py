@@ -141,6 +141,32 @@ ADOPT_SEARCH = 1.0
 
 
 class LocalExecutor:
+    """Runs workers on this machine. Its arguments, beside ``home`` (the pool's directory):
+
+    ``pids_limit``: processes per worker, 0 for none. ``pids_ceiling`` and
+    ``memory_ceiling``: processes and memory bytes of all workers together (the pool's
+    cgroup), 0 for none; the pids ceiling defaults to half of what the host can number
+    (:func:`cgroups.default_pids_ceiling`). ``isolation``: what cgroups to
+    use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
+    how GPUs are measured (NVML where the machine has GPUs; tests pass their own).
+    ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
+    for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
+    ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
+    a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
+    each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
+    supervisors to the agent's life). ``disk_thresholds``: free fractions of the
+    job directories' filesystem below which the disk probe warns and is critical.
+    ``log_max``: bytes each worker's log may have; past them its oldest half is dropped
+    (:mod:`gpuyard.executors.local.logcap`; 0: no cap).
+    ``env_allow``: names and globs of the pool's environment its jobs inherit beside
+    :data:`~gpuyard.models.environment.DEFAULT_JOB_ENV_ALLOW`. ``default_memory``: the
+    limit of a worker whose job names no memory (:func:`memory_default`: ``50%`` of its
+    node's, a size, ``0`` for none). ``private_tmp``: a private /tmp, /var/tmp and
+    /dev/shm per worker (a pool run by root only). ``gpu_device_files`` (with
+    ``{index}``) and ``gpu_shared_files``: the device files of the machine's GPUs, hidden
+    from workers not given them (:mod:`gpuyard.models.sandbox`).
+    """
+
     name = "local"
 
     def __init__(
@@ -168,57 +194,76 @@ class LocalExecutor:
         gpu_device_files: str = DEFAULT_GPU_DEVICE_FILES,
         gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
     ) -> None:
-        """``pids_limit``: processes per worker, 0 for none. ``pids_ceiling`` and
-        ``memory_ceiling``: processes and memory bytes of all workers together (the pool's
-        cgroup), 0 for none; the pids ceiling defaults to half of what the host can number
-        (:func:`cgroups.default_pids_ceiling`). ``isolation``: what cgroups to
-        use; detected on this machine when not given (tests pass their own). ``gpu_meter``:
-        how GPUs are measured (NVML where the machine has GPUs; tests pass their own).
-        ``inject_faults``: node -> a fault its node check finds (``burn``, ``collective``),
-        for chaos tests of the fault-tolerance loop (docs/fault-tolerance.md).
-        ``nvml``: the NVML the GPU probes call (default: ``pynvml``; tests pass a fake, with
-        a ``machine`` whose GPUs it describes). ``supervisor_prefix``: a command that execs
-        each supervisor (the Ray node agent's ``setpriv --pdeathsig TERM``, which ties the
-        supervisors to the agent's life). ``disk_thresholds``: free fractions of the
-        job directories' filesystem below which the disk probe warns and is critical.
-        ``log_max``: bytes each worker's log may have; past them its oldest half is dropped
-        (:mod:`gpuyard.executors.local.logcap`; 0: no cap).
-        ``env_allow``: names and globs of the pool's environment its jobs inherit beside
-        :data:`~gpuyard.models.environment.DEFAULT_JOB_ENV_ALLOW`. ``default_memory``: the
-        limit of a worker whose job names no memory (:func:`memory_default`: ``50%`` of its
-        node's, a size, ``0`` for none). ``private_tmp``: a private /tmp, /var/tmp and
-        /dev/shm per worker (a pool run by root only). ``gpu_device_files`` (with
-        ``{index}``) and ``gpu_shared_files``: the device files of the machine's GPUs, hidden
-        from workers not given them (:mod:`gpuyard.models.sandbox`)."""
+        self.home = home
+        self.jobs_root = home / "jobs"
+        self.supervisors_root = home / "supervisors"
+        self._init_environment(env_allow, inject_faults, supervisor_prefix)
+        self._init_sandbox(default_memory, private_tmp, gpu_device_files, gpu_shared_files)
+        self.disk_thresholds = disk_thresholds
+        self._gpus = GpuProber(nvml)
+        self.machine = machine or detect_machine()
+        self._init_limits(pids_limit, pids_ceiling, memory_ceiling, log_max)
+        self._name = f"gpuyard-{hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]}"
+        self.isolation = isolation or cgroups.detect(self._name)
+        self._init_home()
+        self._init_nodes(virtual_nodes, gpus_per_node, cpus_per_node, memory_per_node)
+        self.gpu_meter = gpu_meter or (NvmlMeter() if self.machine.gpus else NoGpus())
+        self._init_supervision()
+
+    def _init_environment(
+        self,
+        env_allow: Sequence[str],
+        inject_faults: Mapping[str, str] | None,
+        supervisor_prefix: Sequence[str],
+    ) -> None:
+        """What each worker inherits, and how its supervisor is started."""
         self.env_allow = tuple(env_allow)
+        self.inject_faults = dict(inject_faults or {})
+        self.supervisor_prefix = tuple(supervisor_prefix)
+
+    def _init_sandbox(
+        self,
+        default_memory: str,
+        private_tmp: bool,
+        gpu_device_files: str,
+        gpu_shared_files: Sequence[str],
+    ) -> None:
+        """A worker's default memory and what its sandbox hides (:meth:`_sandbox`)."""
         self.default_memory = parse_memory_default(default_memory)
         self.private_tmp = private_tmp
         self.gpu_device_files = gpu_device_files
         self.gpu_shared_files = tuple(gpu_shared_files)
         self._sandbox_ok: bool | None = None
-        self.inject_faults = dict(inject_faults or {})
-        self.disk_thresholds = disk_thresholds
-        self._gpus = GpuProber(nvml)
-        self.home = home
-        self.jobs_root = home / "jobs"
-        self.supervisors_root = home / "supervisors"
-        self.machine = machine or detect_machine()
+
+    def _init_limits(
+        self, pids_limit: int, pids_ceiling: int | None, memory_ceiling: int, log_max: int
+    ) -> None:
+        """Each worker's process limit and log cap, and the ceilings of all workers together."""
         self.pids_limit = pids_limit
         self.pids_ceiling = cgroups.default_pids_ceiling() if pids_ceiling is None else pids_ceiling
         self.memory_ceiling = memory_ceiling
         if 0 < log_max < logcap.MIN_CAP:
             raise ValueError(f"a log cap is at least {logcap.MIN_CAP} bytes")
         self.log_max = log_max
-        self.supervisor_prefix = tuple(supervisor_prefix)
-        digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
-        self._name = f"gpuyard-{digest}"
-        self.isolation = isolation or cgroups.detect(self._name)
+
+    def _init_home(self) -> None:
+        """Whose accounts workers may run as, and the home secured for them if it exists."""
         self.switch_users = os.geteuid() == 0
         """Whether workers can run as accounts other than the pool's (only root can)."""
-        self._accounts = Accounts(home / "accounts.lock")
+        self._accounts = Accounts(self.home / "accounts.lock")
         self._home_secured = False
-        if home.is_dir():
+        if self.home.is_dir():
             self._secure_home()
+
+    def _init_nodes(
+        self,
+        virtual_nodes: int,
+        gpus_per_node: int | None,
+        cpus_per_node: float | None,
+        memory_per_node: int | None,
+    ) -> None:
+        """The nodes this machine is offered as (:func:`layout`), labelled with what each
+        worker is held to."""
         self._nodes = layout(
             self.machine,
             virtual_nodes,
@@ -227,8 +272,10 @@ class LocalExecutor:
             memory_per_node,
             self.enforced().to_labels(),
         )
-        self.gpu_meter = gpu_meter or (NvmlMeter() if self.machine.gpus else NoGpus())
         self._by_name = {n.name: n for n in self._nodes}
+
+    def _init_supervision(self) -> None:
+        """What this executor tracks of the supervisors it starts and hears from."""
         self._boot = procfs.boot_id()
         self._watcher = procfs.Watcher()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -451,7 +498,30 @@ class LocalExecutor:
         key = request.key
         hidden = self._hidden_devices(request)
         sandbox = self._sandbox(request, sdir, hidden)
-        cgroup = self.isolation.cgroup(
+        cgroup = self._cgroup(request, hidden)
+        spec = self._supervisor_spec(request, wd, account, sandbox, cgroup, terminal=terminal)
+        fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            untrusted.write_file(fd, "spec.json", spec.model_dump_json().encode(), mode=0o600)
+        finally:
+            os.close(fd)
+        identity = self._spawn_supervisor(key, sdir, terminal)
+        return {
+            "dir": str(wd),
+            "log": str(wd / "log"),
+            "supervisor": str(sdir),
+            "pid": identity.pid,
+            "start_time": identity.start_time,
+            "boot_id": identity.boot_id,
+            "cgroup": None if cgroup is None else cgroup.to_json(),
+            "spawned_at": time.time(),
+            **_placed(request),
+        }
+
+    def _cgroup(self, request: WorkerLaunch, hidden: Sequence[str]) -> cgroups.Cgroup | None:
+        """The worker's cgroup with its limits (None where this machine has no cgroups)."""
+        key = request.key
+        return self.isolation.cgroup(
             f"{key.job_id}-{key.attempt}-{key.rank}",
             memory=request.limits.memory or self._default_memory(request.node),
             mcpus=request.limits.mcpus,
@@ -460,22 +530,25 @@ class LocalExecutor:
             ceiling_memory=self.memory_ceiling,
             deny_devices=_device_rules(hidden),
         )
-        env = dict(request.env)
-        isolated = (sandbox is not None and sandbox.hide) or (cgroup and cgroup.deny_devices)
-        if isolated and env.get("CUDA_VISIBLE_DEVICES"):
-            # Inside, CUDA numbers the GPUs whose files it can open from 0.
-            env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
-        spec = SupervisorSpec(
+
+    def _supervisor_spec(
+        self,
+        request: WorkerLaunch,
+        wd: Path,
+        account: Account | None,
+        sandbox: SandboxSpec | None,
+        cgroup: cgroups.Cgroup | None,
+        *,
+        terminal: int | None,
+    ) -> SupervisorSpec:
+        """What the supervisor of ``request`` is told to run, where, and held to what."""
+        key = request.key
+        return SupervisorSpec(
             job=key.job_id,
             attempt=key.attempt,
             rank=key.rank,
             argv=list(request.argv),
-            # The control directory is where this executor reads: the job is told so.
-            env={
-                **_identity(account, wd / "workspace"),
-                **env,
-                CONTROL_DIR_VARIABLE: str(wd / "control"),
-            },
+            env=_worker_env(request, wd, account, sandbox, cgroup),
             cwd=request.cwd,
             grace=request.grace,
             log=str(wd / "log"),
@@ -497,11 +570,11 @@ class LocalExecutor:
             terminal=terminal is not None,
             sandbox=sandbox,
         )
-        fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            untrusted.write_file(fd, "spec.json", spec.model_dump_json().encode(), mode=0o600)
-        finally:
-            os.close(fd)
+
+    def _spawn_supervisor(
+        self, key: WorkerKey, sdir: Path, terminal: int | None
+    ) -> procfs.Identity:
+        """Start the supervisor of ``key`` in a session of its own, and remember it."""
         with open(sdir / "supervisor.err", "ab") as err:
             proc = subprocess.Popen(
                 [*self.supervisor_prefix, sys.executable, *self._command(key)],
@@ -518,17 +591,7 @@ class LocalExecutor:
         with self._lock:
             self._children[proc.pid] = proc
             self._known[proc.pid] = (identity.start_time, str(sdir))
-        return {
-            "dir": str(wd),
-            "log": str(wd / "log"),
-            "supervisor": str(sdir),
-            "pid": identity.pid,
-            "start_time": identity.start_time,
-            "boot_id": identity.boot_id,
-            "cgroup": None if cgroup is None else cgroup.to_json(),
-            "spawned_at": time.time(),
-            **_placed(request),
-        }
+        return identity
 
     # -- sandbox ----------------------------------------------------------------------------
 
@@ -1074,6 +1137,27 @@ def _device_rules(files: Sequence[str]) -> list[str]:
             if stat.S_ISCHR(info.st_mode):
                 rules.append(f"c {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rwm")
     return rules
+
+
+def _worker_env(
+    request: WorkerLaunch,
+    wd: Path,
+    account: Account | None,
+    sandbox: SandboxSpec | None,
+    cgroup: cgroups.Cgroup | None,
+) -> dict[str, str]:
+    """The worker's environment: its identity, its launch's env, and its control directory."""
+    env = dict(request.env)
+    isolated = (sandbox is not None and sandbox.hide) or (cgroup and cgroup.deny_devices)
+    if isolated and env.get("CUDA_VISIBLE_DEVICES"):
+        # Inside, CUDA numbers the GPUs whose files it can open from 0.
+        env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
+    # The control directory is where this executor reads: the job is told so.
+    return {
+        **_identity(account, wd / "workspace"),
+        **env,
+        CONTROL_DIR_VARIABLE: str(wd / "control"),
+    }
 
 
 def _placed(request: WorkerLaunch) -> Handle:

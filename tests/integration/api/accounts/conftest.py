@@ -12,8 +12,6 @@ import pytest
 from sqlalchemy import select
 
 from gpuyard.client import Client
-from gpuyard.clock import ManualClock
-from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models.worker import NodeInfo
 from gpuyard.settings import Settings
@@ -49,13 +47,6 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def fake_executor() -> FakeExecutor:
     return FakeExecutor(NODES)
-
-
-@pytest.fixture
-def controller(store: Store, fake_executor: FakeExecutor, clock: ManualClock) -> Controller:
-    controller = Controller(store, fake_executor, clock=clock)
-    controller.register_nodes()
-    return controller
 
 
 @pytest.fixture
