@@ -74,6 +74,7 @@ from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, NodeRow, SignalRow, WorkerRow
+from gpuyard.store.workers import set_worker_state
 
 __all__ = ["Controller", "LaunchConfig"]
 
@@ -441,10 +442,15 @@ class Controller:
                     continue
                 job = session.get(JobRow, worker.job_id)
                 lost = st.state is WorkerState.LOST
-                worker.state = WorkerState.LOST if lost else WorkerState.EXITED
-                worker.exit_code = st.exit_code
-                worker.finished_at = st.finished_at or now
-                worker.detail = describe_exit(worker, st, job)
+                detail = describe_exit(worker, st, job)
+                set_worker_state(
+                    session,
+                    worker,
+                    WorkerState.LOST if lost else WorkerState.EXITED,
+                    exit_code=st.exit_code,
+                    finished_at=st.finished_at or now,
+                    detail=detail,
+                )
                 jobs.add(worker.job_id)
                 if job is not None:
                     record_event(
@@ -452,7 +458,7 @@ class Controller:
                         job,
                         kind="worker_lost" if lost else "worker_exited",
                         actor=ACTOR,
-                        reason=worker.detail,
+                        reason=detail,
                         node=worker.node,
                         time=now,
                     )

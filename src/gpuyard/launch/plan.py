@@ -24,7 +24,7 @@ from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_h
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import Network, NetworkPreset, network_env
 from gpuyard.launch.slurm import HET_ONLY, batch_env, het_env, slurm_components, slurm_env
-from gpuyard.launch.topology import Role, Seat, seats
+from gpuyard.launch.topology import Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
     attempt_dir,
@@ -35,7 +35,14 @@ from gpuyard.launch.workspace import (
 )
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
-from gpuyard.models.worker import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
+from gpuyard.models.worker import (
+    PREEMPT_SIGNAL,
+    File,
+    Tools,
+    WorkerKey,
+    WorkerLaunch,
+    WorkerRole,
+)
 
 __all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "listener_env", "plan_worker"]
 
@@ -114,7 +121,7 @@ class _Worker:
 
     @property
     def compute(self) -> list[Seat]:
-        return [s for s in self.gang if s.role is not Role.PS]
+        return [s for s in self.gang if s.role is not WorkerRole.PS]
 
     @property
     def master(self) -> Slot:
@@ -181,12 +188,12 @@ def _torch_env(w: _Worker) -> dict[str, str]:
 def _tf_env(w: _Worker) -> dict[str, str]:
     hosts = {
         role: [f"{w.slot_of(s).address}:{w.slot_of(s).port}" for s in w.gang if s.role is role]
-        for role in (Role.WORKER, Role.PS)
+        for role in (WorkerRole.WORKER, WorkerRole.PS)
     }
     config = tf_config(
-        workers=hosts[Role.WORKER],
-        ps=hosts[Role.PS],
-        task_type="ps" if w.seat.role is Role.PS else "worker",
+        workers=hosts[WorkerRole.WORKER],
+        ps=hosts[WorkerRole.PS],
+        task_type="ps" if w.seat.role is WorkerRole.PS else "worker",
         task_index=w.seat.role_index,
     )
     return {"TF_CONFIG": config}
@@ -248,7 +255,7 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
     install = ctx.mpi.get(impl)
     if install is not None:
         env.update(install.env)
-    if w.seat.role is Role.MPI_TARGET:
+    if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = w.slot.address
         env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
@@ -420,7 +427,7 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
             "GPUYARD_SLURM_ERROR": slurm.error or "",
         }
     )
-    if w.seat.role is Role.MPI_TARGET:
+    if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = slot.address
         env["GPUYARD_REXEC_PORT"] = str(slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
@@ -522,12 +529,12 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
         if install is not None:
             _prepend_path(env, "PATH", install.bin_dir)
             _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
-        if seat.role is Role.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
+        if seat.role is WorkerRole.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
             _prepend_path(env, "PATH", mpirun_shim_dir(w.files_dir))
         argv_override, more_env, more_files = _mpi(w)
         mode_env.update(more_env)
         files.update(more_files)
-        if seat.role is Role.LAUNCHER:
+        if seat.role is WorkerRole.LAUNCHER:
             processes = w.slots_per_node * len(w.compute)
             command = with_mpi_prefix(command, spec.mpi, processes)
     elif spec.mode is JobMode.TENSORFLOW:
@@ -566,7 +573,7 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
         grace=spec.graceful_shutdown,
         files=files,
         binds=tuple(workspace_binds(spec, workspace=workspace, outputs=outputs, task=seat.task)),
-        role=seat.role.value,
+        role=seat.role,
         task=seat.task,
         primary=seat.role.primary,
         limits=seat.member.need,
