@@ -44,7 +44,13 @@ from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, Slot
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, HOLD_TARGET, TRANSITIONS
-from gpuyard.models.worker import Handle, RunAs, WorkerState, WorkerStatus
+from gpuyard.models.worker import (
+    Handle,
+    RunAs,
+    WorkerState,
+    WorkerStatus,
+    check_worker_transition,
+)
 from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
@@ -177,6 +183,9 @@ class Lifecycle:
             for worker in workers:
                 if worker.handle is not None:
                     continue
+                # Refused before it starts a process (one whose launch failed is lost, not
+                # launched again), not after, when its handle could not be recorded.
+                check_worker_transition(worker.id, worker.state, WorkerState.RUNNING)
                 if refused:
                     failure = (worker, refused)
                     break
