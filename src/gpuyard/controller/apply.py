@@ -27,6 +27,7 @@ from gpuyard.errors import StaleWrite
 from gpuyard.launch.check import CHECK_RANK_BASE, check_nodes
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerRole, WorkerState
@@ -41,7 +42,7 @@ from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
 __all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec", "worker_rows"]
 
-SCHEDULER = "scheduler"
+SCHEDULER = Actor.SCHEDULER
 PORT_RANGE = (20000, 30000)
 """Ports handed to workers: below Linux's ephemeral range (32768 and up)."""
 

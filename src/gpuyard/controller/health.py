@@ -4,7 +4,9 @@ Every piece of a pass that concerns one job (reading its workers, advancing it, 
 runs inside :meth:`JobErrors.guard`. An exception there is logged with the job's id, recorded
 as an event of that job, and counted; the other jobs go on. A job whose work keeps failing is
 left alone for a growing while (so a poison job cannot turn the loop into a busy loop) and,
-after :data:`GIVE_UP_AFTER` consecutive failures, failed with the error as its reason.
+after :data:`GIVE_UP_AFTER` consecutive failures, failed with the error as its reason. The
+executor is asked about many jobs' workers in one call, and job by job when that call fails
+(:func:`ask_job_by_job`), so that one job's broken worker fails that job alone.
 
 :class:`LoopHealth` is what ``/health`` reports: when the last pass completed, the recent
 errors, and whether the loop is making progress (a pass completed lately).
@@ -14,17 +16,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuyard.errors import StorageFull
 
-__all__ = ["GIVE_UP_AFTER", "JobErrors", "LoopHealth"]
+__all__ = ["GIVE_UP_AFTER", "JobErrors", "LoopHealth", "ask_job_by_job"]
 
 log = logging.getLogger("gpuyard.controller")
+
+H = TypeVar("H")
+A = TypeVar("A")
 
 GIVE_UP_AFTER = 5
 """Consecutive failed attempts at one job's work before the job is failed."""
@@ -188,3 +193,35 @@ class JobErrors:
             self.on_error(job_id, message, count)
         except Exception:  # recording the error must not become an error of its own
             log.exception("job %s: could not record an error", job_id)
+
+
+def ask_job_by_job(
+    rows: Sequence[tuple[int, H]],
+    ask: Callable[[list[H]], Sequence[A]],
+    errors: JobErrors,
+    *,
+    what: str,
+    batch_failed: str,
+) -> list[A | None]:
+    """The executor's answer (``ask``) for each (job, handle); None where it could not answer.
+    One call for all; if that raises (logged as ``batch_failed``), one call per job, so a
+    handle that breaks the executor is that job's error (doing ``what``) and nobody else's."""
+    try:
+        return list(ask([handle for _, handle in rows]))
+    except Exception:
+        log.warning(batch_failed, exc_info=True)
+    result: list[A | None] = [None] * len(rows)
+    for job_id, indices in _by_job(rows).items():
+        with errors.guard(job_id, what):
+            answers = ask([rows[i][1] for i in indices])
+            for i, answer in zip(indices, answers, strict=True):
+                result[i] = answer
+    return result
+
+
+def _by_job(rows: Iterable[tuple[int, object]]) -> dict[int, list[int]]:
+    """Row indices grouped by job id."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, (job_id, _) in enumerate(rows):
+        groups[job_id].append(i)
+    return groups

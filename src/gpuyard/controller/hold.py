@@ -48,6 +48,8 @@ from gpuyard.launch.exec_workers import (
 )
 from gpuyard.launch.plan import JobContext
 from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import end_of_hold
 from gpuyard.models.worker import Handle, WorkerLaunch, WorkerRole, WorkerState
 from gpuyard.quantities import format_duration
@@ -62,7 +64,7 @@ __all__ = ["Hold"]
 
 log = logging.getLogger("gpuyard.controller")
 
-ACTOR = "controller"
+ACTOR = Actor.CONTROLLER
 SHELL_RESERVATION = 60.0
 """Seconds a shell's row may wait for the server that reserved it to launch it."""
 
@@ -224,7 +226,13 @@ class Hold:
                 )
             for w, note in notes:
                 record_event(
-                    session, job, kind="signal", actor=ACTOR, node=w.node, time=now, reason=note
+                    session,
+                    job,
+                    kind=EventKind.SIGNAL,
+                    actor=ACTOR,
+                    node=w.node,
+                    time=now,
+                    reason=note,
                 )
             for w in cancelled:
                 set_worker_state(
@@ -375,7 +383,7 @@ class Hold:
                 record_event(
                     session,
                     job,
-                    kind="exec",
+                    kind=EventKind.EXEC,
                     actor=ACTOR,
                     time=now,
                     reason="launched worker(s) "
@@ -386,7 +394,7 @@ class Hold:
                     record_event(
                         session,
                         job,
-                        kind="exec",
+                        kind=EventKind.EXEC,
                         actor=ACTOR,
                         node=w.node,
                         time=now,
@@ -478,7 +486,7 @@ class Hold:
             record_event(
                 session,
                 job,
-                kind="exec",
+                kind=EventKind.EXEC,
                 actor=ACTOR,
                 time=now,
                 reason=f"{entry.cause}: {outcome}"[:1900] + suspect,

@@ -42,6 +42,8 @@ from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobSpec, JobState, JobType, Slot
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, HOLD_TARGET, TRANSITIONS
 from gpuyard.models.worker import (
@@ -68,7 +70,7 @@ DIAGNOSIS_TAIL = 32 * 1024
 DIAGNOSIS_WORKERS = 128
 """Workers of one job whose logs it reads at most."""
 
-ACTOR = "controller"
+ACTOR = Actor.CONTROLLER
 KILL_BACKSTOP = 10.0
 """Seconds past a worker's graceful period before the controller SIGKILLs it itself (the
 supervisor normally does it at the end of the period)."""
@@ -409,7 +411,7 @@ class Lifecycle:
             begin_suspension(
                 session,
                 row,
-                actor=f"worker:{asker.rank}",
+                actor=Actor.worker(asker.rank),
                 why=f"worker {asker.rank} asked to be suspended",
                 now=now,
             )
@@ -429,7 +431,7 @@ class Lifecycle:
                 signalled.append(w)
         with self.store.write() as session:
             for note in notes:
-                record_event(session, job, kind="task", actor=ACTOR, reason=note, time=now)
+                record_event(session, job, kind=EventKind.TASK, actor=ACTOR, reason=note, time=now)
             self._record_signals(session, job, signalled, grace, now)
 
     def _record_signals(
@@ -442,7 +444,7 @@ class Lifecycle:
             record_event(
                 session,
                 job,
-                kind="signal",
+                kind=EventKind.SIGNAL,
                 actor=ACTOR,
                 node=w.node,
                 time=now,
@@ -487,7 +489,7 @@ class Lifecycle:
                 record_event(
                     session,
                     job,
-                    kind="signal",
+                    kind=EventKind.SIGNAL,
                     actor=ACTOR,
                     node=w.node,
                     time=now,
@@ -574,7 +576,7 @@ def _diagnosis_event(session: Any, job: JobRow, diagnosis: Diagnosis | None, now
         record_event(
             session,
             job,
-            kind="diagnosis",
+            kind=EventKind.DIAGNOSIS,
             actor=ACTOR,
             reason=f"{diagnosis.summary()} [suspect: {diagnosis.suspect.value}]",
             time=now,

@@ -10,6 +10,11 @@ One pass (:meth:`Controller.tick`):
    starts and suspensions with guarded writes, record waiting reasons
    (:mod:`gpuyard.controller.apply`).
 
+Besides, a pass records the executor's nodes when they come and go
+(:mod:`gpuyard.controller.nodes`), every :data:`CONTROL_EVERY` seconds reads what the running
+jobs' runtimes report (:mod:`gpuyard.controller.reports`), and delivers the signals sent to
+jobs (:mod:`gpuyard.controller.signals`).
+
 Passes are *targeted* or *full*. A supervisor's poke names its worker and a person's stop
 names its job, so most passes look only at what changed: one worker's status, one job's
 step. A full pass, at least every :data:`FULL_EVERY` seconds, asks about every worker (the
@@ -42,38 +47,38 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, tuple_, update
+from sqlalchemy import and_, or_, select, tuple_
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
 from gpuyard.controller.forecaster import Forecaster
-from gpuyard.controller.health import GIVE_UP_AFTER, JobErrors, LoopHealth, describe
+from gpuyard.controller.health import (
+    GIVE_UP_AFTER,
+    JobErrors,
+    LoopHealth,
+    ask_job_by_job,
+    describe,
+)
 from gpuyard.controller.inspection import INSPECT_EVERY, Inspector
 from gpuyard.controller.launcher import Launcher
 from gpuyard.controller.lifecycle import ACTOR, LaunchConfig, Lifecycle, describe_exit
+from gpuyard.controller.nodes import Nodes
+from gpuyard.controller.reports import RuntimeReports
 from gpuyard.controller.sampler import UsageSampler
-from gpuyard.controller.suspension import REQUEUE_ASKED
-from gpuyard.errors import IllegalTransition, StaleWrite
+from gpuyard.controller.signals import Signals
+from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor
-from gpuyard.models import JobState, NodeState
+from gpuyard.models import JobState
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import HOLDING
 from gpuyard.models.usage import DEFAULT_INTERVAL
-from gpuyard.models.worker import (
-    ControlState,
-    Handle,
-    NodeInfo,
-    WorkerKey,
-    WorkerState,
-    WorkerStatus,
-)
-from gpuyard.services.suspension import begin_suspension
+from gpuyard.models.worker import Handle, NodeInfo, WorkerKey, WorkerState, WorkerStatus
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import JobRow, NodeRow, SignalRow, WorkerRow
+from gpuyard.store.tables import JobRow, WorkerRow
 from gpuyard.store.workers import set_worker_state
 
 __all__ = ["Controller", "LaunchConfig"]
@@ -83,8 +88,6 @@ log = logging.getLogger("gpuyard.controller")
 SCHEDULE_EVERY = 5.0
 """Seconds between scheduling passes when nothing asks for one."""
 MAX_SCHEDULE_GAP = 1.0
-TIME_LIMIT_ACTOR = "time-limit"
-"""Who sends ``--signal=SIG@SECONDS`` before a job's time limit."""
 CONTROL_EVERY = 5.0
 """Seconds between reads of running workers' runtime reports (checkpoints, listeners)."""
 FULL_EVERY = 2.0
@@ -134,12 +137,8 @@ class Controller:
         self._last_schedule = 0.0
         self._next_schedule = 0.0
         self._last_control_sync = -CONTROL_EVERY
-        self._last_nodes = 0.0
-        self._node_infos: list[NodeInfo] | None = None
         self._backoff = 0.0
-        self._reported: set[tuple[int, str]] = set()
-        """(worker id, problem) pairs already recorded as events."""
-        self._devices: dict[str, Sequence[str]] | None = None
+        self.nodes = Nodes(store, executor, clock, changed=self._mark_dirty)
         self.health_state = LoopHealth(started_at=clock.now(), stall_after=stall_after)
         self._started = clock.monotonic()
         self.errors = JobErrors(
@@ -154,7 +153,7 @@ class Controller:
             clock=clock,
             control_url=control_url,
             launch_config=launch_config or LaunchConfig(),
-            gpu_devices=self._gpu_devices,
+            gpu_devices=self.nodes.gpu_devices,
             mark_dirty=self._mark_dirty,
             alert=alert,
             look_again=self._look_again,
@@ -164,6 +163,8 @@ class Controller:
             store, executor, clock, every=inspect_every, cordoned=self.notify
         )
         self.sampler = UsageSampler(store, executor, clock, interval=usage_interval)
+        self.signals = Signals(store, executor, clock, self.errors)
+        self.reports = RuntimeReports(store, executor, clock, self.errors)
         self.launcher = Launcher(
             store, launch=self.lifecycle.advance, errors=self.errors, done=self._launched
         )
@@ -287,12 +288,8 @@ class Controller:
         poked or were changed. The loop skips scheduling while a burst of wake-ups arrives
         faster than passes finish: a scheduling pass costs in proportion to the queue, so
         passes are spaced at least twice their own duration apart (at most a second)."""
-        with self._lock:
-            everything = self._look_at_all
-            full = full or everything
-            workers, jobs = self._touched_workers, self._touched_jobs
-            self._touched_workers, self._touched_jobs = set(), set()
-            self._look_at_all = False
+        everything, workers, jobs = self._take_touched()
+        full = full or everything
         began = self.clock.monotonic()
         self.errors.begin_pass()
         self._refresh_nodes(began)
@@ -311,92 +308,52 @@ class Controller:
         limit_signals = False
         if began - self._last_control_sync >= CONTROL_EVERY:
             self._last_control_sync = began
-            self._sync_control()
-            limit_signals = self._signal_before_limit()
+            self.reports.sync()
+            limit_signals = self.signals.before_limit()
         if full or jobs or limit_signals:
             # A signal someone sent pokes its job (jobs); a full pass catches the rest.
-            self._deliver_signals()
+            self.signals.deliver()
         if schedule:
-            self._dirty = False
-            started = self.clock.monotonic()
-            self.applier.run()
-            self.forecaster.changed()  # it forecasts again within a few seconds
-            finished = self.clock.monotonic()
-            self.health_state.scheduled(finished - started)
-            self._last_schedule = started
-            self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - started))
+            self._schedule()
         if not self.launcher.running:
             self.launcher.launch_now()  # driven pass by pass (tests): launch within the pass
         self.errors.end_pass()
         ended_at = self.clock.monotonic()
         self.health_state.passed(ended_at, self.clock.now(), ended_at - began)
 
+    def _take_touched(self) -> tuple[bool, set[WorkerKey], set[int]]:
+        """What woke the loop since the last pass: everything, or these workers and jobs."""
+        with self._lock:
+            everything = self._look_at_all
+            workers, jobs = self._touched_workers, self._touched_jobs
+            self._touched_workers, self._touched_jobs = set(), set()
+            self._look_at_all = False
+        return everything, workers, jobs
+
+    def _schedule(self) -> None:
+        """Decide and apply; the next scheduling pass waits at least twice this one's time."""
+        self._dirty = False
+        started = self.clock.monotonic()
+        self.applier.run()
+        self.forecaster.changed()  # it forecasts again within a few seconds
+        finished = self.clock.monotonic()
+        self.health_state.scheduled(finished - started)
+        self._last_schedule = started
+        self._next_schedule = finished + min(MAX_SCHEDULE_GAP, 2 * (finished - started))
+
     # -- nodes ----------------------------------------------------------------------------
 
     def _refresh_nodes(self, began: float) -> None:
-        """Read the nodes again when the executor's nodes come and go (its ``node_refresh``
-        seconds, e.g. a Ray cluster's; 0 or absent: only at start), and record them when they
-        changed: a node that joins is scheduled on at the next pass, one that leaves is
-        ``gone`` and its workers are looked at now."""
-        every = float(getattr(self.executor, "node_refresh", 0.0) or 0.0)
-        if not every or began - self._last_nodes < every:
-            return
-        self._last_nodes = began
-        try:
-            infos = self.executor.nodes()
-        except Exception as exc:  # the nodes stay as last recorded; the next look may do
-            log.warning("cannot read the executor's nodes: %s", describe(exc))
-            return
-        if infos != self._node_infos:
-            left = {n.name for n in self._node_infos or ()} - {n.name for n in infos}
-            self.register_nodes(infos)
-            if left:
-                with self._lock:
-                    self._look_at_all = True
+        """Read the executor's nodes again when they come and go (:meth:`Nodes.refresh`); a
+        node that left has its workers looked at now."""
+        if self.nodes.refresh(began):
+            with self._lock:
+                self._look_at_all = True
 
     def register_nodes(self, nodes: Sequence[NodeInfo] | None = None) -> None:
         """Record the executor's nodes (``nodes``: as just read); nodes it no longer presents
         become ``gone``."""
-        now = self.clock.now()
-        listed = list(self.executor.nodes() if nodes is None else nodes)
-        self._node_infos = listed
-        self._last_nodes = self.clock.monotonic()
-        infos = {n.name: n for n in listed}
-        with self.store.write() as session:
-            existing = {row.name: row for row in session.scalars(select(NodeRow))}
-            for name, info in infos.items():
-                row = existing.get(name)
-                if row is None:
-                    row = NodeRow(name=name)
-                    session.add(row)
-                    row.state = NodeState.READY
-                elif row.state is NodeState.GONE:  # back, and cordoned if it was
-                    row.state = NodeState.CORDONED if row.cordon_reason else NodeState.READY
-                row.address = info.address
-                row.executor = self.executor.name
-                row.gpus = info.gpus
-                row.gpu_model = info.gpu_model
-                row.gpu_devices = list(info.gpu_devices)
-                row.cpus = info.cpus
-                row.memory = info.memory
-                row.labels = dict(info.labels)
-                row.updated_at = now
-            for name, row in existing.items():
-                if name not in infos and row.executor == self.executor.name:
-                    row.state = NodeState.GONE
-                    row.updated_at = now
-        self._devices = None
-        self._dirty = True
-
-    def _gpu_devices(self) -> dict[str, Sequence[str]]:
-        """Per node, what CUDA_VISIBLE_DEVICES names for each GPU (read once per node set)."""
-        if self._devices is None:
-            with self.store.read() as session:
-                self._devices = {
-                    name: tuple(str(d) for d in devices)
-                    for name, devices in session.execute(select(NodeRow.name, NodeRow.gpu_devices))
-                }
-        return self._devices
+        self.nodes.register(nodes)
 
     # -- 1. sync workers ------------------------------------------------------------------
 
@@ -405,24 +362,7 @@ class Controller:
         workers (None: every running worker)."""
         if only is not None and not only:
             return set()
-        query = select(WorkerRow.id, WorkerRow.job_id, WorkerRow.handle).where(
-            WorkerRow.state == WorkerState.RUNNING, WorkerRow.handle.is_not(None)
-        )
-        with self.store.read() as session:
-            if only is None:
-                rows = session.execute(query).all()
-            else:
-                rows = []
-                keys = [(k.job_id, k.attempt, k.rank) for k in only]
-                for chunk in range(0, len(keys), 300):  # bind-parameter limits
-                    rows += session.execute(
-                        query.where(
-                            tuple_(WorkerRow.job_id, WorkerRow.attempt, WorkerRow.rank).in_(
-                                keys[chunk : chunk + 300]
-                            )
-                        )
-                    ).all()
-        rows = [r for r in rows if not self.errors.resting(r[1])]
+        rows = [r for r in self._running_workers(only) if not self.errors.resting(r[1])]
         if not rows:
             return set()
         statuses = self._statuses([(job_id, handle) for _, job_id, handle in rows])
@@ -456,7 +396,7 @@ class Controller:
                     record_event(
                         session,
                         job,
-                        kind="worker_lost" if lost else "worker_exited",
+                        kind=EventKind.WORKER_LOST if lost else EventKind.WORKER_EXITED,
                         actor=ACTOR,
                         reason=detail,
                         node=worker.node,
@@ -465,213 +405,36 @@ class Controller:
         self._dirty = True
         return jobs
 
+    def _running_workers(self, only: Collection[WorkerKey] | None) -> list[Any]:
+        """(worker id, job id, handle) of the running workers (``only``: of these)."""
+        query = select(WorkerRow.id, WorkerRow.job_id, WorkerRow.handle).where(
+            WorkerRow.state == WorkerState.RUNNING, WorkerRow.handle.is_not(None)
+        )
+        with self.store.read() as session:
+            if only is None:
+                return list(session.execute(query).all())
+            rows: list[Any] = []
+            keys = [(k.job_id, k.attempt, k.rank) for k in only]
+            for chunk in range(0, len(keys), 300):  # bind-parameter limits
+                rows += session.execute(
+                    query.where(
+                        tuple_(WorkerRow.job_id, WorkerRow.attempt, WorkerRow.rank).in_(
+                            keys[chunk : chunk + 300]
+                        )
+                    )
+                ).all()
+            return rows
+
     def _statuses(self, rows: Sequence[tuple[int, Handle]]) -> list[WorkerStatus | None]:
-        """The executor's answer for each (job, handle); None where it could not answer. One
-        call for all; if that raises, one call per job, so a handle that breaks the executor
-        is that job's error and nobody else's."""
-        try:
-            return list(self.executor.status([handle for _, handle in rows]))
-        except Exception:
-            log.warning("worker status failed as a batch; asking job by job", exc_info=True)
-        result: list[WorkerStatus | None] = [None] * len(rows)
-        for job_id, indices in _by_job(rows).items():
-            with self.errors.guard(job_id, "reading its workers' status"):
-                answers = self.executor.status([rows[i][1] for i in indices])
-                for i, answer in zip(indices, answers, strict=True):
-                    result[i] = answer
-        return result
-
-    def _controls(self, rows: Sequence[tuple[int, Handle]]) -> list[ControlState | None]:
-        """As :meth:`_statuses`, for what the workers' runtimes reported."""
-        try:
-            return list(self.executor.control([handle for _, handle in rows]))
-        except Exception:
-            log.warning("reading control files failed as a batch; job by job", exc_info=True)
-        result: list[ControlState | None] = [None] * len(rows)
-        for job_id, indices in _by_job(rows).items():
-            with self.errors.guard(job_id, "reading its workers' control files"):
-                answers = self.executor.control([rows[i][1] for i in indices])
-                for i, answer in zip(indices, answers, strict=True):
-                    result[i] = answer
-        return result
-
-    def _signal_before_limit(self) -> bool:
-        """Slurm's ``--signal=[B:]SIG@SECONDS``: that long before a job's time limit, its steps
-        (or batch shell) get the signal, once per attempt. Whether one is now due."""
-        now = self.clock.now()
-        with self.store.read() as session:
-            rows = session.execute(
-                select(JobRow.id, JobRow.spec).where(
-                    JobRow.state == JobState.RUNNING,
-                    JobRow.limit_signal.is_not(None),
-                    JobRow.started_at + JobRow.max_runtime - JobRow.limit_signal <= now,
-                )
-            ).all()
-        due: list[tuple[int, int, bool]] = []
-        for job_id, spec in rows:
-            wanted = ((spec or {}).get("slurm") or {}).get("signal")
-            if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
-                due.append((job_id, wanted["signal"], not wanted.get("batch", False)))
-        if not due:
-            return False
-        added = False
-        with self.store.write() as session:
-            for job_id, signum, steps in due:
-                sent = session.scalar(
-                    select(func.count())
-                    .select_from(SignalRow)
-                    .join(JobRow, JobRow.id == SignalRow.job_id)
-                    .where(
-                        SignalRow.job_id == job_id,
-                        SignalRow.actor == TIME_LIMIT_ACTOR,
-                        SignalRow.created_at >= JobRow.started_at,
-                    )
-                )
-                if not sent:
-                    added = True
-                    session.add(
-                        SignalRow(
-                            job_id=job_id,
-                            signal=signum,
-                            steps=steps,
-                            actor=TIME_LIMIT_ACTOR,
-                            created_at=now,
-                        )
-                    )
-        return added
-
-    def _deliver_signals(self) -> None:
-        """Deliver the signals people sent (``scancel --signal``) and the time limit's."""
-        with self.store.read() as session:
-            pending = session.execute(
-                select(SignalRow.id, SignalRow.job_id, SignalRow.signal, SignalRow.steps)
-                .where(SignalRow.delivered_at.is_(None))
-                .order_by(SignalRow.id)
-                .limit(1000)
-            ).all()
-            if not pending:
-                return
-            job_ids = {job_id for _, job_id, _, _ in pending}
-            workers = session.execute(
-                select(WorkerRow.job_id, WorkerRow.rank, WorkerRow.handle)
-                .join(JobRow, JobRow.id == WorkerRow.job_id)
-                .where(
-                    WorkerRow.job_id.in_(job_ids),
-                    JobRow.state == JobState.RUNNING,
-                    WorkerRow.attempt == JobRow.attempt,
-                    WorkerRow.state == WorkerState.RUNNING,
-                    WorkerRow.handle.is_not(None),
-                )
-            ).all()
-        by_job: dict[int, list[tuple[int, Handle]]] = defaultdict(list)
-        for job_id, rank, handle in workers:
-            by_job[job_id].append((rank, handle))
-        for _, job_id, signum, steps in pending:
-            with self.errors.guard(job_id, "delivering a signal"):
-                for rank, handle in by_job.get(job_id, []):
-                    if steps or rank == 0:
-                        self.executor.signal(handle, signum, steps=steps)
-        now = self.clock.now()
-        with self.store.write() as session:
-            session.execute(
-                update(SignalRow)
-                .where(SignalRow.id.in_([row[0] for row in pending]))
-                .values(delivered_at=now)
-            )
-
-    def _requeue_asked(self, job_ids: set[int]) -> None:
-        """Jobs that asked to be requeued now (``scontrol requeue`` in a Slurm batch job): every
-        worker is told to exit at once, and the job goes back to the queue (Slurm ends all of
-        a requeued job's steps without notice)."""
-        now = self.clock.now()
-        for job_id in sorted(job_ids):
-            with (
-                self.errors.guard(job_id, "requeueing it as it asked"),
-                self.store.write() as session,
-            ):
-                row = session.get(JobRow, job_id)
-                if row is None or row.state != JobState.RUNNING:
-                    continue
-                try:
-                    begin_suspension(
-                        session,
-                        row,
-                        actor="job",
-                        why=REQUEUE_ASKED,
-                        now=now,
-                        notice=0.0,
-                    )
-                except (StaleWrite, IllegalTransition):
-                    continue
-
-    def _sync_control(self) -> None:
-        """Record what running jobs' runtimes report: when they last saved a checkpoint, and
-        whether they listen for notices (preemption picks the victims that lose least); and,
-        once each, the control files that could not be read."""
-        with self.store.read() as session:
-            rows = session.execute(
-                select(
-                    WorkerRow.id,
-                    WorkerRow.job_id,
-                    WorkerRow.handle,
-                    JobRow.last_checkpoint_at,
-                    JobRow.listens,
-                )
-                .join(JobRow, JobRow.id == WorkerRow.job_id)
-                .where(
-                    JobRow.state == JobState.RUNNING,
-                    WorkerRow.state == WorkerState.RUNNING,
-                    WorkerRow.attempt == JobRow.attempt,
-                    WorkerRow.handle.is_not(None),
-                )
-            ).all()
-        rows = [r for r in rows if not self.errors.resting(r[1])]
-        if not rows:
-            return
-        known = {job_id: (last, listens) for _, job_id, _, last, listens in rows}
-        seen: dict[int, tuple[float | None, bool]] = {}
-        problems: list[tuple[int, int, str]] = []
-        requeue: set[int] = set()
-        states = self._controls([(job_id, handle) for _, job_id, handle, _, _ in rows])
-        for (worker_id, job_id, _, _, _), state in zip(rows, states, strict=True):
-            if state is None:
-                continue
-            if state.requeue_at is not None:
-                requeue.add(job_id)
-            last, listens = seen.get(job_id, known[job_id])
-            at = state.checkpoint_at
-            if at is not None and (last is None or at > last):
-                last = at
-            seen[job_id] = (last, listens or state.listening)
-            problems += [
-                (worker_id, job_id, p)
-                for p in state.invalid
-                if (worker_id, p) not in self._reported
-            ]
-        if requeue:
-            self._requeue_asked(requeue)
-        changed = {j: v for j, v in seen.items() if v != known[j]}
-        if changed or problems:
-            now = self.clock.now()
-            with self.store.write() as session:
-                for job_id, (last, listens) in changed.items():
-                    session.execute(
-                        update(JobRow)
-                        .where(JobRow.id == job_id)
-                        .values(last_checkpoint_at=last, listens=listens)
-                    )
-                for worker_id, job_id, problem in problems:
-                    self._reported.add((worker_id, problem))
-                    job = session.get(JobRow, job_id)
-                    if job is not None:
-                        record_event(
-                            session,
-                            job,
-                            kind="control_file",
-                            actor=ACTOR,
-                            time=now,
-                            reason=f"ignored a control file of worker {worker_id}: {problem}",
-                        )
+        """The executor's answer for each (job, handle); None where it could not answer
+        (:func:`~gpuyard.controller.health.ask_job_by_job`)."""
+        return ask_job_by_job(
+            rows,
+            self.executor.status,
+            self.errors,
+            what="reading its workers' status",
+            batch_failed="worker status failed as a batch; asking job by job",
+        )
 
     # -- 2. advance jobs ------------------------------------------------------------------
 
@@ -782,17 +545,9 @@ class Controller:
                 record_event(
                     session,
                     job,
-                    kind="controller_error",
+                    kind=EventKind.CONTROLLER_ERROR,
                     actor=ACTOR,
                     time=self.clock.now(),
                     reason=f"{message}; "
                     + (f"will try {left} more time(s)" if left > 0 else "giving up on the job"),
                 )
-
-
-def _by_job(rows: Iterable[tuple[int, Handle]]) -> dict[int, list[int]]:
-    """Row indices grouped by job id."""
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, (job_id, _) in enumerate(rows):
-        groups[job_id].append(i)
-    return groups

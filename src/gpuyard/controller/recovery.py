@@ -43,6 +43,8 @@ from gpuyard.diagnosis.signatures import Diagnosis, Suspect
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.check import CHECK_BURN, CHECK_TIMEOUT, check_launches
 from gpuyard.models import JobState, NodeState, Slot
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.faults import FaultTolerance, Recovery, SlowAction
 from gpuyard.models.worker import ControlState, Handle, WorkerRole, WorkerState
 from gpuyard.quantities import format_duration
@@ -57,7 +59,7 @@ __all__ = ["CheckProgress", "FaultRecovery", "check_verdict", "log_tail"]
 
 log = logging.getLogger("gpuyard.controller")
 
-ACTOR = "controller"
+ACTOR = Actor.CONTROLLER
 CHECK_DEADLINE = 2 * CHECK_TIMEOUT + 10 * CHECK_BURN + 30.0
 """Seconds a check worker may run before it is killed and its node blamed for hanging."""
 CHECK_LOG_TAIL = 16 * 1024
@@ -198,7 +200,7 @@ class FaultRecovery:
             record_event(
                 session,
                 job,
-                kind="check",
+                kind=EventKind.CHECK,
                 actor=ACTOR,
                 time=now,
                 reason=f"node check started on {', '.join(sorted(nodes))}",
@@ -648,7 +650,7 @@ def _add_fault(
     record_event(
         session,
         job,
-        kind="fault",
+        kind=EventKind.FAULT,
         actor=ACTOR,
         time=now,
         node=node,

@@ -22,6 +22,8 @@ from sqlalchemy import update
 
 from gpuyard.clock import Clock
 from gpuyard.executors.base import Executor
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import JobState
 from gpuyard.models.worker import ControlState, Notice, WorkerState
 from gpuyard.quantities import format_duration
@@ -34,7 +36,7 @@ __all__ = ["EXIT_SUSPENDED", "REQUEUE_ASKED", "Suspender"]
 
 EXIT_SUSPENDED = 75
 """The exit code of ``gpuyard.runtime.suspend()`` (sysexits' EX_TEMPFAIL)."""
-ACTOR = "controller"
+ACTOR = Actor.CONTROLLER
 REQUEUE_ASKED = "the job asked to be requeued (scontrol requeue)"
 """Why a job that requeued itself is suspended: Slurm ends a requeued job's steps without its
 ``--signal`` (that signal is for preemption and the time limit)."""
@@ -85,7 +87,7 @@ class Suspender:
         record_event(
             session,
             job,
-            kind="notice",
+            kind=EventKind.NOTICE,
             actor=ACTOR,
             time=now,
             reason=f"preemption notice sent to worker {ranks}: checkpoint and exit within "
@@ -110,8 +112,8 @@ class Suspender:
                 record_event(
                     session,
                     job,
-                    kind="acknowledged",
-                    actor=f"worker:{w.rank}",
+                    kind=EventKind.ACKNOWLEDGED,
+                    actor=Actor.worker(w.rank),
                     node=w.node,
                     time=now,
                     reason=f"worker {w.rank} acknowledged the notice",
@@ -124,8 +126,8 @@ class Suspender:
                 record_event(
                     session,
                     job,
-                    kind="checkpoint",
-                    actor=f"worker:{w.rank}",
+                    kind=EventKind.CHECKPOINT,
+                    actor=Actor.worker(w.rank),
                     node=w.node,
                     time=now,
                     reason=f"worker {w.rank} saved a checkpoint{step}",

@@ -1,4 +1,4 @@
-"""The verdict of a node check from its workers' logs (:mod:`gpuyard.executors.nodecheck`).
+"""The verdict of a node check from its workers' logs (:mod:`gpuyard.injob.nodecheck`).
 
 Only the logs of check workers are read this way: they run the pool's tool and none of the
 job's code, so a line there can be trusted to name a node; the same words in a job's own log

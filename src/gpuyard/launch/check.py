@@ -1,7 +1,7 @@
 """The launches of a job's node check: one worker per node of its placement, before its command.
 
 Pure, as the rest of :mod:`gpuyard.launch`. A check worker runs the pool's own tool
-(``Tools.check``, :mod:`gpuyard.executors.nodecheck`) with the pool's interpreter in isolated
+(``Tools.check``, :mod:`gpuyard.injob.nodecheck`) with the pool's interpreter in isolated
 mode and the executor's base environment: none of the job's environment, command or files, so
 nothing of the job can forge the verdict (docs/fault-tolerance.md). It gets the GPUs, CPUs and
 memory the job holds on its node, and runs as the job's OS account, inside its limits.

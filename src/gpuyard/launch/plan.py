@@ -207,7 +207,7 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
     """MPI launcher/target: (argv override for targets, env, files).
 
     The launcher's mpirun finds the hosts in the hostfile and starts its daemon on each through
-    ``rsh-agent`` (``executors/rexec.py agent``), which has the target worker's ``rexec.py serve``
+    ``rsh-agent`` (``injob/rexec.py agent``), which has the target worker's ``rexec.py serve``
     run it: no ssh anywhere (docs/distributed.md, "MPI without ssh").
     """
     ctx, impl = w.ctx, w.spec.mpi
@@ -322,7 +322,7 @@ def _one_host_env(w: _Worker) -> dict[str, str]:
     """What MPI needs when the job's nodes are virtual nodes of one host (on loopback).
 
     MPI runtimes tell nodes apart by host name, so each worker's remote-launch agent gives the
-    daemons it starts their node's name (a UTS namespace, ``executors/rexec.py``); and Open
+    daemons it starts their node's name (a UTS namespace, ``injob/rexec.py``); and Open
     MPI's TCP transport skips loopback unless told to use it.
     """
     return {"GPUYARD_REXEC_HOSTNAME": w.slot.node, "OMPI_MCA_btl_tcp_if_include": LOOPBACK}

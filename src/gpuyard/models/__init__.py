@@ -28,6 +28,8 @@ from gpuyard.models.accounts import (
     UserUpdate,
     UserView,
 )
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.execs import (
     ExecKill,
     ExecOutcome,
@@ -65,16 +67,20 @@ from gpuyard.models.job import (
 )
 from gpuyard.models.node import CordonRequest, NodeState, NodeView
 from gpuyard.models.scheduling import Prediction
+from gpuyard.models.slurm import SlurmState
 from gpuyard.models.states import JobState, JobStatus
+from gpuyard.models.waiting import WaitCode
 
 __all__ = [
     "Access",
     "Action",
+    "Actor",
     "After",
     "AuditEntry",
     "BulkResult",
     "CordonRequest",
     "Dependency",
+    "EventKind",
     "ExecKill",
     "ExecOutcome",
     "ExecRun",
@@ -127,6 +133,7 @@ __all__ = [
     "SignalRequest",
     "Slot",
     "SlowAction",
+    "SlurmState",
     "SubTask",
     "SubmittedJobs",
     "TokenSpec",
@@ -135,5 +142,6 @@ __all__ = [
     "UserSpec",
     "UserUpdate",
     "UserView",
+    "WaitCode",
     "WorkerView",
 ]

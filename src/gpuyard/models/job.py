@@ -17,12 +17,15 @@ from pydantic import (
 )
 
 from gpuyard.models.access import Access, Action
+from gpuyard.models.actor import ACTOR_FORMS
 from gpuyard.models.command import CommandError, parse_command
+from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
 from gpuyard.models.ids import Id
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
+from gpuyard.models.waiting import WAIT_CODES, WaitCode
 from gpuyard.models.worker import WorkerRole, WorkerState
 from gpuyard.spec_limits import MAX_ENV, MAX_ENV_BYTES
 
@@ -617,10 +620,8 @@ class JobView(BaseModel):
     finished_at: datetime | None = None
     exit_code: int | None = None
     reason: str | None = Field(None, description="Why it waits, or why it ended the way it did.")
-    wait_code: str | None = Field(
-        None,
-        description="Why a queued job waits, as a code: quota, priority, reserved, resources, "
-        "preempting, pool, unsatisfiable.",
+    wait_code: WaitCode | None = Field(
+        None, description=f"Why a queued job waits, as a code: {WAIT_CODES}."
     )
     start_at: datetime | None = Field(
         None, description="When a queued job is expected to start, where a reservation says."
@@ -697,8 +698,8 @@ class JobEvent(BaseModel):
     id: int
     job_id: int
     time: datetime
-    kind: str
-    actor: str
+    kind: EventKind = Field(description=f"What the entry records: {EVENT_KINDS}.")
+    actor: str = Field(description=ACTOR_FORMS)
     from_state: JobState | None = None
     to_state: JobState | None = None
     reason: str = ""

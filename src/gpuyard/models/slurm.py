@@ -9,6 +9,7 @@ output patterns, the array it belongs to, the signal before the time limit.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import (
@@ -28,6 +29,7 @@ __all__ = [
     "SlurmBatch",
     "SlurmComponent",
     "SlurmSignal",
+    "SlurmState",
     "SlurmStepView",
     "signal_number",
 ]
@@ -213,3 +215,33 @@ class SlurmStepView(BaseModel):
     exit_code: int | None = Field(
         None, description="srun's exit status (128 + N: killed by signal N); None while it runs."
     )
+
+
+class SlurmState(StrEnum):
+    """A Slurm job's or step's state, in Slurm's own words (what ``squeue``, ``sacct`` and
+    slurmrestd show). gpuyard's job states map onto the first eight; the rest appear only
+    where a user names them (``--state``) or a renderer spells them."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    CONFIGURING = "CONFIGURING"
+    REQUEUE_FED = "REQUEUE_FED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    RESIZING = "RESIZING"
+    REVOKED = "REVOKED"
+    SIGNALING = "SIGNALING"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    STAGE_OUT = "STAGE_OUT"
+    STOPPED = "STOPPED"

@@ -30,8 +30,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
+from gpuyard.models.waiting import WaitCode
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.order import FairShare
 from gpuyard.scheduler.placement import INFINITY, Ledger, Topology
@@ -89,31 +89,6 @@ class Fit:
 
 MAY_FIT = Fit(may_fit=True)
 FULL = Fit(may_fit=True, full=True)
-
-
-class WaitCode(StrEnum):
-    QUOTA = "quota"
-    """Its owner or group is at its quota for the job's tier."""
-    PRIORITY = "priority"
-    """The room it could use is held for a job of a higher tier."""
-    RESERVED = "reserved"
-    """The room it could use is held for a job that goes before it (a larger one, usually)."""
-    RESOURCES = "resources"
-    """No node has room for it now."""
-    PREEMPTING = "preempting"
-    """Lower-tier jobs are being suspended to make room for it."""
-    POOL = "pool"
-    """Its pool, node list or driver version can never hold it."""
-    UNSATISFIABLE = "unsatisfiable"
-    """Larger than the pool could ever offer."""
-    HELD = "held"
-    """Held by a person until released."""
-    DEPENDENCY = "dependency"
-    """It waits for other jobs (its ``after``)."""
-    BEGIN = "begin"
-    """It may not start before its begin time (Slurm's ``--begin``)."""
-    ARRAY_LIMIT = "array-limit"
-    """As many tasks of its job array run as its throttle allows (``--array=0-9%2``)."""
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -413,7 +388,7 @@ class _Cycle:
     def consider(self, job: PendingJob) -> None:
         if job.blocked is not None:
             code, reason = job.blocked
-            self.waits[job.id] = _wait(job.id, WaitCode(code), reason)
+            self.waits[job.id] = _wait(job.id, code, reason)
             return
         if job.alternatives or job.min_nodes is not None:
             self.consider_choices(job)

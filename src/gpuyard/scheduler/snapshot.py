@@ -23,6 +23,7 @@ from gpuyard.models.request import (
     choices,
 )
 from gpuyard.models.resources import Resources, millicpus
+from gpuyard.models.waiting import WaitCode
 
 __all__ = [
     "ANYWHERE",
@@ -164,7 +165,7 @@ class PendingJob:
     """``now - queued_since`` is how long it has waited in all (its submission time plus the
     seconds it ran in earlier attempts): the pool's ``age_halflife`` ages it. None: not
     known (no aging)."""
-    blocked: tuple[str, str] | None = None
+    blocked: tuple[WaitCode, str] | None = None
     """Why it may not start whatever the room, as (wait code, reason): it is held, or waits
     for other jobs. It reserves nothing and holds no one back."""
 

@@ -46,6 +46,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.access import Action
 from gpuyard.models.accounts import OFF
+from gpuyard.models.actor import Actor
 from gpuyard.models.states import HOLDING, LIVE, JobState
 from gpuyard.scheduler.snapshot import (
     DEFAULT_POOL,
@@ -273,7 +274,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create users")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "user.create",
                 f"user:{spec.name}",
                 spec.model_dump_json(exclude_none=True),
@@ -303,7 +304,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change users")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "user.update",
                 f"user:{name}",
                 change.model_dump_json(exclude_unset=True),
@@ -380,7 +381,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create groups")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "group.create",
                 f"group:{spec.name}",
                 spec.model_dump_json(exclude_none=True),
@@ -398,7 +399,11 @@ class AccountService:
         with self.store.write() as session:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change groups")
             self.audit.record(
-                session, f"user:{actor}", "group.update", f"group:{name}", change.model_dump_json()
+                session,
+                Actor.user(actor),
+                "group.update",
+                f"group:{name}",
+                change.model_dump_json(),
             )
             row = self._existing_group(session, name, found=404)
             row.urgent_limit = change.urgent_limit
@@ -408,7 +413,7 @@ class AccountService:
     def delete_group(self, name: str, *, actor: str) -> None:
         with self.store.write() as session:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "delete groups")
-            self.audit.record(session, f"user:{actor}", "group.delete", f"group:{name}", "")
+            self.audit.record(session, Actor.user(actor), "group.delete", f"group:{name}", "")
             row = self._existing_group(session, name, found=404)
             if name == DEFAULT_GROUP:
                 raise Conflict(
@@ -485,7 +490,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "set quotas")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "quota.set",
                 f"quota:{spec.kind.value}:{spec.subject}:{spec.tier.value}",
                 spec.model_dump_json(include={"nodes", "gpus"}),
@@ -513,7 +518,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "clear quotas")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "quota.clear",
                 f"quota:{kind.value}:{subject}:{tier.value}",
                 "",
@@ -595,7 +600,11 @@ class AccountService:
         with self.store.write() as session:
             self.policy.require(session, actor, Action.MANAGE_POOL, "create pools")
             self.audit.record(
-                session, f"user:{actor}", "pool.create", f"pool:{spec.name}", spec.model_dump_json()
+                session,
+                Actor.user(actor),
+                "pool.create",
+                f"pool:{spec.name}",
+                spec.model_dump_json(),
             )
             if session.get(PoolRow, spec.name) is not None:
                 raise Conflict(
@@ -624,7 +633,7 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_POOL, "change pools")
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "pool.update",
                 f"pool:{name}",
                 change.model_dump_json(exclude_none=True),
@@ -694,7 +703,7 @@ class AccountService:
         with self.store.write() as session:
             self.policy.require(session, actor, Action.MANAGE_POOL, "label nodes")
             self.audit.record(
-                session, f"user:{actor}", "node.labels", f"node:{node}", change.model_dump_json()
+                session, Actor.user(actor), "node.labels", f"node:{node}", change.model_dump_json()
             )
             row = self._node(session, node)
             extra = {str(k): str(v) for k, v in (row.extra_labels or {}).items()}
@@ -723,8 +732,8 @@ class AccountService:
             self.policy.require(session, actor, Action.MANAGE_POOL, "cordon nodes")
             self._node(session, node)
             verb = "node.drain" if drain else "node.cordon"
-            self.audit.record(session, f"user:{actor}", verb, f"node:{node}", reason)
-            cordon_node(session, node, reason=reason, by=f"user:{actor}", now=now)
+            self.audit.record(session, Actor.user(actor), verb, f"node:{node}", reason)
+            cordon_node(session, node, reason=reason, by=Actor.user(actor), now=now)
             if drain:
                 for job in session.scalars(
                     select(JobRow).where(JobRow.state == JobState.RUNNING).order_by(JobRow.id)
@@ -733,7 +742,7 @@ class AccountService:
                         begin_suspension(
                             session,
                             job,
-                            actor=f"user:{actor}",
+                            actor=Actor.user(actor),
                             why=f"node {node} is drained by {actor}: {reason}",
                             now=now,
                         )
@@ -747,7 +756,7 @@ class AccountService:
             self._node(session, node)
             if not uncordon_node(session, node):
                 raise Conflict(f"node {node} is not cordoned")
-            self.audit.record(session, f"user:{actor}", "node.uncordon", f"node:{node}")
+            self.audit.record(session, Actor.user(actor), "node.uncordon", f"node:{node}")
         self.notify()
 
     @staticmethod

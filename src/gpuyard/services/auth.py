@@ -49,6 +49,7 @@ from gpuyard.models.accounts import (
     TokenSpec,
     TokenView,
 )
+from gpuyard.models.actor import Actor
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import AuditRow, GroupRow, JobRow, SettingRow, TokenRow, UserRow
 
@@ -94,7 +95,7 @@ class Audit:
         self.clock = clock
 
     def record(
-        self, session: Session, actor: str, action: str, target: str, detail: str = ""
+        self, session: Session, actor: Actor, action: str, target: str, detail: str = ""
     ) -> None:
         session.add(
             AuditRow(
@@ -107,7 +108,12 @@ class Audit:
         )
 
     def record_many(
-        self, session: Session, actor: str, action: str, targets: Sequence[str], detail: str = ""
+        self,
+        session: Session,
+        actor: Actor,
+        action: str,
+        targets: Sequence[str],
+        detail: str = "",
     ) -> None:
         if not targets:
             return
@@ -248,7 +254,7 @@ class Policy:
                 else:
                     row.value = change.sharing
                 self.audit.record(
-                    session, f"user:{actor}", "settings", "sharing", f"sharing={change.sharing}"
+                    session, Actor.user(actor), "settings", "sharing", f"sharing={change.sharing}"
                 )
         self._sharing = None
         return self.settings()
@@ -522,7 +528,7 @@ class TokenService:
             made_with = f", made with token {parent.token_id}" if parent is not None else ""
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "token.create" if kind is TokenKind.API else "session.create",
                 f"user:{user}",
                 f"token {view.id} ({spec.label or 'no label'}), expires {view.expires_at}"
@@ -550,7 +556,7 @@ class TokenService:
         """A token for the pool's own user, made when the pool starts (no caller to check)."""
         with self.store.write() as session:
             view = self._insert(session, user, label, life)
-            self.audit.record(session, "pool", "token.create", f"user:{user}", label)
+            self.audit.record(session, Actor.POOL, "token.create", f"user:{user}", label)
         return view
 
     def _insert(
@@ -616,7 +622,7 @@ class TokenService:
             children = f" and the {len(gone) - 1} made with it" if len(gone) > 1 else ""
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "token.revoke",
                 f"user:{row.user_name}",
                 f"token {token_id}{children}",
@@ -634,7 +640,7 @@ class TokenService:
                 return
             self._delete_with_children(session, row.id)
             self.audit.record(
-                session, f"user:{row.user_name}", "session.end", f"user:{row.user_name}", ""
+                session, Actor.user(row.user_name), "session.end", f"user:{row.user_name}", ""
             )
 
     @staticmethod

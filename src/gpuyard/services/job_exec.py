@@ -36,6 +36,8 @@ from gpuyard.launch.exec_workers import (
 )
 from gpuyard.models import FaultTolerance, JobState, Slot
 from gpuyard.models.access import Action
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.execs import ExecOutcome, ExecRun, ExecStatus, ExecTarget, ExecWorker
 from gpuyard.models.states import HELD_STATES, PENDING, end_of_hold
 from gpuyard.models.worker import WorkerRole, WorkerState
@@ -121,7 +123,9 @@ class ExecService:
                 usercall(session, row, now, actor=actor, command=command, action=outcome)
             else:
                 raise Conflict(_cannot_hold(row), extra={"state": state.value})
-            self.policy.audit.record(session, f"user:{actor}", "job.exec", f"job:{job_id}", command)
+            self.policy.audit.record(
+                session, Actor.user(actor), "job.exec", f"job:{job_id}", command
+            )
             result = _outcome(row, "stop", outcome, ranks)
         self.notify(job_id)
         return result
@@ -136,7 +140,7 @@ class ExecService:
             session,
             row,
             JobState.HALTING,
-            actor=f"user:{actor}",
+            actor=Actor.user(actor),
             why=f"held by {actor} (gpuyard exec stop) for at most {format_duration(limit)}",
             time=now,
             held_until=until,
@@ -184,7 +188,7 @@ class ExecService:
                 session,
                 row,
                 JobState.RESTARTING,
-                actor=f"user:{actor}",
+                actor=Actor.user(actor),
                 why=f"started again by {actor} ({command})",
                 time=now,
                 held_until=None,
@@ -194,7 +198,9 @@ class ExecService:
             )
             action = f"restarting as attempt {row.attempt + 1} on the same nodes"
             usercall(session, row, now, actor=actor, command=command, action=action, done=False)
-            self.policy.audit.record(session, f"user:{actor}", "job.exec", f"job:{job_id}", command)
+            self.policy.audit.record(
+                session, Actor.user(actor), "job.exec", f"job:{job_id}", command
+            )
             result = _outcome(row, "start", action)
         self.notify(job_id)
         return result
@@ -253,7 +259,7 @@ class ExecService:
                 done=False,
             )
             self.policy.audit.record(
-                session, f"user:{actor}", "job.exec", f"job:{job_id}", command[:2000]
+                session, Actor.user(actor), "job.exec", f"job:{job_id}", command[:2000]
             )
             result = _outcome(row, "run", action, list(ranks))
         self.notify(job_id)
@@ -287,7 +293,7 @@ class ExecService:
             outcome = "; ".join(parts)
             usercall(session, row, now, actor=actor, command=command, action=outcome)
             self.policy.audit.record(
-                session, f"user:{actor}", "job.exec", f"job:{job_id}", command[:2000]
+                session, Actor.user(actor), "job.exec", f"job:{job_id}", command[:2000]
             )
             result = _outcome(row, "kill", outcome, [w.rank for w in live])
         self.notify(job_id)
@@ -345,7 +351,9 @@ class ExecService:
                 rank=rank,
                 done=False,
             )
-            self.policy.audit.record(session, f"user:{actor}", "job.exec", f"job:{job_id}", command)
+            self.policy.audit.record(
+                session, Actor.user(actor), "job.exec", f"job:{job_id}", command
+            )
         return row, rank, node
 
     # -- helpers --------------------------------------------------------------------------
@@ -358,7 +366,7 @@ class ExecService:
         row = self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, action)
         if action is EXEC_ACTION and row.owner != actor:
             self.policy.audit.record(
-                session, f"user:{actor}", ADMIN_ENTRY, f"job:{job_id}", f"owner {row.owner}"
+                session, Actor.user(actor), ADMIN_ENTRY, f"job:{job_id}", f"owner {row.owner}"
             )
         return row
 
@@ -410,14 +418,14 @@ def usercall(
             action=action[:2000],
             outcome=action[:2000] if done else None,
             outcome_at=now if done else None,
-            actor=f"user:{actor}"[:96],
+            actor=Actor.user(actor)[:96],
         )
     )
     record_event(
         session,
         row,
-        kind=USERCALL,
-        actor=f"user:{actor}",
+        kind=EventKind.USERCALL,
+        actor=Actor.user(actor),
         time=now,
         reason=f"{command[:500]}: {action}",
     )

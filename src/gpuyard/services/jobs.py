@@ -33,6 +33,8 @@ from gpuyard.models import (
     Priority,
 )
 from gpuyard.models.access import Action
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HELD_STATES, PENDING, check_transition
@@ -210,8 +212,8 @@ class JobService:
                 {
                     "job_id": job_id,
                     "time": row["created_at"],
-                    "kind": "submitted",
-                    "actor": f"user:{row['owner']}",
+                    "kind": EventKind.SUBMITTED,
+                    "actor": Actor.user(row["owner"]),
                     "from_state": None,
                     "to_state": JobState.QUEUED,
                     "reason": "submitted",
@@ -384,7 +386,7 @@ class JobService:
                 raise Conflict(
                     f"job {job_id} has already ended ({state.status.label}); nothing to stop"
                 )
-            self.audit.record(session, f"user:{actor}", "job.stop", f"job:{job_id}")
+            self.audit.record(session, Actor.user(actor), "job.stop", f"job:{job_id}")
             if state is JobState.STOPPING:
                 return job_view(row)  # already stopping: stopping twice is not an error
             target = JobState.STOPPED if state in PENDING else JobState.STOPPING
@@ -395,7 +397,7 @@ class JobService:
                 session,
                 row,
                 target,
-                actor=f"user:{actor}",
+                actor=Actor.user(actor),
                 why=f"stop requested by {actor}",
                 time=now,
                 reason=reason,
@@ -421,7 +423,7 @@ class JobService:
             )
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.signal",
                 f"job:{job_id}",
                 f"signal {signum} to the {'steps' if steps else 'batch shell'}",
@@ -478,12 +480,12 @@ class JobService:
         if bool(row.held) is held:
             return
         guarded_update(session, row, held=held)  # a new version: a start decided is dropped
-        self.audit.record(session, f"user:{actor}", f"job.{verb}", f"job:{row.id}")
+        self.audit.record(session, Actor.user(actor), f"job.{verb}", f"job:{row.id}")
         record_event(
             session,
             row,
-            kind=verb,
-            actor=f"user:{actor}",
+            kind=EventKind.HOLD if held else EventKind.RELEASE,
+            actor=Actor.user(actor),
             reason=f"held by {actor}" if held else f"released by {actor}",
             time=now,
         )
@@ -514,7 +516,7 @@ class JobService:
             )
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.priority",
                 f"job:{job_id}",
                 f"{old.value} -> {priority.value}",
@@ -522,8 +524,8 @@ class JobService:
             record_event(
                 session,
                 row,
-                kind="priority",
-                actor=f"user:{actor}",
+                kind=EventKind.PRIORITY,
+                actor=Actor.user(actor),
                 reason=f"priority {old.value} -> {priority.value}",
                 time=now,
             )
@@ -556,9 +558,14 @@ class JobService:
             was = "no limit" if old is None else format_duration(old)
             change = f"max runtime {was} -> {format_duration(max_runtime)}"
             record_event(
-                session, row, kind="runtime", actor=f"user:{actor}", reason=change, time=now
+                session,
+                row,
+                kind=EventKind.RUNTIME,
+                actor=Actor.user(actor),
+                reason=change,
+                time=now,
             )
-            self.audit.record(session, f"user:{actor}", "job.runtime", f"job:{job_id}", change)
+            self.audit.record(session, Actor.user(actor), "job.runtime", f"job:{job_id}", change)
             view = job_view(row)
         self.notify(job_id)
         return view
@@ -585,7 +592,7 @@ class JobService:
                 )
             self.audit.record(
                 session,
-                f"user:{actor}",
+                Actor.user(actor),
                 "job.delete",
                 f"job:{job_id}",
                 f"{row.name} of {row.owner}",
@@ -627,7 +634,7 @@ class JobService:
                             session,
                             row,
                             target,
-                            actor=f"user:{actor}",
+                            actor=Actor.user(actor),
                             why=f"stop requested by {actor}",
                             time=now,
                             reason=reason,
@@ -637,7 +644,7 @@ class JobService:
             self._stop_pending(session, pending, actor=actor, now=now)
             result.states.update((row.id, JobState.STOPPED) for row in pending)
             self.audit.record_many(
-                session, f"user:{actor}", "job.stop", [f"job:{i}" for i in result.states]
+                session, Actor.user(actor), "job.stop", [f"job:{i}" for i in result.states]
             )
         result.done = [job_id for job_id in ids if job_id in result.states]  # as asked
         for job_id in draining:
@@ -675,8 +682,8 @@ class JobService:
                 {
                     "job_id": row.id,
                     "time": now,
-                    "kind": "transition",
-                    "actor": f"user:{actor}",
+                    "kind": EventKind.TRANSITION,
+                    "actor": Actor.user(actor),
                     "from_state": row.state,
                     "to_state": JobState.STOPPED,
                     "reason": f"stop requested by {actor}",
@@ -707,7 +714,7 @@ class JobService:
                 else:
                     result.done.append(job_id)
             self.audit.record_many(
-                session, f"user:{actor}", "job.delete", [f"job:{i}" for i in result.done]
+                session, Actor.user(actor), "job.delete", [f"job:{i}" for i in result.done]
             )
             for chunk in range(0, len(result.done), 500):
                 session.execute(

@@ -23,7 +23,9 @@ from sqlalchemy.orm import Session, undefer
 
 from gpuyard.errors import NotFound
 from gpuyard.models import NodeState, NodeView
+from gpuyard.models.actor import Actor
 from gpuyard.models.disclosure import disclose
+from gpuyard.models.events import EventKind
 from gpuyard.models.health import Finding, Probe, ProbeStatus, newly_critical
 from gpuyard.models.node import NodeIsolation
 from gpuyard.models.states import HOLDING
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 _HOLDING = HOLDING
-INSPECTION = "inspection"
+INSPECTION = Actor.INSPECTION
 """Who cordons a node for a critical finding (``cordoned_by``), and the actor of its events."""
 DISK_INSPECTION = "inspection (disk)"
 """Who cordons a node whose job area is nearly full: the inspection lifts this cordon itself
@@ -311,7 +313,7 @@ def _tell_jobs(session: Session, node: str, findings: Sequence[Finding], now: fl
                 record_event(
                     session,
                     job,
-                    kind="gpu_xid",
+                    kind=EventKind.GPU_XID,
                     actor=INSPECTION,
                     node=node,
                     time=now,

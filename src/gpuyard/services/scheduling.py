@@ -18,6 +18,7 @@ from gpuyard.clock import Clock
 from gpuyard.errors import Conflict
 from gpuyard.models import JobSpec, JobState, JobView, Prediction
 from gpuyard.models.access import Action
+from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
 from gpuyard.scheduler.predict import Forecast, in_words, predict
@@ -75,9 +76,9 @@ class SchedulingService:
                     f"job {job_id} is {state.value}: only a running job can be suspended{hint}"
                 )
             begin_suspension(
-                session, row, actor=f"user:{actor}", why=f"suspended by {actor}", now=now
+                session, row, actor=Actor.user(actor), why=f"suspended by {actor}", now=now
             )
-            self.policy.audit.record(session, f"user:{actor}", "job.suspend", f"job:{job_id}")
+            self.policy.audit.record(session, Actor.user(actor), "job.suspend", f"job:{job_id}")
             view = job_view(row)
         self.notify(job_id)
         return view

@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpuyard.models.actor import Actor
 from gpuyard.models.states import JobState
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.snapshot import DEFAULT_POOL, PoolPolicy
@@ -37,7 +38,7 @@ def begin_suspension(
     session: Session,
     job: JobRow,
     *,
-    actor: str,
+    actor: Actor,
     why: str,
     now: float,
     notice: float | None = None,
@@ -58,7 +59,7 @@ def begin_suspension(
     )
 
 
-def finish_suspension(session: Session, job: JobRow, *, actor: str, why: str, now: float) -> None:
+def finish_suspension(session: Session, job: JobRow, *, actor: Actor, why: str, now: float) -> None:
     """Every worker has exited: back in the queue at the original position, as the next
     attempt. What the attempt ran (from ``started_at``) is added to the job's ``ran`` and,
     per GPU, to its ``attained`` service."""

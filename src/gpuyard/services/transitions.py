@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gpuyard.models.actor import Actor
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import JobState, check_transition
 from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import EventRow, JobRow
@@ -23,8 +25,8 @@ def record_event(
     session: Session,
     job: JobRow,
     *,
-    kind: str,
-    actor: str,
+    kind: EventKind,
+    actor: Actor,
     reason: str = "",
     node: str | None = None,
     time: float,
@@ -52,7 +54,7 @@ def transition(
     job: JobRow,
     target: JobState,
     *,
-    actor: str,
+    actor: Actor,
     why: str,
     time: float,
     node: str | None = None,
@@ -73,7 +75,7 @@ def transition(
     record_event(
         session,
         job,
-        kind="transition",
+        kind=EventKind.TRANSITION,
         actor=actor,
         reason=why,
         node=node,

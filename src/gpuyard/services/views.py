@@ -10,8 +10,10 @@ from pydantic import ValidationError
 
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action
+from gpuyard.models.events import EventKind
 from gpuyard.models.states import HELD_STATES
 from gpuyard.models.validation import readable_validation_errors
+from gpuyard.models.waiting import WaitCode
 from gpuyard.store.tables import EventRow, JobRow, WorkerRow
 
 __all__ = ["event_view", "job_view", "queued_view", "stored_spec", "to_datetime"]
@@ -40,7 +42,9 @@ def job_view(
         finished_at=to_datetime(row.finished_at),
         exit_code=row.exit_code,
         reason=row.reason,
-        wait_code=row.wait_code if state.status is JobStatus.QUEUED else None,
+        wait_code=WaitCode(row.wait_code)
+        if state.status is JobStatus.QUEUED and row.wait_code
+        else None,
         start_at=to_datetime(row.start_at) if state.status is JobStatus.QUEUED else None,
         group=row.group_name or "",
         access=Access(row.access or Access.NONE.value),
@@ -110,7 +114,7 @@ def event_view(row: EventRow) -> JobEvent:
         id=row.id,
         job_id=row.job_id,
         time=datetime.fromtimestamp(row.time, UTC),
-        kind=row.kind,
+        kind=EventKind(row.kind),
         actor=row.actor,
         from_state=JobState(row.from_state) if row.from_state else None,
         to_state=JobState(row.to_state) if row.to_state else None,

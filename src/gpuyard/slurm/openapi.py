@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm.records import JobRecord, StepRecord
 from gpuyard.slurm.render import nodelist
 
@@ -142,7 +143,7 @@ def squeue_document(jobs: Iterable[JobRecord], *, cluster: str = CLUSTER) -> dic
 
 def _job_resources(job: JobRecord) -> dict[str, Any]:
     per_node = max(job.num_cpus // max(len(job.nodes), 1), 1)
-    srun_tasks = any(s.name.isdigit() and s.state == "RUNNING" for s in job.steps)
+    srun_tasks = any(s.name.isdigit() and s.state == SlurmState.RUNNING for s in job.steps)
     return {
         "nodes": nodelist(job.nodes),
         # 22.05 counts a whole node given to --exclusive as one core a node
@@ -171,11 +172,11 @@ def _sockets(cpus: int) -> dict[str, Any]:
 
 
 def _state_reason(job: JobRecord) -> str:
-    if job.state == "FAILED":
+    if job.state == SlurmState.FAILED:
         return "NonZeroExitCode"
-    if job.state == "TIMEOUT":
+    if job.state == SlurmState.TIMEOUT:
         return "TimeLimit"
-    return job.reason if job.state == "PENDING" else "None"
+    return job.reason if job.state == SlurmState.PENDING else "None"
 
 
 def _end_time(job: JobRecord) -> int:
@@ -188,9 +189,9 @@ def _end_time(job: JobRecord) -> int:
 
 
 def _flags(job: JobRecord) -> list[str]:
-    if job.state in ("RUNNING", "SUSPENDED", "COMPLETING"):
+    if job.state in (SlurmState.RUNNING, SlurmState.SUSPENDED, SlurmState.COMPLETING):
         return ["JOB_WAS_RUNNING"]
-    if job.state in {"PENDING", "TIMEOUT"}:
+    if job.state in {SlurmState.PENDING, SlurmState.TIMEOUT}:
         return []
     return ["TRES_STR_CALC"]
 
@@ -206,7 +207,7 @@ def squeue_job(job: JobRecord, *, cluster: str = CLUSTER) -> dict[str, Any]:
 def _squeue_identity(job: JobRecord, cluster: str) -> dict[str, Any]:
     """``squeue_job``'s keys from ``account`` to ``job_id``, in Slurm's order."""
     array_job, array_task, array_string = _array(job)
-    pending = job.state == "PENDING"
+    pending = job.state == SlurmState.PENDING
     raw_exit = _wait_status(job.exit_code, job.signal)
     return {
         "account": job.account,
@@ -241,7 +242,9 @@ def _squeue_identity(job: JobRecord, cluster: str) -> dict[str, Any]:
         "deadline": 0,
         "delay_boot": 0,
         "dependency": job.dependency,
-        "derived_exit_code": raw_exit if job.state in ("FAILED", "CANCELLED") else 0,
+        "derived_exit_code": raw_exit
+        if job.state in (SlurmState.FAILED, SlurmState.CANCELLED)
+        else 0,
         "eligible_time": _epoch(job.eligible),
         "end_time": _end_time(job),
         "excluded_nodes": "",
@@ -253,7 +256,7 @@ def _squeue_identity(job: JobRecord, cluster: str) -> dict[str, Any]:
         "gres_detail": [
             f"gpu:{job.gpus_per_node}(IDX:0-{job.gpus_per_node - 1})"
             for _ in job.nodes
-            if job.gpus_per_node and not pending and job.state == "RUNNING"
+            if job.gpus_per_node and not pending and job.state == SlurmState.RUNNING
         ],
         "group_id": job.gid,
         "group_name": job.group,
@@ -466,7 +469,7 @@ def sacct_job(job: JobRecord, *, now: float, cluster: str = CLUSTER) -> dict[str
             "CPUs": job.min_cpus_per_node * nodes if job.exclusive else cpus,
             "memory": job.memory_mb,
         },
-        "kill_request_user": job.user if job.state == "CANCELLED" else None,
+        "kill_request_user": job.user if job.state == SlurmState.CANCELLED else None,
         "reservation": {"id": 0, "name": 0},
         "state": {"current": job.state, "reason": job.reason},
         "steps": [_step(job, step, now) for step in job.steps],

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuyard.models.slurm import SlurmState
+
 __all__ = ["JobRecord", "NodeRecord", "PartitionRecord", "StepRecord"]
 
 
@@ -18,8 +20,8 @@ class StepRecord:
     """A job step: ``batch`` (the batch shell), ``extern``, or a number (an ``srun``)."""
 
     name: str
-    state: str
-    """Slurm's word: RUNNING, COMPLETED, FAILED, CANCELLED, ..."""
+    state: SlurmState
+    """RUNNING, COMPLETED, FAILED, CANCELLED, ..."""
     nodes: tuple[str, ...]
     exit_code: int = 0
     """-1: none recorded (sacct prints an empty ExitCode, e.g. an extern step cut short)."""
@@ -42,7 +44,7 @@ class JobRecord:
     name: str
     user: str
     uid: int
-    state: str
+    state: SlurmState
     """Slurm's word: PENDING, RUNNING, SUSPENDED, COMPLETING, COMPLETED, FAILED, CANCELLED,
     TIMEOUT, REQUEUED, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY."""
     partition: str = "gpu"

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuyard.hostlist import compress_hostlist, expand_hostlist
+from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm.records import JobRecord, NodeRecord, PartitionRecord, StepRecord
 
 __all__ = [
@@ -119,32 +120,40 @@ class SlurmFormatError(ValueError):
 
 # --- shared formatting -------------------------------------------------------------------------
 
-_ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
+_ACTIVE = frozenset(
+    {
+        SlurmState.PENDING,
+        SlurmState.RUNNING,
+        SlurmState.SUSPENDED,
+        SlurmState.COMPLETING,
+        SlurmState.CONFIGURING,
+    }
+)
 
-_COMPACT = {
-    "PENDING": "PD",
-    "RUNNING": "R",
-    "SUSPENDED": "S",
-    "COMPLETED": "CD",
-    "CANCELLED": "CA",
-    "FAILED": "F",
-    "TIMEOUT": "TO",
-    "NODE_FAIL": "NF",
-    "PREEMPTED": "PR",
-    "BOOT_FAIL": "BF",
-    "DEADLINE": "DL",
-    "OUT_OF_MEMORY": "OOM",
-    "COMPLETING": "CG",
-    "CONFIGURING": "CF",
-    "REQUEUED": "RQ",
-    "REQUEUE_FED": "RF",
-    "REQUEUE_HOLD": "RH",
-    "RESIZING": "RS",
-    "REVOKED": "RV",
-    "SIGNALING": "SI",
-    "SPECIAL_EXIT": "SE",
-    "STAGE_OUT": "SO",
-    "STOPPED": "ST",
+_COMPACT: dict[str, str] = {
+    SlurmState.PENDING: "PD",
+    SlurmState.RUNNING: "R",
+    SlurmState.SUSPENDED: "S",
+    SlurmState.COMPLETED: "CD",
+    SlurmState.CANCELLED: "CA",
+    SlurmState.FAILED: "F",
+    SlurmState.TIMEOUT: "TO",
+    SlurmState.NODE_FAIL: "NF",
+    SlurmState.PREEMPTED: "PR",
+    SlurmState.BOOT_FAIL: "BF",
+    SlurmState.DEADLINE: "DL",
+    SlurmState.OUT_OF_MEMORY: "OOM",
+    SlurmState.COMPLETING: "CG",
+    SlurmState.CONFIGURING: "CF",
+    SlurmState.REQUEUED: "RQ",
+    SlurmState.REQUEUE_FED: "RF",
+    SlurmState.REQUEUE_HOLD: "RH",
+    SlurmState.RESIZING: "RS",
+    SlurmState.REVOKED: "RV",
+    SlurmState.SIGNALING: "SI",
+    SlurmState.SPECIAL_EXIT: "SE",
+    SlurmState.STAGE_OUT: "SO",
+    SlurmState.STOPPED: "ST",
 }
 
 
@@ -209,7 +218,7 @@ def _natural_key(name: str) -> tuple[str, int, str]:
 
 
 def _run_seconds(job: JobRecord, now: float) -> float:
-    if job.start is None or job.state == "PENDING":
+    if job.start is None or job.state == SlurmState.PENDING:
         return 0.0
     if job.state in _ACTIVE:
         return max(now - job.start, 0.0)
@@ -381,13 +390,13 @@ def _exit(code: int, signal: int) -> str:
 
 
 def _sacct_state(job: JobRecord) -> str:
-    if job.state == "CANCELLED" and job.cancelled_by is not None:
+    if job.state == SlurmState.CANCELLED and job.cancelled_by is not None:
         return f"CANCELLED by {job.cancelled_by}"
     return job.state
 
 
 def _elapsed_job(job: JobRecord, now: float) -> float:
-    if job.start is None or job.state == "PENDING":
+    if job.start is None or job.state == SlurmState.PENDING:
         return 0.0
     end = job.end if job.state not in _ACTIVE and job.end is not None else now
     return max(end - job.start, 0.0)
@@ -437,7 +446,7 @@ def _sacct_job_value(name: str, job: JobRecord, now: float, tz: dt.tzinfo | None
         "Reason": lambda: job.reason,
         "ReqCPUS": lambda: str(job.num_cpus),
         "ReqNodes": lambda: str(job.num_nodes),
-        "Start": lambda: "Unknown" if job.state == "PENDING" else _date(job.start, tz),
+        "Start": lambda: "Unknown" if job.state == SlurmState.PENDING else _date(job.start, tz),
         "State": lambda: _sacct_state(job),
         "Submit": lambda: _date(job.submit, tz),
         "Suspended": lambda: "00:00:00",
@@ -627,7 +636,7 @@ def squeue_format(spec: str | None = None) -> tuple[list[SqueueField], list[str]
 
 def _squeue_value(code: str, job: JobRecord, now: float, tz: dt.tzinfo | None) -> str:
     def reason_or_nodes() -> str:
-        if job.state in ("PENDING", "TIMEOUT", "FAILED"):
+        if job.state in (SlurmState.PENDING, SlurmState.TIMEOUT, SlurmState.FAILED):
             return f"({job.reason or 'None'})"
         return nodelist(job.nodes)
 

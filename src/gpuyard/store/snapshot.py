@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from gpuyard.models import JobState, NodeState, Priority
 from gpuyard.models.request import JobRequest
 from gpuyard.models.states import HOLDING, PENDING
+from gpuyard.models.waiting import WaitCode
 from gpuyard.scheduler import (
     Allocation,
     Constraint,
@@ -418,7 +419,7 @@ _BLOCKABLE = select(
 )
 
 
-def blocked_jobs(session: Session, now: float) -> dict[int, tuple[str, str]]:
+def blocked_jobs(session: Session, now: float) -> dict[int, tuple[WaitCode, str]]:
     """The waiting jobs that may not start whatever the room, with (wait code, reason): held
     ones, those whose dependencies do not hold yet (or never will), those whose begin time
     (Slurm's ``--begin``) has not come, and the tasks of a throttled job array beyond its
@@ -432,21 +433,21 @@ def blocked_jobs(session: Session, now: float) -> dict[int, tuple[str, str]]:
         ids = wanted[chunk : chunk + 500]
         query = select(JobRow.id, JobRow.state).where(JobRow.id.in_(ids))
         states.update((job_id, state) for job_id, state in session.execute(query))
-    blocked: dict[int, tuple[str, str]] = {}
+    blocked: dict[int, tuple[WaitCode, str]] = {}
     throttled: list[Any] = []
     for row in rows:
         job_id = row.id
         if row.held:
-            blocked[job_id] = ("held", f"held: `gpuyard release {job_id}` lets it start")
+            blocked[job_id] = (WaitCode.HELD, f"held: `gpuyard release {job_id}` lets it start")
             continue
         waits = [why for d in row.depends or () if (why := _unmet(int(d[0]), str(d[1]), states))]
         if waits:
             never = [w for w in waits if w.startswith("can never")]
-            blocked[job_id] = ("dependency", "; ".join(never or waits))
+            blocked[job_id] = (WaitCode.DEPENDENCY, "; ".join(never or waits))
             continue
         if row.begin_at is not None and row.begin_at > now:
             when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row.begin_at))
-            blocked[job_id] = ("begin", f"may not start before {when} (--begin)")
+            blocked[job_id] = (WaitCode.BEGIN, f"may not start before {when} (--begin)")
             continue
         if row.array_throttle is not None:
             throttled.append(row)
@@ -454,7 +455,7 @@ def blocked_jobs(session: Session, now: float) -> dict[int, tuple[str, str]]:
     return blocked
 
 
-def _beyond_throttle(session: Session, rows: Sequence[Any]) -> dict[int, tuple[str, str]]:
+def _beyond_throttle(session: Session, rows: Sequence[Any]) -> dict[int, tuple[WaitCode, str]]:
     """The waiting tasks of throttled job arrays that may not start yet: an array whose
     throttle is N starts its waiting tasks in order while fewer than N of its tasks hold
     resources (Slurm's JobArrayTaskLimit)."""
@@ -477,13 +478,13 @@ def _beyond_throttle(session: Session, rows: Sequence[Any]) -> dict[int, tuple[s
             .group_by(array)
         )
         holding.update((int(key), int(count)) for key, count in session.execute(query))
-    blocked: dict[int, tuple[str, str]] = {}
+    blocked: dict[int, tuple[WaitCode, str]] = {}
     for key, tasks in arrays.items():
         throttle = min(int(t.array_throttle) for t in tasks)
         free = max(0, throttle - holding.get(key, 0))
         for task in sorted(tasks, key=lambda t: t.id)[free:]:
             blocked[task.id] = (
-                "array-limit",
+                WaitCode.ARRAY_LIMIT,
                 f"{throttle} task(s) of job array {key} may run at once (--array ...%{throttle})",
             )
     return blocked

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from gpuyard.models import EventKind, WaitCode
 from gpuyard.models.errors import ErrorBody
 from gpuyard.server.guard import MAX_BODY
 
@@ -146,3 +147,12 @@ def test_the_document_lists_each_operation_s_errors_with_the_one_body(
             for status, response in responses.items():
                 if status.startswith("4"):
                     assert response["content"] == error, (label, status)
+
+
+def test_the_document_lists_the_values_of_the_wire_types(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    assert schemas["WaitCode"]["enum"] == [code.value for code in WaitCode]
+    assert schemas["EventKind"]["enum"] == [kind.value for kind in EventKind]
+    job = schemas["JobView"]["properties"]["wait_code"]
+    assert {"$ref": "#/components/schemas/WaitCode"} in job["anyOf"]
+    assert schemas["JobEvent"]["properties"]["kind"]["$ref"] == "#/components/schemas/EventKind"

@@ -474,11 +474,18 @@ def test_rexec_gives_a_valid_token_only_its_accounts_shell_and_refuses_another_j
     python = python_for(entry.pw_uid, entry.pw_gid)
     if python is None:
         pytest.skip("no Python 3.11+ on this machine that other accounts may run")
-    # rexec.py stands alone (stdlib only); a copy where the accounts may read it, since this
-    # checkout may lie in a directory private to root (a fresh clone under mktemp -d).
-    rexec = base / "rexec.py"
-    shutil.copyfile(REXEC, rexec)
-    rexec.chmod(0o644)
+    # rexec.py runs on the stdlib and its package's stdlib-only channel.py; a copy of them
+    # where the accounts may read them (and list their directories, to import the channel),
+    # since this checkout may lie in a directory private to root (a fresh clone under mktemp -d).
+    package, root = REXEC.parent.parent, base / "pool"
+    for name in ("__init__.py", "injob/__init__.py", "injob/channel.py", "injob/rexec.py"):
+        copy = root / "gpuyard" / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        for directory in (root, root / "gpuyard", copy.parent):
+            directory.chmod(0o755)
+        shutil.copyfile(package / name, copy)
+        copy.chmod(0o644)
+    rexec = root / "gpuyard" / "injob" / "rexec.py"
     token_a, token_b = secrets.token_hex(32), secrets.token_hex(32)
     port = free_port()
     serve = launch(

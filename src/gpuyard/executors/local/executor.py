@@ -55,7 +55,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpuyard.executors import rexec as rexec_module
 from gpuyard.executors.base import LaunchError
 from gpuyard.executors.local import cgroups, logcap, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
@@ -75,6 +74,7 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
+from gpuyard.injob import rexec as rexec_module
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.node import CONTROLLERS, IsolationMode, KillMethod, NodeIsolation
@@ -131,7 +131,7 @@ DEFAULT_LOG_MAX = 64 << 20
 """Processes (threads count too) a worker may have at once; a fork bomb stops there."""
 CONTROL_DIR_VARIABLE = "GPUYARD_CONTROL_DIR"
 CHECK_INJECT_VARIABLE = "GPUYARD_CHECK_INJECT"
-"""What makes a node's check find a fault (:mod:`gpuyard.executors.nodecheck`)."""
+"""What makes a node's check find a fault (:mod:`gpuyard.injob.nodecheck`)."""
 IDENTITY = ("HOME", "USER", "LOGNAME")
 """Who a process is: not in the base env; a worker gets its account's (HOME: its workspace),
 or the pool's own when it runs as the pool, unless its job sets them."""

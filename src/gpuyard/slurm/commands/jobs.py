@@ -10,7 +10,8 @@ from typing import Any
 
 from gpuyard.client import Client
 from gpuyard.models import After, JobState, JobView
-from gpuyard.models.slurm import SlurmStepView
+from gpuyard.models.slurm import SlurmState, SlurmStepView
+from gpuyard.models.waiting import WaitCode
 from gpuyard.slurm.records import JobRecord, StepRecord
 
 __all__ = [
@@ -29,26 +30,26 @@ __all__ = [
 ]
 
 
-_STATE = {
-    JobState.QUEUED: "PENDING",
-    JobState.SUSPENDED: "PENDING",
-    JobState.STARTING: "RUNNING",
-    JobState.RUNNING: "RUNNING",
-    JobState.STOPPING: "COMPLETING",
-    JobState.EXPIRING: "COMPLETING",
-    JobState.FAILING: "COMPLETING",
-    JobState.COMPLETING: "COMPLETING",
-    JobState.SUSPENDING: "COMPLETING",
-    JobState.RECOVERING: "COMPLETING",
+_STATE: dict[JobState, SlurmState] = {
+    JobState.QUEUED: SlurmState.PENDING,
+    JobState.SUSPENDED: SlurmState.PENDING,
+    JobState.STARTING: SlurmState.RUNNING,
+    JobState.RUNNING: SlurmState.RUNNING,
+    JobState.STOPPING: SlurmState.COMPLETING,
+    JobState.EXPIRING: SlurmState.COMPLETING,
+    JobState.FAILING: SlurmState.COMPLETING,
+    JobState.COMPLETING: SlurmState.COMPLETING,
+    JobState.SUSPENDING: SlurmState.COMPLETING,
+    JobState.RECOVERING: SlurmState.COMPLETING,
     # Held for debugging: its allocation kept, its processes stopped, as a Slurm job that
     # `scontrol suspend` stopped (squeue's S); it runs again on `gpuyard exec JOB start`.
-    JobState.HALTING: "SUSPENDED",
-    JobState.HELD: "SUSPENDED",
-    JobState.RESTARTING: "RUNNING",
-    JobState.SUCCEEDED: "COMPLETED",
-    JobState.FAILED: "FAILED",
-    JobState.STOPPED: "CANCELLED",
-    JobState.EXPIRED: "TIMEOUT",
+    JobState.HALTING: SlurmState.SUSPENDED,
+    JobState.HELD: SlurmState.SUSPENDED,
+    JobState.RESTARTING: SlurmState.RUNNING,
+    JobState.SUCCEEDED: SlurmState.COMPLETED,
+    JobState.FAILED: SlurmState.FAILED,
+    JobState.STOPPED: SlurmState.CANCELLED,
+    JobState.EXPIRED: SlurmState.TIMEOUT,
 }
 
 
@@ -65,22 +66,22 @@ def _ts(value: datetime | None) -> float | None:
 
 
 def _srun_step(
-    step: SlurmStepView, job_state: str, cpus_per_task: int, job_end: float | None
+    step: SlurmStepView, job_state: SlurmState, cpus_per_task: int, job_end: float | None
 ) -> StepRecord:
     """An ``srun`` step as sacct shows it: COMPLETED, FAILED with its code, CANCELLED with the
     signal that ended it; RUNNING while it runs, CANCELLED if its job ended first."""
     code, signal, end = step.exit_code, 0, step.end
     if code is None:
-        running = job_state in ("RUNNING", "COMPLETING")
-        state = "RUNNING" if running else "CANCELLED"
+        running = job_state in (SlurmState.RUNNING, SlurmState.COMPLETING)
+        state = SlurmState.RUNNING if running else SlurmState.CANCELLED
         if not running:
             end = job_end
-            signal = 15 if job_state in ("CANCELLED", "TIMEOUT") else 9
+            signal = 15 if job_state in (SlurmState.CANCELLED, SlurmState.TIMEOUT) else 9
         code = 0
     elif code > 128:
-        state, signal, code = "CANCELLED", code - 128, 0
+        state, signal, code = SlurmState.CANCELLED, code - 128, 0
     else:
-        state = "COMPLETED" if code == 0 else "FAILED"
+        state = SlurmState.COMPLETED if code == 0 else SlurmState.FAILED
     return StepRecord(
         name=str(step.id),
         state=state,
@@ -98,23 +99,24 @@ def _srun_step(
 def _pending_reason(job: JobView) -> str:
     """Why a pending job waits, in Slurm's words."""
     reason = "BeginTime" if job.state is JobState.SUSPENDED else "Priority"
-    if job.wait_code == "held":
+    code = job.wait_code
+    if code is WaitCode.HELD:
         reason = "JobHeldUser"
-    elif job.wait_code == "dependency":
+    elif code is WaitCode.DEPENDENCY:
         never = (job.reason or "").startswith("can never")
         reason = "DependencyNeverSatisfied" if never else "Dependency"
-    elif job.wait_code == "begin":
+    elif code is WaitCode.BEGIN:
         reason = "BeginTime"
-    elif job.wait_code == "array-limit":
+    elif code is WaitCode.ARRAY_LIMIT:
         reason = "JobArrayTaskLimit"
-    elif job.wait_code:
-        reason = "Resources" if "resource" in job.wait_code else "Priority"
+    elif code is not None:
+        reason = "Resources" if code is WaitCode.RESOURCES else "Priority"
     return reason
 
 
 def _job_steps(
     job: JobView,
-    state: str,
+    state: SlurmState,
     nodes: tuple[str, ...],
     outcome: tuple[int, int],
     times: tuple[float, float | None],
@@ -126,11 +128,11 @@ def _job_steps(
     slurm = spec.slurm if spec is not None else None
     (exit_code, signal), (start, end) = outcome, times
     steps: list[StepRecord] = []
-    step_state = state if state != "COMPLETING" else "RUNNING"
+    step_state = state if state != SlurmState.COMPLETING else SlurmState.RUNNING
     steps.append(
         StepRecord(
             name="batch",
-            state="CANCELLED" if state == "CANCELLED" else step_state,
+            state=SlurmState.CANCELLED if state == SlurmState.CANCELLED else step_state,
             nodes=nodes[:1],
             exit_code=exit_code,
             signal=signal,
@@ -144,7 +146,9 @@ def _job_steps(
     steps.append(
         StepRecord(
             name="extern",
-            state="RUNNING" if state in ("RUNNING", "COMPLETING") else "COMPLETED",
+            state=SlurmState.RUNNING
+            if state in (SlurmState.RUNNING, SlurmState.COMPLETING)
+            else SlurmState.COMPLETED,
             nodes=nodes,
             start=start,
             end=end,
@@ -166,10 +170,10 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
     )
     state = _STATE[job.state]
     if job.state is JobState.SUSPENDED:
-        state = "PENDING"
+        state = SlurmState.PENDING
     exit_code = job.exit_code or 0
     signal = 0
-    if exit_code > 128 and state in ("FAILED", "CANCELLED", "TIMEOUT"):
+    if exit_code > 128 and state in (SlurmState.FAILED, SlurmState.CANCELLED, SlurmState.TIMEOUT):
         signal, exit_code = exit_code - 128, 0
     array_id = array_task = None
     throttle = 0
@@ -177,7 +181,7 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
         array_id = slurm.array.job_id or job.id
         array_task = str(slurm.array.task_id)
         throttle = slurm.array.throttle or 0
-    reason = _pending_reason(job) if state == "PENDING" else "None"
+    reason = _pending_reason(job) if state == SlurmState.PENDING else "None"
     start, end = _ts(job.started_at), _ts(job.finished_at)
     steps: list[StepRecord] = []
     if slurm is not None and start is not None and nodes:
@@ -196,7 +200,9 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
         array_job_id=array_id,
         array_task=array_task,
         array_throttle=throttle,
-        cancelled_by=(slurm.uid if slurm is not None else uid) if state == "CANCELLED" else None,
+        cancelled_by=(slurm.uid if slurm is not None else uid)
+        if state == SlurmState.CANCELLED
+        else None,
         reason=reason,
         exit_code=exit_code,
         signal=signal,
@@ -359,17 +365,17 @@ def pool_statuses(states: Iterable[str]) -> list[str] | None:
 
 
 SHORT_STATES = {
-    "PD": "PENDING",
-    "R": "RUNNING",
-    "CG": "COMPLETING",
-    "CD": "COMPLETED",
-    "CA": "CANCELLED",
-    "F": "FAILED",
-    "TO": "TIMEOUT",
-    "S": "SUSPENDED",
-    "PR": "PREEMPTED",
-    "NF": "NODE_FAIL",
-    "RQ": "REQUEUED",
+    "PD": SlurmState.PENDING,
+    "R": SlurmState.RUNNING,
+    "CG": SlurmState.COMPLETING,
+    "CD": SlurmState.COMPLETED,
+    "CA": SlurmState.CANCELLED,
+    "F": SlurmState.FAILED,
+    "TO": SlurmState.TIMEOUT,
+    "S": SlurmState.SUSPENDED,
+    "PR": SlurmState.PREEMPTED,
+    "NF": SlurmState.NODE_FAIL,
+    "RQ": SlurmState.REQUEUED,
 }
 
 
@@ -378,7 +384,7 @@ def collapse_pending_arrays(records: list[JobRecord]) -> list[JobRecord]:
     pending: dict[int, list[JobRecord]] = {}
     out: list[JobRecord] = []
     for record in records:
-        if record.array_job_id is not None and record.state == "PENDING":
+        if record.array_job_id is not None and record.state == SlurmState.PENDING:
             if record.array_job_id not in pending:
                 out.append(record)  # its place in the listing
             pending.setdefault(record.array_job_id, []).append(record)
@@ -386,7 +392,7 @@ def collapse_pending_arrays(records: list[JobRecord]) -> list[JobRecord]:
             out.append(record)
     for index, record in enumerate(out):
         group = pending.get(record.array_job_id or -1)
-        if record.state != "PENDING" or not group or len(group) == 1:
+        if record.state != SlurmState.PENDING or not group or len(group) == 1:
             continue
         text = index_ranges(sorted(int(r.array_task or 0) for r in group))
         if record.array_throttle:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from gpuyard.errors import GpuyardError as ClientError
+from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm import render
 from gpuyard.slurm.commands.base import (
     BadJobId,
@@ -84,7 +85,7 @@ def scancel(args: Sequence[str], out: TextIO) -> int:  # noqa: PLR0912, PLR0915 
         else:
             raise CommandError("No job identification provided")
         if states:
-            want = {"PD": "PENDING", "R": "RUNNING"}
+            want = {"PD": SlurmState.PENDING, "R": SlurmState.RUNNING}
             named = {want.get(s, s) for s in states}
             jobs = [j for j in jobs if job_record(j).state in named]
         status = 0

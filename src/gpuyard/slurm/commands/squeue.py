@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm import openapi, render
 from gpuyard.slurm.commands.base import (
     Args,
@@ -143,7 +144,10 @@ def _squeue_select(
         records = [r for r in records if r.state in states]
     elif not states and not listed:
         records = [
-            r for r in records if r.state in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+            r
+            for r in records
+            if r.state
+            in (SlurmState.PENDING, SlurmState.RUNNING, SlurmState.SUSPENDED, SlurmState.COMPLETING)
         ]
     elif not states:
         records = [r for r in records if r.end is None or now - r.end < 300]

@@ -5,8 +5,8 @@ itself, ``main.py`` costs about 8 ms of compiling before the batch script starts
 again at every ``srun`` and ``scontrol``). This file stays a few lines and imports it, from its
 bytecode cache (written when the executor loads it, or by the install). With ``-I -S`` our
 package is not on the path; its root is added at the end, so that nothing in it can shadow the
-standard library (main.py imports nothing of gpuyard
-but the stdlib-only :mod:`gpuyard.hostlist`).
+standard library (main.py imports nothing of gpuyard but the stdlib-only
+:mod:`gpuyard.hostlist` and :mod:`gpuyard.injob.channel`).
 """
 
 import os

@@ -4,14 +4,16 @@ A job submitted with ``sbatch`` (docs/slurm.md) runs as one worker per node. Wor
 ``entry.py batch SCRIPT``: it sends the shell's output where ``--output``/``--error`` said and
 becomes the script, as Slurm's batch step does. The other workers run ``rexec.py serve``.
 ``srun`` in the script starts the step's tasks: those on worker 0's node as its own children,
-the others through the workers' ``serve`` (``executors/rexec.py``, which this file loads), each
-task with the ``SLURM_*`` variables Slurm gives it. ``scontrol`` answers what a job asks about
-itself (``show hostnames``, ``requeue``) without the server.
+the others through the workers' ``serve`` (``injob/rexec.py``, over the remote-exec channel of
+:mod:`gpuyard.injob.channel`), each task with the ``SLURM_*`` variables Slurm gives it.
+``scontrol`` answers what a job asks about itself (``show hostnames``, ``requeue``) without the
+server.
 
 Started as ``python -I -S entry.py COMMAND ...`` (:mod:`gpuyard.slurm.step.entry`) from the
 job's ``slurm-bin`` directory, which is first on the job's PATH: the standard library only,
-like rexec.py, and of gpuyard only the stdlib-only :mod:`gpuyard.hostlist`, loaded when first
-used; nothing of the control plane (an import-linter contract holds it to that).
+like rexec.py, and of gpuyard only the stdlib-only :mod:`gpuyard.hostlist` and
+:mod:`gpuyard.injob.channel`, loaded when first used; nothing of the control plane (an
+import-linter contract holds it to that).
 
 Signals: ``srun`` forwards every signal it can catch to all its tasks (Slurm's srun does the
 same), so ``scancel --signal`` and ``--signal=SIG@secs`` reach the steps: the executor signals
@@ -28,7 +30,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
     from collections.abc import Callable, Sequence
-    from types import ModuleType
 
 EXIT_USAGE = 1
 _FORWARDED = (
@@ -601,21 +602,6 @@ class _Task:
         """Held while sending on ``conn`` (a signal and the stdin EOF may cross)."""
 
 
-def _load_rexec() -> ModuleType:
-    import importlib.util
-
-    # executors/rexec.py, by its file: the step cannot import gpuyard.executors (its package
-    # loads the executor interface and the models) and the agent is a script of its own.
-    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.path.join(package, "executors", "rexec.py")
-    spec = importlib.util.spec_from_file_location("gpuyard_rexec", path)
-    if spec is None or spec.loader is None:
-        raise SlurmError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _groups(args: Sequence[str]) -> list[list[str]]:
     """``srun A : B``: the words of each group (a lone ``:`` separates them, as in Slurm)."""
     groups: list[list[str]] = [[]]
@@ -755,7 +741,6 @@ class _Step:
         self.label = any("label" in part.options for part in parts)
         self.unbuffered = any("unbuffered" in part.options for part in parts)
         self.out_lock = threading.Lock()
-        self.rexec = _load_rexec()
         self.token = env.get("GPUYARD_JOB_TOKEN", "")
 
     def shell_command(self, task: _Task) -> str:
@@ -838,24 +823,27 @@ class _Step:
         code = proc.wait()
         for pump in pumps:
             pump.join(2.0)
-        task.status = self.rexec.exit_status(code)
+        from gpuyard.injob.channel import exit_status
+
+        task.status = exit_status(code)
 
     def run_remote(self, task: _Task) -> None:
         import socket
 
-        rexec = self.rexec
+        from gpuyard.injob import channel as wire
+
         address, port = self.alloc.hosts[task.node]
         where = f"{task.node} at {address}:{port}"
         try:
-            conn = rexec._connect(address, port, where)
-        except rexec.AgentError as exc:
+            conn = wire.connect(address, port, where)
+        except wire.AgentError as exc:
             _error(f"{task.node}: task {task.rank}: {exc}")
             task.status = 1
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self._relay(task, conn)
-        except rexec.AgentError as exc:
+        except wire.AgentError as exc:
             _error(f"{task.node}: task {task.rank}: {exc}")
         except (OSError, ValueError) as exc:
             _error(f"{task.node}: task {task.rank}: lost the node: {exc}")
@@ -868,26 +856,27 @@ class _Step:
     def _relay(self, task: _Task, conn: socket.socket) -> None:
         """Start ``task`` through its node's agent on ``conn`` and relay its output until it
         exits (its status) or the agent reports an error (printed, no status)."""
-        rexec = self.rexec
+        from gpuyard.injob import channel as wire
+
         remote_env = {k: v for k, v in task.part.forwarded.items() if k not in _NODE_VARIABLES}
         remote_env = {k: v for k, v in remote_env.items() if not k.startswith("GPUYARD_REXEC")}
         remote_env.update(self.task_env(task))
         header = {"argv": [self.shell_command(task)], "env": remote_env, "cwd": self.cwd}
         with task.lock:  # a signal frame must not come before the header
-            conn.sendall(rexec.hello(self.token, header))
-            conn.sendall(rexec._pack(rexec.STDIN, b""))
+            conn.sendall(wire.hello(self.token, header))
+            conn.sendall(wire.pack(wire.STDIN, b""))
             task.conn = conn
         rfile = conn.makefile("rb")
-        outputs = {rexec.STDOUT: self.writer(1, task), rexec.STDERR: self.writer(2, task)}
+        outputs = {wire.STDOUT: self.writer(1, task), wire.STDERR: self.writer(2, task)}
         try:
-            while (frame := rexec._read_frame(rfile)) is not None:
+            while (frame := wire.read_frame(rfile)) is not None:
                 channel, payload = frame
                 if channel in outputs:
                     outputs[channel].write(payload)
-                elif channel == rexec.EXIT and len(payload) == 4:
+                elif channel == wire.EXIT and len(payload) == 4:
                     task.status = int.from_bytes(payload, "big")
                     return
-                elif channel == rexec.ERROR:
+                elif channel == wire.ERROR:
                     message = payload.decode(errors="replace")
                     _error(f"{task.node}: task {task.rank}: {message}")
                     break
@@ -898,6 +887,8 @@ class _Step:
     def deliver(self, signum: int) -> None:
         import contextlib
 
+        from gpuyard.injob import channel as wire
+
         for task in self.tasks:
             if task.status is not None:
                 continue
@@ -907,7 +898,7 @@ class _Step:
             conn = task.conn
             if conn is not None:
                 with contextlib.suppress(OSError), task.lock:
-                    conn.sendall(self.rexec._pack(self.rexec.SIGNAL, signum.to_bytes(4, "big")))
+                    conn.sendall(wire.pack(wire.SIGNAL, signum.to_bytes(4, "big")))
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.deliver(signum)

@@ -15,7 +15,8 @@ and die with it.
 
 This file is started as ``python -I -S rexec.py …`` (it is on the path of every daemon launch,
 and it must not depend on the job's Python environment), so it uses the standard library only
-and imports what each entry point needs lazily.
+and imports what each entry point needs lazily. The frames and the opening below are
+:mod:`gpuyard.injob.channel`'s, shared with the Slurm step's ``srun``.
 
 Environment
 -----------
@@ -108,19 +109,37 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
-STDIN, STDOUT, STDERR, EXIT, ERROR, SIGNAL = 0, 1, 2, 3, 4, 5
-FRAME_HEADER = 5  # channel byte + 4-byte length
-MAX_FRAME = 1 << 20
+if not __package__:
+    # Started by its file (``python -I -S rexec.py``): our package is not on the path. Its root
+    # goes at the end, so that nothing in it can shadow the standard library (as the Slurm
+    # step's entry.py does); of gpuyard this file imports only the stdlib-only channel.
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from gpuyard.injob.channel import (  # noqa: E402 - after the path it may need
+    ENV_TOKEN,
+    ERROR,
+    EXIT,
+    MAX_TOKEN_LINE,
+    SIGNAL,
+    STDERR,
+    STDIN,
+    STDOUT,
+    AgentError,
+    connect,
+    exit_status,
+    hello,
+    pack,
+    read_frame,
+)
+
 MAX_HEADER = 1 << 20  # prted's command line is ~2 KB; leave room for long environments
 CHUNK = 64 * 1024
-MAX_TOKEN_LINE = 256  # the token and its newline: all that is read before authentication
 AUTH_DEADLINE = 5.0  # for the whole token line, from the connection's accept
 MAX_UNAUTHENTICATED = 64  # connections waiting for their token line at once
 MAX_SESSIONS = 512  # authenticated sessions at once (each costs a few threads and processes)
 ACCEPTS_PER_ROUND = 16  # new connections taken per loop, so waiting ones are read in between
 REPORT_EVERY = 5.0  # refused connections are logged as a count at most this often
 HEADER_TIMEOUT = 10.0  # after authentication, per read of the header line
-CONNECT_TIMEOUT = 30.0  # how long a target may take to start serving
 KILL_GRACE = 3.0  # between SIGTERM and SIGKILL of a command's group
 OUTPUT_GRACE = 2.0  # after the command exits, how long a background child may keep its pipes
 EXIT_CONNECTION = 255  # what ssh returns for its own failures; mpirun reports it as such
@@ -132,7 +151,6 @@ ENV_PORT = "GPUYARD_REXEC_PORT"
 ENV_HOSTS = "GPUYARD_REXEC_HOSTS"
 ENV_SELF = "GPUYARD_REXEC_SELF"
 ENV_HOSTNAME = "GPUYARD_REXEC_HOSTNAME"
-ENV_TOKEN = "GPUYARD_JOB_TOKEN"  # noqa: S105 - the variable's name, not a secret
 ENV_MAX_SESSIONS = "GPUYARD_REXEC_MAX_SESSIONS"
 
 # ssh options that take no value / take one. mpirun does not add any today, but Hydra's "ssh"
@@ -147,43 +165,7 @@ def remote_command(words: Sequence[str]) -> str:
     return " ".join(words)
 
 
-def exit_status(returncode: int) -> int:
-    """A shell's view of a child's end: ``-n`` (killed by signal n) becomes 128+n."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 # ----------------------------------------------------------------------------------- framing
-
-
-def _pack(channel: int, payload: bytes = b"") -> bytes:
-    return bytes((channel,)) + len(payload).to_bytes(4, "big") + payload
-
-
-def _read_frame(stream: BinaryIO) -> tuple[int, bytes] | None:
-    """The next frame, or None at a clean end of stream; ValueError if the stream is corrupt."""
-    head = stream.read(FRAME_HEADER)
-    if not head:
-        return None
-    if len(head) < FRAME_HEADER:
-        raise ValueError("connection closed inside a frame header")
-    channel = head[0]
-    length = int.from_bytes(head[1:], "big")
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes is over the {MAX_FRAME}-byte limit")
-    payload = stream.read(length) if length else b""
-    if len(payload) < length:
-        raise ValueError("connection closed inside a frame")
-    return channel, payload
-
-
-def hello(token: str, header: dict[str, object]) -> bytes:
-    """What a client sends first: the token line, then the header line (see Protocol)."""
-    import json
-
-    line = token.encode() + b"\n"
-    if not token or b"\n" in line[:-1] or b"\r" in line or len(line) > MAX_TOKEN_LINE:
-        raise AgentError(f"{ENV_TOKEN} must be one line of at most {MAX_TOKEN_LINE - 1} bytes")
-    return line + json.dumps(header).encode() + b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -277,7 +259,7 @@ class _Session:
             return False
         try:
             with self._send_lock:
-                self.conn.sendall(_pack(channel, payload))
+                self.conn.sendall(pack(channel, payload))
         except OSError:
             self._lost_client()
             return False
@@ -416,7 +398,7 @@ class _Session:
         threading.Thread(target=self._feed_stdin, args=(pending,), daemon=True).start()
         stdin_open = True
         try:
-            while (frame := _read_frame(rfile)) is not None:
+            while (frame := read_frame(rfile)) is not None:
                 channel, payload = frame
                 if channel == SIGNAL and len(payload) == 4:
                     self._signal(int.from_bytes(payload, "big"))
@@ -691,7 +673,7 @@ class _Gate:
         self.refused[reason] += 1
         self._report(time.monotonic())  # before the client hears of it: a log to check
         try:
-            waiting.conn.send(_pack(ERROR, reason.encode()))  # a few bytes: the buffer has room
+            waiting.conn.send(pack(ERROR, reason.encode()))  # a few bytes: the buffer has room
             waiting.conn.shutdown(socket.SHUT_WR)
         except OSError:
             self._drop(waiting, "")
@@ -789,10 +771,6 @@ def serve() -> int:
 # ------------------------------------------------------------------------------------- agent
 
 
-class AgentError(Exception):
-    """A failure of the agent itself (not of the remote command); exits 255 like ssh."""
-
-
 def _parse_agent_args(args: Sequence[str]) -> tuple[str, list[str]]:
     index = 0
     while index < len(args) and args[index].startswith("-"):
@@ -869,41 +847,11 @@ def _forward_stdin(conn: socket.socket) -> None:
                 data = os.read(0, CHUNK)
             except OSError:
                 data = b""  # no usable stdin (closed fd): the command sees EOF
-            conn.sendall(_pack(STDIN, data))
+            conn.sendall(pack(STDIN, data))
             if not data:
                 return
     except OSError:
         pass  # the connection ended; the main thread reports how
-
-
-def _connect(address: str, port: int, where: str) -> socket.socket:
-    """Connect, waiting while the target is not listening yet.
-
-    The executor starts a job's workers side by side, so the launcher's mpirun may ask for a
-    target before that target's ``serve`` has bound its port: a refusal is retried until
-    CONNECT_TIMEOUT, like ssh's ConnectionAttempts; any other error is final.
-    """
-    import socket
-    import time
-
-    deadline = time.monotonic() + CONNECT_TIMEOUT
-    delay = 0.05
-    while True:
-        try:
-            conn = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
-        except ConnectionRefusedError:
-            if time.monotonic() + delay > deadline:
-                raise AgentError(
-                    f"cannot reach {where}: connection refused for {CONNECT_TIMEOUT:.0f}s "
-                    "(is the worker serving?)"
-                ) from None
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        except OSError as exc:
-            raise AgentError(f"cannot reach {where}: {exc.strerror or exc}") from None
-        else:
-            conn.settimeout(None)
-            return conn
 
 
 def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
@@ -914,7 +862,7 @@ def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
     if not token:
         raise AgentError(f"{ENV_TOKEN} is not set")
     where = f"{name} at {address}:{port}"
-    conn = _connect(address, port, where)
+    conn = connect(address, port, where)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     header = hello(token, {"argv": words})
@@ -927,7 +875,7 @@ def _run_remote(name: str, address: str, port: int, words: list[str]) -> int:
     rfile = conn.makefile("rb")
     closed: set[int] = set()  # our own stdout/stderr, once their reader has gone away
     try:
-        while (frame := _read_frame(rfile)) is not None:
+        while (frame := read_frame(rfile)) is not None:
             channel, payload = frame
             if channel in (STDOUT, STDERR):
                 if channel not in closed:

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuyard.executors import nodecheck
+from gpuyard.injob import nodecheck
 
 TOOL = nodecheck.__file__
 

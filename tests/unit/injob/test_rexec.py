@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.executors import rexec
+from gpuyard.injob import channel, rexec
 
 REXEC = Path(rexec.__file__).resolve()
 TOKEN = "job-secret"
@@ -227,7 +227,7 @@ def test_a_bad_header_gets_an_error_frame(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
         conn.sendall(b'job-secret\n{"argv": "not a list"}\n')
         head = conn.recv(5, socket.MSG_WAITALL)
-        assert head[0] == rexec.ERROR
+        assert head[0] == channel.ERROR
         message = conn.recv(int.from_bytes(head[1:], "big"), socket.MSG_WAITALL)
     assert b"argv must be a non-empty list" in message
 
@@ -235,7 +235,7 @@ def test_a_bad_header_gets_an_error_frame(server: Server) -> None:
 def read_error(conn: socket.socket) -> bytes:
     """The server's ERROR frame's message (the connection must have one coming)."""
     head = conn.recv(5, socket.MSG_WAITALL)
-    assert head[:1] == bytes((rexec.ERROR,)), head
+    assert head[:1] == bytes((channel.ERROR,)), head
     return conn.recv(int.from_bytes(head[1:], "big"), socket.MSG_WAITALL)
 
 
@@ -493,9 +493,9 @@ def test_ssh_style_arguments(args: list[str], expected: tuple[str, list[str]]) -
 
 @pytest.mark.parametrize("args", [[], ["node1"], ["-Z", "node1", "a"], ["-o"]])
 def test_arguments_it_cannot_honour_are_errors(args: list[str]) -> None:
-    with pytest.raises(rexec.AgentError):
+    with pytest.raises(channel.AgentError):
         rexec._parse_agent_args(args)
 
 
 def test_exit_status_of_a_signalled_process() -> None:
-    assert (rexec.exit_status(0), rexec.exit_status(3), rexec.exit_status(-9)) == (0, 3, 137)
+    assert (channel.exit_status(0), channel.exit_status(3), channel.exit_status(-9)) == (0, 3, 137)
