@@ -9,6 +9,9 @@
   job's ``SLURM_NODELIST`` holds (:mod:`gpuyard.launch.slurm`): names that end in a number are
   grouped by prefix (and zero-padded width), sorted, and runs become ranges; other names are
   kept as they are.
+* ``compress_counts(counts) -> str`` is Slurm's form of a per-node list of numbers, as
+  ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE`` hold it: ``2(x3),1`` for
+  [2, 2, 2, 1] (a run of equal neighbours as ``value(xcount)``).
 
 The one copy of these rules, for every side: the Slurm commands (:mod:`gpuyard.slurm`), the
 launch plan (:mod:`gpuyard.launch.slurm`, which may not import ``gpuyard.slurm``) and the steps
@@ -25,7 +28,7 @@ TYPE_CHECKING = False  # typing is not imported at run time (sbatch's quick path
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["MAX_HOSTS", "compress_hostlist", "expand_hostlist"]
+__all__ = ["MAX_HOSTS", "compress_counts", "compress_hostlist", "expand_hostlist"]
 
 MAX_HOSTS = 100_000
 """The most names ``expand_hostlist`` builds: ``n[0-99999999]`` from a client is refused."""
@@ -171,4 +174,17 @@ def _compress(hosts: tuple[str, ...]) -> str:
         )
         single = len(runs) == 1 and runs[0][0] == runs[0][1]
         parts.append(f"{prefix}{text}" if single else f"{prefix}[{text}]")
+    return ",".join(parts)
+
+
+def compress_counts(counts: Sequence[int]) -> str:
+    """Slurm's form of a per-node list of numbers: ``2(x3),1`` for [2, 2, 2, 1]."""
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        parts.append(f"{counts[i]}(x{j - i + 1})" if j > i else str(counts[i]))
+        i = j + 1
     return ",".join(parts)

@@ -39,6 +39,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.models.job_query import JobQuery
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
@@ -191,19 +192,17 @@ class Client:
         offset: int = 0,
         limit: int = 100,
     ) -> Page[JobView]:
-        params: list[tuple[str, str | int | float]] = [("offset", offset), ("limit", limit)]
-        params += [("status", str(s)) for s in status]
-        params += [("id", i) for i in ids]
-        if array is not None:
-            params.append(("array", array))
-        if name:
-            params.append(("name", name))
-        if owner:
-            params.append(("owner", owner))
-        if active_after is not None:
-            params.append(("active_after", active_after))
-        if created_before is not None:
-            params.append(("created_before", created_before))
+        wanted = JobQuery(
+            name=name or "",
+            owner=owner or "",
+            ids=tuple(ids),
+            array=array,
+            active_after=active_after,
+            created_before=created_before,
+            offset=offset,
+            limit=limit,
+        )
+        params = wanted.params(statuses=[str(s) for s in status])
         data = self._request("GET", "/jobs", params=params).json()
         return Page[JobView].model_validate(data)
 

@@ -234,7 +234,7 @@ class Applier:
             for a in start.allocations
         ]
         placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
-        spec, chosen = _chosen_spec(JobSpec.model_validate(row.spec), start.choice)
+        spec, chosen = _chosen_spec(row.job_spec(), start.choice)
         extra: dict[str, Any] = {}
         if chosen:  # the spec it runs (and resumes) with: the others are dropped
             extra["spec"] = spec.model_dump(mode="json")

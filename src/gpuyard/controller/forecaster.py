@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, update
 
 from gpuyard.clock import Clock
 from gpuyard.models.states import PENDING
+from gpuyard.periodic import Periodic, paced
 from gpuyard.scheduler import Budget, forecast, frozen_heap
 from gpuyard.store.engine import Store
 from gpuyard.store.forecasts import forecast_to_store
@@ -63,35 +63,25 @@ class Forecaster:
         self._loader = SnapshotLoader(lambda: store.generation("nodes", "pools"))
         self._written: dict[int, dict[str, Any]] = {}
         self._changed = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("forecaster", self._round)
 
     def changed(self) -> None:
         """The queue or the pool changed: forecast again (at most every ``every`` s)."""
         self._changed.set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="forecaster", daemon=True)
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._changed.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._periodic.stop(timeout, wake=self._changed)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._changed.wait()
-            if self._stop.is_set():
-                return
-            self._changed.clear()
-            began = time.monotonic()
-            try:
-                self.run_once()
-            except Exception:  # the next change tries again
-                log.exception("forecasting the queue failed")
-            self._stop.wait(max(0.0, self.every - (time.monotonic() - began)))
+    def _round(self) -> float:
+        """Wait for a change, then forecast; the next round waits ``every`` s at least."""
+        self._changed.wait()
+        if self._periodic.stopping:
+            return 0.0
+        self._changed.clear()
+        return paced(self.run_once, self.every, log, "forecasting the queue failed")
 
     def run_once(self) -> int:
         """Forecast every queued job and store what changed; return how many were stored."""

@@ -28,13 +28,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec
+from gpuyard.controller.job_actions import JobActions
 from gpuyard.controller.recovery import CHECK_DEADLINE, check_verdict, fault_tolerance
 from gpuyard.diagnosis.signatures import Suspect
 from gpuyard.executors.base import Executor, LaunchError
@@ -47,7 +47,7 @@ from gpuyard.launch.exec_workers import (
     exec_launches,
 )
 from gpuyard.launch.plan import JobContext
-from gpuyard.models import JobSpec, JobState, Slot
+from gpuyard.models import JobState, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.states import end_of_hold
@@ -75,26 +75,18 @@ class Hold:
         store: Store,
         executor: Executor,
         clock: Clock,
+        actions: JobActions,
         *,
-        fresh: Callable[[Any, JobRow], JobRow | None],
-        drain: Callable[[JobRow, JobState, list[WorkerRow]], None],
-        mark_dirty: Callable[[], None],
-        account: Callable[[JobRow], str | None],
         context: Callable[[JobRow, list[Slot], str | None], JobContext],
-        gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         restart: Callable[[JobRow], None],
         kill_backstop: float,
     ) -> None:
         self.store = store
         self.executor = executor
         self.clock = clock
-        self._fresh = fresh
-        self._drain = drain
-        self._mark_dirty = mark_dirty
-        self._account = account
+        self.actions = actions
         self._context = context
         """The launch context of the job's current attempt on a placement, as an account."""
-        self._gpu_devices = gpu_devices
         self._restart = restart
         self._backstop = kill_backstop
         self._backstop_kills: set[int] = set()
@@ -121,7 +113,7 @@ class Hold:
         ended = all(w.state.is_ended() for w in workers)
         target = JobState.HELD if ended else JobState.HALTING
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return True  # changed meanwhile: the next pass looks again
             transition(
@@ -140,8 +132,8 @@ class Hold:
                 exit_code=exit_code,
             )
         if not ended:
-            self._drain(row, JobState.HALTING, workers)
-        self._mark_dirty()
+            self.actions.drain(row, JobState.HALTING, workers)
+        self.actions.mark_dirty()
         return True
 
     # -- held -----------------------------------------------------------------------------
@@ -168,7 +160,7 @@ class Hold:
     def restart(self, job: JobRow, workers: list[WorkerRow]) -> None:
         """A held job a person started again: once nothing of it runs, restart it in place."""
         if not all(w.state.is_ended() for w in workers):
-            self._drain(job, JobState.RESTARTING, workers)
+            self.actions.drain(job, JobState.RESTARTING, workers)
             return
         self._restart(job)
 
@@ -176,7 +168,7 @@ class Hold:
         """Its hold reached its time limit: it ends, as it would have without the hold."""
         target = end_of_hold(job.hold_outcome)
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return
             until = _clock(row.held_until or now)
@@ -191,7 +183,7 @@ class Hold:
                 held_until=None,
                 hold_outcome=None,
             )
-        self._drain(row, target, workers)
+        self.actions.drain(row, target, workers)
 
     def _signal(self, job: JobRow, workers: list[WorkerRow], now: float) -> None:
         """Stop what a person asked to stop; kill a check past its deadline."""
@@ -245,7 +237,7 @@ class Hold:
                     else "the server that opened this shell never started it",
                     finished_at=now,
                 )
-        self._mark_dirty()
+        self.actions.mark_dirty()
 
     def _stop(self, w: WorkerRow, handle: Handle, grace: float, now: float) -> tuple[bool, str]:
         """Signal a worker a person asked to stop: (whether this is its first signal, what to
@@ -299,7 +291,7 @@ class Hold:
 
     def _plan(self, job: JobRow, pending: list[WorkerRow]) -> dict[int, WorkerLaunch]:
         placement = [Slot.model_validate(s) for s in job.placement or []]
-        run_as = self._account(job)
+        run_as = self.actions.account(job)
         nodes = {w.node for w in pending}
         base_env = {n: self.executor.base_env(n) for n in nodes}
         planned: dict[int, WorkerLaunch] = {}
@@ -313,7 +305,7 @@ class Hold:
                     placement=placement,
                     tools=self.executor.tools(),
                     base_env=base_env,
-                    gpu_devices=self._gpu_devices(),
+                    gpu_devices=self.actions.gpu_devices(),
                     job_dir=self.executor.job_dir(job.id),
                     run_as=run_as,
                     rank_base=min(w.rank for w in checks),
@@ -353,11 +345,11 @@ class Hold:
         AccountRefused, or ValueError / ValidationError for a job that cannot be planned."""
         placement = [Slot.model_validate(s) for s in job.placement or []]
         if run_as is None:
-            run_as = self._account(job)
+            run_as = self.actions.account(job)
         if base_env is None:
             base_env = {n: self.executor.base_env(n) for n in set(ranks.values())}
         return exec_launches(
-            launch_spec(JobSpec.model_validate(job.spec), len(placement)),
+            launch_spec(job.job_spec(), len(placement)),
             self._context(job, placement, run_as),
             argv=argv,
             ranks=ranks,
@@ -400,7 +392,7 @@ class Hold:
                         time=now,
                         reason=f"worker {w.rank} could not start: {failed[w.id][:500]}",
                     )
-        self._mark_dirty()
+        self.actions.mark_dirty()
 
     # -- what came of a run ---------------------------------------------------------------
 
@@ -492,7 +484,7 @@ class Hold:
                 reason=f"{entry.cause}: {outcome}"[:1900] + suspect,
             )
         if cordon:
-            self._mark_dirty()
+            self.actions.mark_dirty()
 
 
 def _abandoned(worker: WorkerRow, now: float) -> bool:

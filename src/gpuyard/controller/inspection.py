@@ -26,6 +26,7 @@ from gpuyard.clock import Clock
 from gpuyard.executors.base import Executor
 from gpuyard.models import NodeState
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.periodic import Periodic, paced
 from gpuyard.services.nodes import record_inspection, stored_findings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import NodeRow
@@ -86,35 +87,25 @@ class Inspector:
         self.deadline = deadline
         self.cordoned = cordoned
         self._call: _Call | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("inspector", self._round)
 
     def start(self) -> None:
         if self.every <= 0:
             return
-        self._thread = threading.Thread(target=self._run, name="inspector", daemon=True)
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._periodic.stop(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                self.run_once()
-            except Exception:  # the next inspection tries again
-                log.exception("inspecting the nodes failed")
-            self._stop.wait(max(0.0, self.every - (time.monotonic() - began)))
+    def _round(self) -> float:
+        return paced(self.run_once, self.every, log, "inspecting the nodes failed")
 
     def run_once(self) -> dict[str, list[Finding]]:
         """Inspect every node and record it; return the nodes cordoned, with the findings
         that did it. An executor whose inspection raises records nothing (a bug, not a
         node's fault: it is raised)."""
         found = self._ask()
-        if not found or self._stop.is_set():
+        if not found or self._periodic.stopping:
             return {}
         with self.store.write() as session:
             cordoned = record_inspection(session, found, now=self.clock.now())
@@ -135,7 +126,7 @@ class Inspector:
         call = self._call
         end = time.monotonic() + self.deadline
         while not call.done.wait(max(0.0, min(end - time.monotonic(), STOP_CHECK))):
-            if self._stop.is_set():
+            if self._periodic.stopping:
                 return {}  # stopping: a missed heartbeat now would be ours, not the node's
             if time.monotonic() >= end:
                 return self._missed()

@@ -41,7 +41,7 @@ from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
-from gpuyard.models import JobSpec, JobState, JobType, Slot
+from gpuyard.models import JobState, JobType, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import MpiImplementation
@@ -114,17 +114,13 @@ class Lifecycle:
         self._mark_dirty = mark_dirty
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
-        self.suspender = Suspender(store, executor, clock, self._fresh, self._drain)
+        self.suspender = Suspender(store, executor, clock, self)
         self.hold = Hold(
             store,
             executor,
             clock,
-            fresh=self._fresh,
-            drain=self._drain,
-            mark_dirty=mark_dirty,
-            account=self._account,
+            self,
             context=self._context,
-            gpu_devices=gpu_devices,
             restart=lambda job: self.recovery.restart(job, counted=False),
             kill_backstop=KILL_BACKSTOP,
         )
@@ -132,14 +128,10 @@ class Lifecycle:
             store,
             executor,
             clock,
-            fresh=self._fresh,
-            drain=self._drain,
-            mark_dirty=mark_dirty,
+            self,
             look_again=look_again,
-            account=self._account,
-            gpu_devices=gpu_devices,
             new_workers=lambda row, slots, attempt, check: worker_rows(
-                row.id, JobSpec.model_validate(row.spec), slots, attempt, check=check
+                row.id, row.job_spec(), slots, attempt, check=check
             ),
             alert=alert,
             hold_failed=self.hold.hold_failed,
@@ -172,7 +164,7 @@ class Lifecycle:
         if checks and self.recovery.checks(job, checks) is not CheckProgress.PASSED:
             return  # the job's own workers start once every node passed its check
         placement = [Slot.model_validate(s) for s in job.placement or []]
-        spec = launch_spec(JobSpec.model_validate(job.spec), len(placement))
+        spec = launch_spec(job.job_spec(), len(placement))
         run_as, refused = None, ""
         try:
             run_as = self._account(job)
@@ -307,9 +299,7 @@ class Lifecycle:
         now = self.clock.now()
         if self._suspended_itself(job, workers, now):
             return
-        verdict = settle(
-            [_facts(w) for w in workers], batch=job.spec.get("type") == JobType.BATCH.value
-        )
+        verdict = settle([_facts(w) for w in workers], batch=job.job_spec().type is JobType.BATCH)
         if verdict.outcome is Outcome.FAIL:
             self._fail(job, workers, verdict, now)
         elif verdict.outcome is Outcome.SUCCEED:
@@ -423,7 +413,7 @@ class Lifecycle:
     ) -> None:
         """Tell some workers of a job that goes on to exit (a failed sub-task, idle helpers)."""
         now = self.clock.now()
-        grace = float(job.spec.get("graceful_shutdown", 30.0))
+        grace = job.grace()
         signalled = []
         for w in workers:
             if w.handle is not None and w.terminate_sent_at is None:
@@ -463,7 +453,7 @@ class Lifecycle:
         """Tell live workers to exit within ``grace`` seconds (default: the job's graceful
         period); SIGKILL stragglers; end the job when all have exited."""
         now = self.clock.now()
-        spec_grace = float(job.spec.get("graceful_shutdown", 30.0))
+        spec_grace = job.grace()
         grace = spec_grace if grace is None else min(grace, spec_grace)
         signalled: list[WorkerRow] = []
         killed: list[WorkerRow] = []
@@ -560,6 +550,18 @@ class Lifecycle:
             raise StaleWrite(f"job {job.id} changed since it was read")
         return row
 
+    # -- JobActions: what hold, recovery and suspension ask of their lifecycle -------------
+    # The protocol's public names for the lifecycle's own guard, drain and account.
+    fresh = _fresh
+    drain = _drain
+    account = _account
+
+    def mark_dirty(self) -> None:
+        self._mark_dirty()
+
+    def gpu_devices(self) -> Mapping[str, Sequence[str]]:
+        return self._gpu_devices()
+
 
 def _give_up_path(state: JobState) -> tuple[JobState, ...]:
     """The moves from ``state`` to its end when the controller gives up on the job: a draining
@@ -609,7 +611,7 @@ def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -
     if status.cause:
         return f"{who} ended: {status.cause} (exit code {code})"
     if status.escalated:
-        grace = float(job.spec.get("graceful_shutdown", 30.0)) if job else 0.0
+        grace = job.grace() if job else 0.0
         return (
             f"{who} did not exit within the graceful period ({format_duration(grace)}) after "
             f"SIGTERM and was {ESCALATED} (exit code {code})"

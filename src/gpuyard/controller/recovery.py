@@ -29,13 +29,14 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
+from gpuyard.controller.job_actions import JobActions
 from gpuyard.diagnosis.checks import check_failures, inconclusive
 from gpuyard.diagnosis.performance import Sample, Slowness, judge
 from gpuyard.diagnosis.recovery import EXIT_NO_RESTART, Decision, FailureFacts, decide_recovery
@@ -76,15 +77,6 @@ MAX_SAMPLES = 20_000
 """Progress samples kept per watched job (about 5 hours at one a second)."""
 
 
-class Drain(Protocol):
-    """The controller's drain: tell live workers to exit (within ``grace`` seconds, default
-    the job's graceful period), SIGKILL stragglers, end the job once all exited."""
-
-    def __call__(
-        self, job: JobRow, state: JobState, workers: list[WorkerRow], *, grace: float | None = None
-    ) -> None: ...
-
-
 class CheckProgress(Enum):
     RUNNING = "running"
     PASSED = "passed"
@@ -101,8 +93,8 @@ def log_tail(executor: Executor, handle: Handle, limit: int) -> list[str]:
 
 
 def fault_tolerance(job: JobRow) -> FaultTolerance | None:
-    raw = (job.spec or {}).get("fault_tolerance")
-    return FaultTolerance.model_validate(raw) if raw else None
+    spec = job.loaded_spec()
+    return spec.fault_tolerance if spec is not None else None
 
 
 class FaultRecovery:
@@ -111,13 +103,9 @@ class FaultRecovery:
         store: Store,
         executor: Executor,
         clock: Clock,
+        actions: JobActions,
         *,
-        fresh: Callable[[Any, JobRow], JobRow | None],
-        drain: Drain,
-        mark_dirty: Callable[[], None],
         look_again: Callable[[int], None],
-        account: Callable[[JobRow], str | None],
-        gpu_devices: Callable[[], Mapping[str, Sequence[str]]],
         new_workers: Callable[[JobRow, list[Slot], int, bool], list[WorkerRow]],
         alert: Callable[[dict[str, Any]], None] | None = None,
         hold_failed: Callable[[JobRow, list[WorkerRow], str], bool] = lambda *_: False,
@@ -125,12 +113,8 @@ class FaultRecovery:
         self.store = store
         self.executor = executor
         self.clock = clock
-        self._fresh = fresh
-        self._drain = drain
-        self._mark_dirty = mark_dirty
+        self.actions = actions
         self._look_again = look_again
-        self._account = account
-        self._gpu_devices = gpu_devices
         self._new_workers = new_workers
         """The worker rows of an attempt on these slots (with check workers when asked)."""
         self._hold_failed = hold_failed
@@ -175,9 +159,9 @@ class FaultRecovery:
             placement=placement,
             tools=self.executor.tools(),
             base_env={n: self.executor.base_env(n) for n in nodes},
-            gpu_devices=self._gpu_devices(),
+            gpu_devices=self.actions.gpu_devices(),
             job_dir=self.executor.job_dir(job.id),
-            run_as=self._account(job),
+            run_as=self.actions.account(job),
             floor=self._floor(placement[0].node) if placement else None,
         )
         by_rank = {launch.key.rank: launch for launch in launches}
@@ -205,7 +189,7 @@ class FaultRecovery:
                 time=now,
                 reason=f"node check started on {', '.join(sorted(nodes))}",
             )
-        self._mark_dirty()
+        self.actions.mark_dirty()
 
     def _floor(self, node: str) -> float | None:
         """The all-reduce floor of the pool ``node`` is in."""
@@ -218,7 +202,7 @@ class FaultRecovery:
         blamed, undecided = check_verdict(self.executor, job.id, checks)
         ft = fault_tolerance(job) or FaultTolerance()
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return
             failures = row.check_failures + 1
@@ -264,7 +248,7 @@ class FaultRecovery:
                 )
             else:
                 self._requeue(session, row, now, why=why, check_failures=failures)
-        self._mark_dirty()
+        self.actions.mark_dirty()
 
     # -- faults ---------------------------------------------------------------------------
 
@@ -301,7 +285,7 @@ class FaultRecovery:
     ) -> bool:
         now = self.clock.now()
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return True  # changed meanwhile: the next pass looks again
             action = f"restarting ({d.why})" if d.restart else f"job fails: {d.why}"
@@ -336,15 +320,15 @@ class FaultRecovery:
             )
         # A hung worker cannot use a graceful period (a stopped one does not even see the
         # SIGTERM): waiting it out delayed every restart after a hang by that much.
-        self._drain(row, JobState.RECOVERING, workers, grace=0.0 if kind == "hang" else None)
+        self.actions.drain(row, JobState.RECOVERING, workers, grace=0.0 if kind == "hang" else None)
         self._look_again(job.id)  # its workers may all have exited already: restart it
-        self._mark_dirty()
+        self.actions.mark_dirty()
         return True
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
         """A recovering job: drain its workers; once all exited, restart it."""
         if not all(w.state.is_ended() for w in workers):
-            self._drain(job, JobState.RECOVERING, workers)
+            self.actions.drain(job, JobState.RECOVERING, workers)
             return
         self.restart(job, counted=True)
 
@@ -360,7 +344,7 @@ class FaultRecovery:
         names = sorted({s.node for s in placement})
         restarted = False
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return
             ready = {
@@ -404,7 +388,7 @@ class FaultRecovery:
                 )
         if restarted:  # launched by the next pass, not by the next full one (up to 2 s on)
             self._look_again(job.id)
-        self._mark_dirty()
+        self.actions.mark_dirty()
 
     def _requeue(self, session: Any, row: JobRow, now: float, *, why: str, **changes: Any) -> None:
         """Back in the queue at its original position, to be placed again (as a suspension
@@ -502,7 +486,7 @@ class FaultRecovery:
         if self._hold_failed(job, workers, f"the job hangs: {evidence}"):
             return True
         with self.store.write() as session:
-            row = self._fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is not None:
                 transition(
                     session,
@@ -513,7 +497,7 @@ class FaultRecovery:
                     time=self.clock.now(),
                     reason=f"the job hangs: {evidence}",
                 )
-        self._drain(job, JobState.FAILING, workers)
+        self.actions.drain(job, JobState.FAILING, workers)
         return True
 
     def _slow(self, job: JobRow, now: float, controls: Sequence[ControlState]) -> Slowness | None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -53,6 +52,7 @@ from gpuyard.models.usage import (
     downsample,
 )
 from gpuyard.models.worker import Handle, WorkerState
+from gpuyard.periodic import Periodic
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import NodeRow, NodeUsageRow, WorkerRow, WorkerUsageRow
 
@@ -85,32 +85,27 @@ class UsageSampler:
         self._nodes: dict[str, tuple[float, float]] = {}
         self._rolled: dict[int, float] = {}
         """Level -> the bucket boundary up to which it was rolled up from the level below."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("usage-sampler", self._round)
         self._failing = False
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._periodic.stop(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample_once()
-            except Exception:  # the next round tries again
-                if not self._failing:
-                    log.exception("sampling usage failed")
-                self._failing = True
-            else:
-                self._failing = False
-            # Early in the next bucket: one sample per bucket, none skipped by drift.
-            now = self.clock.now()
-            self._stop.wait(bucket(now, self.interval) + self.interval - now + 0.05)
+    def _round(self) -> float:
+        try:
+            self.sample_once()
+        except Exception:  # the next round tries again
+            if not self._failing:
+                log.exception("sampling usage failed")
+            self._failing = True
+        else:
+            self._failing = False
+        # Early in the next bucket: one sample per bucket, none skipped by drift.
+        now = self.clock.now()
+        return bucket(now, self.interval) + self.interval - now + 0.05
 
     # -- one round --------------------------------------------------------------------------
 

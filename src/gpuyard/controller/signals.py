@@ -52,18 +52,19 @@ class Signals:
     def _limit_signals_due(self, now: float) -> list[tuple[int, int, bool]]:
         """(job, signal, to its steps) for running jobs within their signal's time of the limit."""
         with self.store.read() as session:
-            rows = session.execute(
-                select(JobRow.id, JobRow.spec).where(
+            rows = session.scalars(
+                select(JobRow).where(
                     JobRow.state == JobState.RUNNING,
                     JobRow.limit_signal.is_not(None),
                     JobRow.started_at + JobRow.max_runtime - JobRow.limit_signal <= now,
                 )
             ).all()
-        due: list[tuple[int, int, bool]] = []
-        for job_id, spec in rows:
-            wanted = ((spec or {}).get("slurm") or {}).get("signal")
-            if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
-                due.append((job_id, wanted["signal"], not wanted.get("batch", False)))
+            due: list[tuple[int, int, bool]] = []
+            for row in rows:
+                spec = row.loaded_spec()
+                wanted = spec.slurm.signal if spec is not None and spec.slurm is not None else None
+                if wanted is not None:
+                    due.append((row.id, wanted.signal, not wanted.batch))
         return due
 
     def _queue(self, due: Sequence[tuple[int, int, bool]], now: float) -> bool:

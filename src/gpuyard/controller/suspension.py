@@ -14,16 +14,17 @@ Each pass over a job in ``suspending``:
 from __future__ import annotations
 
 import signal as _signals
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import update
 
 from gpuyard.clock import Clock
+from gpuyard.controller.job_actions import JobActions
 from gpuyard.executors.base import Executor
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
+from gpuyard.models.job import JobMode, JobSpec
 from gpuyard.models.states import JobState
 from gpuyard.models.worker import ControlState, Notice, WorkerState
 from gpuyard.quantities import format_duration
@@ -47,10 +48,8 @@ class Suspender:
     store: Store
     executor: Executor
     clock: Clock
-    fresh: Callable[[Any, JobRow], JobRow | None]
-    """The job's row if nobody changed it since it was read (the controller's guard)."""
-    drain: Callable[[JobRow, JobState, list[WorkerRow]], None]
-    """Tell live workers to exit, SIGKILL stragglers (the controller's drain)."""
+    actions: JobActions
+    """The row guard and the drain of the lifecycle that owns this suspender."""
 
     def advance(self, job: JobRow, workers: list[WorkerRow]) -> None:
         now = self.clock.now()
@@ -59,7 +58,9 @@ class Suspender:
         unnotified = [w for w in live if w.notice_sent_at is None]
         notice = Notice(now, deadline, job.reason or "the platform needs its resources", ACTOR)
         asked = job.reason == REQUEUE_ASKED
-        slurm_signals = slurm_preemption_signals(job.spec) if unnotified and not asked else []
+        slurm_signals = (
+            slurm_preemption_signals(job.loaded_spec()) if unnotified and not asked else []
+        )
         for w in unnotified:
             self.executor.notify(w.handle or {}, notice)
             for signum, steps in slurm_signals:
@@ -72,7 +73,7 @@ class Suspender:
                 self._record_notices(session, job, unnotified, deadline, now)
             self._record_control(session, job, list(zip(handled, states, strict=True)), now)
         if now >= deadline and live:
-            self.drain(job, JobState.SUSPENDING, workers)
+            self.actions.drain(job, JobState.SUSPENDING, workers)
         if all(w.state.is_ended() for w in workers):
             self._requeue(job, workers, now)
 
@@ -144,7 +145,7 @@ class Suspender:
             w.state is WorkerState.EXITED and w.exit_code == 0 for w in primaries
         )
         with self.store.write() as session:
-            row = self.fresh(session, job)
+            row = self.actions.fresh(session, job)
             if row is None:
                 return
             if finished:
@@ -179,7 +180,7 @@ class Suspender:
             finish_suspension(session, row, actor=ACTOR, why=why, now=now)
 
 
-def slurm_preemption_signals(spec: Any) -> list[tuple[int, bool]]:
+def slurm_preemption_signals(spec: JobSpec | None) -> list[tuple[int, bool]]:
     """What a preempted Slurm batch job is sent when its notice period begins, as
     ``(signal, to the steps)`` pairs: SIGCONT, then the job's ``--signal`` (to its steps, or
     to its batch shell with ``B:``) if it has one, else SIGTERM to its steps. That is Slurm's
@@ -188,12 +189,12 @@ def slurm_preemption_signals(spec: Any) -> list[tuple[int, bool]]:
     ``--signal`` they asked for (``USR2@90``, ``SIGUSR1@90``) and never see SIGTERM as the
     moment to save. The job then has the pool's notice period before SIGTERM and SIGKILL, as
     Slurm's GraceTime. Empty for jobs of other modes (their runtime has the notice)."""
-    if not isinstance(spec, dict) or spec.get("mode") != "slurm":
+    if spec is None or spec.mode is not JobMode.SLURM:
         return []
-    wanted = (spec.get("slurm") or {}).get("signal")
+    wanted = spec.slurm.signal if spec.slurm is not None else None
     signals = [(int(_signals.SIGCONT), True)]
-    if isinstance(wanted, dict) and isinstance(wanted.get("signal"), int):
-        signals.append((wanted["signal"], not wanted.get("batch", False)))
+    if wanted is not None:
+        signals.append((wanted.signal, not wanted.batch))
     else:
         signals.append((int(_signals.SIGTERM), True))
     return signals

@@ -23,7 +23,14 @@ from typing import Any
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import Network, NetworkPreset, network_env
-from gpuyard.launch.slurm import HET_ONLY, batch_env, het_env, slurm_components, slurm_env
+from gpuyard.launch.slurm import (
+    HET_ONLY,
+    Component,
+    batch_env,
+    het_env,
+    slurm_components,
+    slurm_env,
+)
 from gpuyard.launch.topology import Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
@@ -35,6 +42,7 @@ from gpuyard.launch.workspace import (
 )
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
+from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     File,
@@ -338,12 +346,10 @@ SLURM_TOOLS = ("srun", "scontrol")
 and come from ``gpuyard slurm-shims``)."""
 
 
-def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
-    """A Slurm batch job: worker 0 runs the script (the batch step), the others serve the
-    ``srun`` tasks it starts on their nodes (``slurm/step/main.py``)."""
-    ctx, slurm = w.ctx, w.spec.slurm
-    assert slurm is not None
-    files_dir = w.files_dir
+def _slurm_files(w: _Worker) -> tuple[str, dict[str, File]]:
+    """Where the batch step finds its nodes' ``rexec`` servers, and the Slurm commands of the
+    job's ``slurm-bin`` directory (each runs the in-job ``slurm`` entry point)."""
+    ctx, files_dir = w.ctx, w.files_dir
     hosts_json = posixpath.join(files_dir, "rexec-hosts.json")
     rexec_hosts = {
         w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
@@ -355,15 +361,31 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
         files[posixpath.join(slurm_bin_dir(files_dir), name)] = File(
             f'#!/bin/sh\nexec {python} -I -S {tool} {name} "$@"\n', 0o755
         )
-    slot = w.slot
-    devices = (ctx.gpu_devices or {}).get(slot.node)
-    gpus = [devices[i] if devices and i < len(devices) else str(i) for i in slot.gpus]
+    return hosts_json, files
+
+
+def _array_env(slurm: SlurmBatch, job_id: int) -> dict[str, int] | None:
+    """``SLURM_ARRAY_*`` of an array task, by name (None: the job is no array's)."""
     array = slurm.array
+    if array is None:
+        return None
+    return {
+        "job_id": array.job_id or job_id,
+        "task_id": array.task_id,
+        "task_count": array.count,
+        "task_min": array.min,
+        "task_max": array.max,
+        "task_step": array.step,
+    }
+
+
+def _component_env(w: _Worker, slurm: SlurmBatch, gpus: list[str]) -> dict[str, str]:
+    """The batch job's ``SLURM_*`` variables on this worker's node. A heterogeneous job's
+    worker is a node of its component: the job variables are the component's (the batch
+    shell's are component 0's), beside every component's ``*_HET_GROUP_n``."""
+    ctx, r = w.ctx, w.spec.resources
     all_nodes = [w.slot_of(s).node for s in w.compute]
-    r = w.spec.resources
     components = slurm_components(slurm, all_nodes, gpus=r.gpus, cpus=r.cpus, memory=r.memory)
-    # A heterogeneous job's worker is a node of its component: the job variables are the
-    # component's (the batch shell's are component 0's), beside every component's *_HET_GROUP_n.
     mine = next(c for c in components if w.seat.node_rank < c.first + len(c.nodes))
     env = batch_env(
         job_id=ctx.job_id + mine.index,
@@ -373,7 +395,7 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
         ntasks=mine.ntasks,
         ntasks_per_node=mine.ntasks_per_node,
         cpus_per_task=mine.cpus_per_task,
-        cpus=slot.cpus,
+        cpus=w.slot.cpus,
         gpus=gpus,
         memory_mb=mine.memory_mb,
         submit_dir=slurm.submit_dir,
@@ -386,35 +408,43 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
         gid=slurm.gid,
         attempt=ctx.attempt,
         open_mode=slurm.open_mode,
-        array=None
-        if array is None
-        else {
-            "job_id": array.job_id or ctx.job_id,
-            "task_id": array.task_id,
-            "task_count": array.count,
-            "task_min": array.min,
-            "task_max": array.max,
-            "task_step": array.step,
-        },
+        array=_array_env(slurm, ctx.job_id),
     )
     if len(components) > 1:
         for name in HET_ONLY:
             env.pop(name, None)
-        env.update(
-            het_env(
-                job_id=ctx.job_id,
-                components=components,
-                partition=slurm.partition,
-                account=slurm.account,
-                qos=slurm.qos,
-                submit_dir=slurm.submit_dir,
-                submit_host=slurm.submit_host,
-                user=ctx.owner,
-                uid=slurm.uid,
-                gid=slurm.gid,
-                attempt=ctx.attempt,
-            )
-        )
+        env.update(_het_env(w, slurm, components))
+    return env
+
+
+def _het_env(w: _Worker, slurm: SlurmBatch, components: list[Component]) -> dict[str, str]:
+    ctx = w.ctx
+    return het_env(
+        job_id=ctx.job_id,
+        components=components,
+        partition=slurm.partition,
+        account=slurm.account,
+        qos=slurm.qos,
+        submit_dir=slurm.submit_dir,
+        submit_host=slurm.submit_host,
+        user=ctx.owner,
+        uid=slurm.uid,
+        gid=slurm.gid,
+        attempt=ctx.attempt,
+    )
+
+
+def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
+    """A Slurm batch job: worker 0 runs the script (the batch step), the others serve the
+    ``srun`` tasks it starts on their nodes (``slurm/step/main.py``)."""
+    ctx, slurm = w.ctx, w.spec.slurm
+    assert slurm is not None
+    files_dir = w.files_dir
+    hosts_json, files = _slurm_files(w)
+    slot = w.slot
+    devices = (ctx.gpu_devices or {}).get(slot.node)
+    gpus = [devices[i] if devices and i < len(devices) else str(i) for i in slot.gpus]
+    env = _component_env(w, slurm, gpus)
     env.update(
         {
             # Node names need not resolve (virtual nodes do not): Lightning and submitit's
@@ -476,7 +506,114 @@ def _seats(spec: JobSpec, ctx: JobContext) -> tuple[Seat, ...]:
     return found
 
 
-def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
+@dataclass(slots=True)
+class _ModeParts:
+    """What a job's mode adds to a worker's launch: its command (rewritten by the launcher it
+    goes through) or a whole argv instead, its variables and files."""
+
+    command: ParsedCommand
+    argv: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, File] = field(default_factory=dict)
+    processes_per_node: int = 1
+
+    def add(self, env: Mapping[str, str], files: Mapping[str, File]) -> None:
+        self.env.update(env)
+        self.files.update(files)
+
+
+def _job_env(w: _Worker, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables every worker of the job starts from: the pool's, the platform's
+    defaults, the network's, the runtime listener's, then the spec's own."""
+    spec = w.spec
+    env = dict(base_env)
+    env.update(PLATFORM_DEFAULTS)
+    total_gpus = spec.resources.gpus * spec.nodes
+    env.update(network_env(w.ctx.network, total_gpus=total_gpus, mpi=spec.mode.uses_mpi))
+    env.update({k: v for k, v in listener_env(w.ctx).items() if k not in env})
+    env.update(spec.env)
+    return env
+
+
+def _torch_parts(w: _Worker, parts: _ModeParts) -> None:
+    """A torch job's Python command under the torch launcher, one process per slot."""
+    wrapped = wrap_python(
+        parts.command,
+        nproc_per_node=w.slots_per_node,
+        nnodes=len(w.compute),
+        node_rank=w.seat.node_rank,
+        master_addr="localhost" if w.seat.node_rank == 0 else w.master.address,
+        master_port=w.master.port,
+        launcher=w.spec.launcher,
+    )
+    if wrapped is not None:
+        parts.command, parts.processes_per_node = wrapped, w.slots_per_node
+
+
+def _mpi_parts(w: _Worker, env: dict[str, str], parts: _ModeParts) -> None:
+    """An MPI job: its installation first on the paths, and the launcher's ``mpirun``."""
+    spec, seat = w.spec, w.seat
+    install = w.ctx.mpi.get(spec.mpi)
+    if install is not None:
+        _prepend_path(env, "PATH", install.bin_dir)
+        _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
+    if seat.role is WorkerRole.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
+        _prepend_path(env, "PATH", mpirun_shim_dir(w.files_dir))
+    argv, more_env, more_files = _mpi(w)
+    parts.argv = argv
+    parts.add(more_env, more_files)
+    if seat.role is WorkerRole.LAUNCHER:
+        processes = w.slots_per_node * len(w.compute)
+        parts.command = with_mpi_prefix(parts.command, spec.mpi, processes)
+
+
+def _mode_parts(w: _Worker, env: dict[str, str]) -> _ModeParts:
+    """What the job's mode (but Slurm's, :func:`_slurm_parts`) makes of the worker's command;
+    an MPI installation's paths go into ``env``."""
+    spec = w.spec
+    parts = _ModeParts(parse_command(spec.commands()[w.seat.task]))
+    if spec.mode in (JobMode.SINGLE, JobMode.PYTORCH, JobMode.PYTORCH_DEEPSPEED):
+        parts.env.update(_torch_env(w))
+    if spec.mode.uses_torch:
+        _torch_parts(w, parts)
+    if spec.mode is JobMode.PYTORCH_DEEPSPEED:
+        parts.command, more_env, more_files = _deepspeed(w, parts.command)
+        parts.add(more_env, more_files)
+    elif spec.mode.uses_mpi:
+        _mpi_parts(w, env, parts)
+    elif spec.mode is JobMode.TENSORFLOW:
+        parts.env.update(_tf_env(w))
+    return parts
+
+
+def _slurm_parts(w: _Worker, env: dict[str, str], parts: _ModeParts, cwd: str) -> str:
+    """The ``SLURM_*`` side of the launch: a Slurm batch job's whole launch (:func:`_slurm`),
+    any other job's description of its allocation as Slurm's. Returns the working
+    directory (a Slurm job's is its ``--chdir``)."""
+    if w.spec.mode is JobMode.SLURM:
+        argv, more_env, more_files = _slurm(w)
+        parts.argv = argv
+        parts.files.update(more_files)
+        _prepend_path(env, "PATH", slurm_bin_dir(w.files_dir))
+        assert w.spec.slurm is not None  # JobSpec's rule: mode slurm carries it
+        parts.env.update(more_env)
+        return w.spec.slurm.work_dir
+    more_env = slurm_env(
+        job_id=w.ctx.job_id,
+        job_name=w.ctx.name,
+        nodes=[w.slot_of(s).node for s in w.gang],
+        node_rank=w.seat.node_rank,
+        processes_per_node=parts.processes_per_node,
+        cpus=w.slot.cpus,
+        gpus=len(w.slot.gpus),
+        submit_dir=cwd,
+        attempt=w.ctx.attempt,
+    )
+    parts.env.update(more_env)
+    return cwd
+
+
+def plan_worker(
     spec: JobSpec,
     ctx: JobContext,
     rank: int,
@@ -490,80 +627,15 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
     all_seats = _seats(spec, ctx)
     seat = all_seats[rank]
     w = _Worker(spec, ctx, seat, tuple(s for s in all_seats if s.task == seat.task))
-    command = parse_command(spec.commands()[seat.task])
     wdir = worker_dir(ctx.job_dir, ctx.attempt, rank if directory_rank is None else directory_rank)
     workspace = posixpath.join(wdir, "workspace")
     outputs = output_dir(spec, job_dir=ctx.job_dir, job_name=ctx.name, task=seat.task)
-
-    env = dict(base_env)
-    env.update(PLATFORM_DEFAULTS)
-    total_gpus = spec.resources.gpus * spec.nodes
-    env.update(network_env(ctx.network, total_gpus=total_gpus, mpi=spec.mode.uses_mpi))
-    env.update({k: v for k, v in listener_env(ctx).items() if k not in env})
-    env.update(spec.env)
-
-    mode_env: dict[str, str] = {}
-    files: dict[str, File] = {}
-    argv_override: list[str] | None = None
-    processes_per_node = 1
-    if spec.mode in (JobMode.SINGLE, JobMode.PYTORCH, JobMode.PYTORCH_DEEPSPEED):
-        mode_env.update(_torch_env(w))
-    if spec.mode.uses_torch:
-        wrapped = wrap_python(
-            command,
-            nproc_per_node=w.slots_per_node,
-            nnodes=len(w.compute),
-            node_rank=seat.node_rank,
-            master_addr="localhost" if seat.node_rank == 0 else w.master.address,
-            master_port=w.master.port,
-            launcher=spec.launcher,
-        )
-        if wrapped is not None:
-            command, processes_per_node = wrapped, w.slots_per_node
-    if spec.mode is JobMode.PYTORCH_DEEPSPEED:
-        command, more_env, more_files = _deepspeed(w, command)
-        mode_env.update(more_env)
-        files.update(more_files)
-    elif spec.mode.uses_mpi:
-        install = ctx.mpi.get(spec.mpi)
-        if install is not None:
-            _prepend_path(env, "PATH", install.bin_dir)
-            _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
-        if seat.role is WorkerRole.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
-            _prepend_path(env, "PATH", mpirun_shim_dir(w.files_dir))
-        argv_override, more_env, more_files = _mpi(w)
-        mode_env.update(more_env)
-        files.update(more_files)
-        if seat.role is WorkerRole.LAUNCHER:
-            processes = w.slots_per_node * len(w.compute)
-            command = with_mpi_prefix(command, spec.mpi, processes)
-    elif spec.mode is JobMode.TENSORFLOW:
-        mode_env.update(_tf_env(w))
-
-    nodes = [w.slot_of(s).node for s in w.gang]
-    cwd = spec.workdir or workspace
-    if spec.mode is JobMode.SLURM:
-        argv_override, more_env, more_files = _slurm(w)
-        files.update(more_files)
-        _prepend_path(env, "PATH", slurm_bin_dir(w.files_dir))
-        assert spec.slurm is not None  # JobSpec's rule: mode slurm carries it
-        cwd = spec.slurm.work_dir
-    else:
-        more_env = slurm_env(
-            job_id=ctx.job_id,
-            job_name=ctx.name,
-            nodes=nodes,
-            node_rank=seat.node_rank,
-            processes_per_node=processes_per_node,
-            cpus=w.slot.cpus,
-            gpus=len(w.slot.gpus),
-            submit_dir=cwd,
-            attempt=ctx.attempt,
-        )
-    mode_env.update(more_env)
-    env.update(mode_env)
+    env = _job_env(w, base_env)
+    parts = _mode_parts(w, env)
+    cwd = _slurm_parts(w, env, parts, spec.workdir or workspace)
+    env.update(parts.env)
     env.update(contract_env(w, workspace=workspace, outputs=outputs))
-    argv = argv_override or command.render(env)
+    argv = parts.argv or parts.command.render(env)
     return WorkerLaunch(
         key=WorkerKey(ctx.job_id, ctx.attempt, rank),
         node=w.slot.node,
@@ -571,7 +643,7 @@ def plan_worker(  # noqa: PLR0915 - the modes in one place, in order
         env=env,
         cwd=cwd,
         grace=spec.graceful_shutdown,
-        files=files,
+        files=parts.files,
         binds=tuple(workspace_binds(spec, workspace=workspace, outputs=outputs, task=seat.task)),
         role=seat.role,
         task=seat.task,

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuyard.hostlist import compress_hostlist
+from gpuyard.hostlist import compress_counts, compress_hostlist
 
 if TYPE_CHECKING:  # sbatch's quick path imports this module: it must not load the models
     from gpuyard.models.slurm import SlurmBatch
@@ -28,7 +28,6 @@ __all__ = [
     "slurm_components",
     "slurm_env",
     "tasks_per_node",
-    "tasks_per_node_text",
 ]
 
 
@@ -67,7 +66,7 @@ def slurm_env(
                 "SLURM_NTASKS": str(len(nodes)),
                 "SLURM_NPROCS": str(len(nodes)),
                 "SLURM_NTASKS_PER_NODE": "1",
-                "SLURM_TASKS_PER_NODE": f"1(x{len(nodes)})" if len(nodes) > 1 else "1",
+                "SLURM_TASKS_PER_NODE": compress_counts([1] * len(nodes)),
                 "SLURM_PROCID": str(node_rank),
                 "SLURM_LOCALID": "0",
                 "SLURM_STEP_NUM_TASKS": str(len(nodes)),
@@ -99,20 +98,6 @@ def tasks_per_node(ntasks: int, nodes: int, per_node: int) -> list[int]:
     return counts
 
 
-def tasks_per_node_text(counts: Sequence[int]) -> str:
-    """``SLURM_TASKS_PER_NODE``: ``2(x3),1`` for [2, 2, 2, 1]."""
-    parts: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        parts.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(parts)
-
-
 def batch_env(
     *,
     job_id: int,
@@ -139,10 +124,31 @@ def batch_env(
 ) -> dict[str, str]:
     """The ``SLURM_*`` variables of a Slurm batch job's batch shell (``node_rank`` 0), and of
     what runs on its other nodes, as Slurm 22.05 sets them (recorded in tests/data/slurm)."""
-    nodelist = compress_hostlist(nodes)
-    counts = tasks_per_node(ntasks, len(nodes), ntasks_per_node)
-    cpus_on_node = max(1, int(cpus))
     env = {
+        **_job_vars(job_id, job_name, partition, account, qos, user, uid, gid),
+        **_node_vars(nodes, node_rank),
+        **_task_vars(ntasks, ntasks_per_node, len(nodes)),
+        **_node_share_vars(cpus, gpus, len(nodes)),
+        **_shell_vars(submit_dir, submit_host, gpus),
+    }
+    if open_mode == "append":  # truncate is Slurm's default, and then it sets nothing
+        env["SLURM_OPEN_MODE"] = "a"
+    env.update(_asked_vars(gpus, memory_mb, cpus_per_task, attempt, array))
+    return env
+
+
+def _job_vars(
+    job_id: int,
+    job_name: str,
+    partition: str,
+    account: str,
+    qos: str,
+    user: str,
+    uid: int,
+    gid: int,
+) -> dict[str, str]:
+    """What the batch job is and whose."""
+    return {
         "SLURM_JOB_ID": str(job_id),
         "SLURM_JOBID": str(job_id),
         "SLURM_JOB_NAME": job_name,
@@ -153,6 +159,13 @@ def batch_env(
         "SLURM_JOB_USER": user,
         "SLURM_JOB_UID": str(uid),
         "SLURM_JOB_GID": str(gid),
+    }
+
+
+def _node_vars(nodes: Sequence[str], node_rank: int) -> dict[str, str]:
+    """The job's nodes, and which of them this is."""
+    nodelist = compress_hostlist(nodes)
+    return {
         "SLURM_JOB_NODELIST": nodelist,
         "SLURM_NODELIST": nodelist,
         "SLURM_JOB_NUM_NODES": str(len(nodes)),
@@ -162,17 +175,35 @@ def batch_env(
         "SLURM_TOPOLOGY_ADDR": nodes[node_rank],
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
         "SLURM_NODE_ALIASES": "(null)",
+    }
+
+
+def _task_vars(ntasks: int, ntasks_per_node: int, nodes: int) -> dict[str, str]:
+    """The job's tasks over its nodes; the batch shell is task 0."""
+    counts = tasks_per_node(ntasks, nodes, ntasks_per_node)
+    return {
         "SLURM_NTASKS": str(ntasks),
         "SLURM_NPROCS": str(ntasks),
         "SLURM_NTASKS_PER_NODE": str(ntasks_per_node),
-        "SLURM_TASKS_PER_NODE": tasks_per_node_text(counts),
+        "SLURM_TASKS_PER_NODE": compress_counts(counts),
         "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0",
+    }
+
+
+def _node_share_vars(cpus: float, gpus: Sequence[str], nodes: int) -> dict[str, str]:
+    """The CPUs and GPUs the job holds on each node."""
+    cpus_on_node = max(1, int(cpus))
+    return {
         "SLURM_CPUS_ON_NODE": str(cpus_on_node),
-        "SLURM_JOB_CPUS_PER_NODE": (
-            f"{cpus_on_node}(x{len(nodes)})" if len(nodes) > 1 else str(cpus_on_node)
-        ),
+        "SLURM_JOB_CPUS_PER_NODE": compress_counts([cpus_on_node] * nodes),
         "SLURM_GPUS_ON_NODE": str(len(gpus)),
+    }
+
+
+def _shell_vars(submit_dir: str, submit_host: str, gpus: Sequence[str]) -> dict[str, str]:
+    """Where it was submitted from, and what the batch shell is."""
+    return {
         "SLURM_SUBMIT_DIR": submit_dir,
         "SLURM_SUBMIT_HOST": submit_host,
         "SLURM_PRIO_PROCESS": "0",
@@ -180,8 +211,18 @@ def batch_env(
         "ENVIRONMENT": "BATCH",
         "CUDA_VISIBLE_DEVICES": ",".join(gpus),
     }
-    if open_mode == "append":  # truncate is Slurm's default, and then it sets nothing
-        env["SLURM_OPEN_MODE"] = "a"
+
+
+def _asked_vars(
+    gpus: Sequence[str],
+    memory_mb: int,
+    cpus_per_task: int | None,
+    attempt: int,
+    array: Mapping[str, int] | None,
+) -> dict[str, str]:
+    """What Slurm sets only when the job asked for it (or has it): GPUs, memory, CPUs per
+    task, a restart, an array."""
+    env: dict[str, str] = {}
     if gpus:
         env["SLURM_JOB_GPUS"] = ",".join(gpus)
         env["GPU_DEVICE_ORDINAL"] = ",".join(gpus)

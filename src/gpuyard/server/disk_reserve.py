@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gpuyard.periodic import Periodic
 from gpuyard.quantities import format_bytes
 
 __all__ = ["LOW", "DiskReserve"]
@@ -43,26 +44,22 @@ class DiskReserve:
         self.size = size
         self.check_every = check_every
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("gpuyard-disk", self._round)
         self._reason = ""
 
     def start(self) -> None:
         self.check()
-        self._thread = threading.Thread(target=self._run, name="gpuyard-disk", daemon=True)
-        self._thread.start()
+        self._periodic.start(wait_first=self.check_every)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._periodic.stop(5)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_every):
-            try:
-                self.check()
-            except Exception:  # one bad look must not end the watch
-                log.exception("looking at the pool's free disk space")
+    def _round(self) -> float:
+        try:
+            self.check()
+        except Exception:  # one bad look must not end the watch
+            log.exception("looking at the pool's free disk space")
+        return self.check_every
 
     def check(self) -> None:
         """Let the reserve go if space ran out; make it again once there is room."""

@@ -16,7 +16,8 @@ server that act for a user the store has not seen.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -136,6 +137,30 @@ class AccountService:
         self._groups: dict[str, str] = {}
         self._groups_at: tuple[tuple[int, ...], float] = ((), 0.0)
         """What :meth:`register_all` cached: users' groups, and the generation and time."""
+
+    @contextmanager
+    def _audited(
+        self,
+        actor: str,
+        action: Action,
+        doing: str,
+        verb: str,
+        target: str,
+        detail: str = "",
+        *,
+        notify: bool = True,
+    ) -> Iterator[Session]:
+        """The write of every admin change: one transaction in which ``actor`` must be allowed
+        ``action`` (``doing`` names it in the refusal) and the change is audited as ``verb`` on
+        ``target`` with ``detail``; a refusal or error in the body rolls the audit record back
+        with the rest. Once committed, the controller is told (``notify``: the change can
+        affect scheduling)."""
+        with self.store.write() as session:
+            self.policy.require(session, actor, action, doing)
+            self.audit.record(session, Actor.user(actor), verb, target, detail)
+            yield session
+        if notify:
+            self.notify()
 
     # -- bootstrap and identity -----------------------------------------------------------
 
@@ -270,15 +295,14 @@ class AccountService:
             return self._user_view(self._user(session, name))
 
     def create_user(self, spec: UserSpec, *, actor: str) -> UserView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create users")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "user.create",
-                f"user:{spec.name}",
-                spec.model_dump_json(exclude_none=True),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "create users",
+            "user.create",
+            f"user:{spec.name}",
+            spec.model_dump_json(exclude_none=True),
+        ) as session:
             if session.get(UserRow, spec.name) is not None:
                 raise Conflict(
                     f"user {spec.name} exists already; change it with `gpuyard users set "
@@ -296,19 +320,17 @@ class AccountService:
             session.add(row)
             session.flush()
             view = self._user_view(row)
-        self.notify()
         return view
 
     def update_user(self, name: str, change: UserUpdate, *, actor: str) -> UserView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change users")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "user.update",
-                f"user:{name}",
-                change.model_dump_json(exclude_unset=True),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "change users",
+            "user.update",
+            f"user:{name}",
+            change.model_dump_json(exclude_unset=True),
+        ) as session:
             row = self._user(session, name)
             if change.group is not None:
                 self._existing_group(session, change.group)
@@ -331,7 +353,6 @@ class AccountService:
                 row.os_user = change.os_user or None
             session.flush()
             view = self._user_view(row)
-        self.notify()
         return view
 
     def _user(self, session: Session, name: str) -> UserRow:
@@ -377,15 +398,15 @@ class AccountService:
             return self._group_view_of(session, self._existing_group(session, name, found=404))
 
     def create_group(self, spec: GroupSpec, *, actor: str) -> GroupView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "create groups")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "group.create",
-                f"group:{spec.name}",
-                spec.model_dump_json(exclude_none=True),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "create groups",
+            "group.create",
+            f"group:{spec.name}",
+            spec.model_dump_json(exclude_none=True),
+            notify=False,
+        ) as session:
             if self.group_row(session, spec.name) is not None:
                 raise Conflict(f"group {spec.name} exists already")
             row = GroupRow(
@@ -396,24 +417,30 @@ class AccountService:
             return self._group_view(row, [], 0)
 
     def update_group(self, name: str, change: GroupUpdate, *, actor: str) -> GroupView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "change groups")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "group.update",
-                f"group:{name}",
-                change.model_dump_json(),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "change groups",
+            "group.update",
+            f"group:{name}",
+            change.model_dump_json(),
+            notify=False,
+        ) as session:
             row = self._existing_group(session, name, found=404)
             row.urgent_limit = change.urgent_limit
             session.flush()
             return self._group_view_of(session, row)
 
     def delete_group(self, name: str, *, actor: str) -> None:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "delete groups")
-            self.audit.record(session, Actor.user(actor), "group.delete", f"group:{name}", "")
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "delete groups",
+            "group.delete",
+            f"group:{name}",
+            "",
+            notify=False,
+        ) as session:
             row = self._existing_group(session, name, found=404)
             if name == DEFAULT_GROUP:
                 raise Conflict(
@@ -486,15 +513,14 @@ class AccountService:
         return [self._quota_view(r, used) for r in rows]
 
     def set_quota(self, spec: QuotaSpec, *, actor: str) -> QuotaView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "set quotas")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "quota.set",
-                f"quota:{spec.kind.value}:{spec.subject}:{spec.tier.value}",
-                spec.model_dump_json(include={"nodes", "gpus"}),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "set quotas",
+            "quota.set",
+            f"quota:{spec.kind.value}:{spec.subject}:{spec.tier.value}",
+            spec.model_dump_json(include={"nodes", "gpus"}),
+        ) as session:
             self._check_subject(session, spec.kind, spec.subject)
             row = session.scalars(
                 select(QuotaRow).where(
@@ -510,19 +536,17 @@ class AccountService:
             row.gpus = spec.gpus
             session.flush()
             view = self._quota_view(row, self._usage(session))
-        self.notify()
         return view
 
     def clear_quota(self, kind: QuotaKind, subject: str, tier: Priority, *, actor: str) -> None:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_ACCOUNTS, "clear quotas")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "quota.clear",
-                f"quota:{kind.value}:{subject}:{tier.value}",
-                "",
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_ACCOUNTS,
+            "clear quotas",
+            "quota.clear",
+            f"quota:{kind.value}:{subject}:{tier.value}",
+            "",
+        ) as session:
             result = session.execute(
                 delete(QuotaRow).where(
                     QuotaRow.kind == kind.value,
@@ -532,7 +556,6 @@ class AccountService:
             )
             if not result.rowcount:  # type: ignore[attr-defined]
                 raise NotFound(f"{kind.value} {subject} has no quota at {tier.value}")
-        self.notify()
 
     def _check_subject(self, session: Session, kind: QuotaKind, subject: str) -> None:
         if kind is QuotaKind.GROUP:
@@ -597,15 +620,14 @@ class AccountService:
         return declared | set(self._pool_members(session)) | {DEFAULT_POOL}
 
     def create_pool(self, spec: PoolSpec, *, actor: str) -> PoolView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_POOL, "create pools")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "pool.create",
-                f"pool:{spec.name}",
-                spec.model_dump_json(),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_POOL,
+            "create pools",
+            "pool.create",
+            f"pool:{spec.name}",
+            spec.model_dump_json(),
+        ) as session:
             if session.get(PoolRow, spec.name) is not None:
                 raise Conflict(
                     f"pool {spec.name} exists already; change it with `gpuyard pools set "
@@ -625,19 +647,17 @@ class AccountService:
             session.add(row)
             session.flush()
             view = self._pool_view(row.name, row, self._pool_members(session).get(row.name, []))
-        self.notify()
         return view
 
     def update_pool(self, name: str, change: PoolUpdate, *, actor: str) -> PoolView:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_POOL, "change pools")
-            self.audit.record(
-                session,
-                Actor.user(actor),
-                "pool.update",
-                f"pool:{name}",
-                change.model_dump_json(exclude_none=True),
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_POOL,
+            "change pools",
+            "pool.update",
+            f"pool:{name}",
+            change.model_dump_json(exclude_none=True),
+        ) as session:
             row = session.get(PoolRow, name)
             members = self._pool_members(session)
             if row is None:
@@ -658,7 +678,6 @@ class AccountService:
                 row.allreduce_floor = None
             session.flush()
             view = self._pool_view(name, row, members.get(name, []))
-        self.notify()
         return view
 
     def _no_pool(self, name: str, session: Session) -> str:
@@ -700,11 +719,14 @@ class AccountService:
             return self._labels_view(self._node(session, node))
 
     def set_labels(self, node: str, change: LabelsUpdate, *, actor: str) -> NodeLabels:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_POOL, "label nodes")
-            self.audit.record(
-                session, Actor.user(actor), "node.labels", f"node:{node}", change.model_dump_json()
-            )
+        with self._audited(
+            actor,
+            Action.MANAGE_POOL,
+            "label nodes",
+            "node.labels",
+            f"node:{node}",
+            change.model_dump_json(),
+        ) as session:
             row = self._node(session, node)
             extra = {str(k): str(v) for k, v in (row.extra_labels or {}).items()}
             absent = [k for k in change.remove if k not in extra]
@@ -720,7 +742,6 @@ class AccountService:
             row.extra_labels = extra  # a new dict, so that the JSON column is written
             session.flush()
             view = self._labels_view(row)
-        self.notify()
         return view
 
     def cordon(self, node: str, reason: str, *, actor: str, drain: bool = False) -> list[int]:
@@ -728,11 +749,11 @@ class AccountService:
         it, so that they resume elsewhere. Returns the ids of the jobs suspended."""
         now = self.clock.now()
         suspended: list[int] = []
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_POOL, "cordon nodes")
+        verb = "node.drain" if drain else "node.cordon"
+        with self._audited(
+            actor, Action.MANAGE_POOL, "cordon nodes", verb, f"node:{node}", reason
+        ) as session:
             self._node(session, node)
-            verb = "node.drain" if drain else "node.cordon"
-            self.audit.record(session, Actor.user(actor), verb, f"node:{node}", reason)
             cordon_node(session, node, reason=reason, by=Actor.user(actor), now=now)
             if drain:
                 for job in session.scalars(
@@ -747,17 +768,15 @@ class AccountService:
                             now=now,
                         )
                         suspended.append(job.id)
-        self.notify()
         return suspended
 
     def uncordon(self, node: str, *, actor: str) -> None:
-        with self.store.write() as session:
-            self.policy.require(session, actor, Action.MANAGE_POOL, "uncordon nodes")
+        with self._audited(
+            actor, Action.MANAGE_POOL, "uncordon nodes", "node.uncordon", f"node:{node}"
+        ) as session:
             self._node(session, node)
             if not uncordon_node(session, node):
                 raise Conflict(f"node {node} is not cordoned")
-            self.audit.record(session, Actor.user(actor), "node.uncordon", f"node:{node}")
-        self.notify()
 
     @staticmethod
     def _node(session: Session, name: str) -> NodeRow:

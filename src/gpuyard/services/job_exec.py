@@ -21,7 +21,6 @@ import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -147,7 +146,7 @@ class ExecService:
             hold_outcome=JobState.STOPPED,
             reason=f"held by {actor} (gpuyard exec stop) for at most {format_duration(limit)}",
         )
-        grace = format_duration(float(row.spec.get("graceful_shutdown", 30.0)))
+        grace = format_duration(row.grace())
         return (
             f"its workers were told to exit (SIGTERM, SIGKILL after {grace}); it is held until "
             f"{_clock(until)} UTC"
@@ -158,7 +157,7 @@ class ExecService:
         asked = [w for w in live if w.stop_grace is None]
         if not live:
             return "nothing of it runs (it stays held)", []
-        grace = float(row.spec.get("graceful_shutdown", 30.0))
+        grace = row.grace()
         _ask_to_stop(session, asked, grace)
         ranks = [w.rank for w in live]
         return (
@@ -441,13 +440,8 @@ def stop_held(row: JobRow, actor: str) -> tuple[JobState, str]:
 
 
 def _fault_tolerance(row: JobRow) -> FaultTolerance | None:
-    raw = (row.spec or {}).get("fault_tolerance")
-    if not raw:
-        return None
-    try:
-        return FaultTolerance.model_validate(raw)
-    except ValidationError:
-        return None
+    spec = row.loaded_spec()
+    return spec.fault_tolerance if spec is not None else None
 
 
 def _workers(session: Session, row: JobRow) -> list[WorkerRow]:

@@ -1,4 +1,7 @@
-"""The job list of the web UI: filters, search, sorting and paging, all in SQL.
+"""The job query in SQL, and the job list of the web UI: filters, search, sorting and paging.
+
+:class:`~gpuyard.models.job_query.JobQuery` becomes WHERE clauses and an order here, once,
+for the API's list (:meth:`gpuyard.services.jobs.JobService.list_jobs`) and the web's.
 
 A page of a 10,000-job store must render in well under 300 ms, so nothing here reads every
 row: the filters are WHERE clauses (the caller's visibility from :meth:`Policy.visible`
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, SQLColumnExpression, case, func, or_, select
@@ -21,48 +23,13 @@ from sqlalchemy import ColumnElement, Select, SQLColumnExpression, case, func, o
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import JobMode, JobState, JobStatus, Priority
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action, Verdict, decide, relation_to
+from gpuyard.models.job_query import MAX_WEB_PAGE, JobQuery, JobSort
 from gpuyard.models.request import DEFAULT_POOL
 from gpuyard.services.auth import Policy
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 
-__all__ = ["MAX_PAGE", "JobFilter", "JobSearch", "JobSort", "JobSummary", "SearchPage"]
-
-MAX_PAGE = 200
-
-
-class JobSort(StrEnum):
-    """Columns the list sorts by."""
-
-    ID = "id"
-    NAME = "name"
-    OWNER = "owner"
-    STATE = "state"
-    PRIORITY = "priority"
-    CREATED = "created"
-    STARTED = "started"
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """What the list shows. Empty fields filter nothing."""
-
-    statuses: tuple[JobStatus, ...] = ()
-    owner: str = ""
-    group: str = ""
-    pool: str = ""
-    priority: Priority | None = None
-    mode: JobMode | None = None
-    since: float | None = None
-    """Submitted at or after (seconds since the epoch)."""
-    until: float | None = None
-    """Submitted before."""
-    text: str = ""
-    """A substring of the name or a job id (``12``: either; ``#12``: the id only)."""
-    sort: JobSort = JobSort.ID
-    descending: bool = True
-    offset: int = 0
-    limit: int = 50
+__all__ = ["JobSearch", "JobSummary", "SearchPage", "check_page", "filtered", "ordering"]
 
 
 @dataclass(frozen=True)
@@ -118,10 +85,9 @@ class JobSearch:
         self.store = store
         self.policy = policy
 
-    def search(self, wanted: JobFilter, *, actor: str) -> SearchPage:
-        if wanted.offset < 0 or not 1 <= wanted.limit <= MAX_PAGE:
-            raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_PAGE}")
-        query = _filtered(select(JobRow.id), wanted)
+    def search(self, wanted: JobQuery, *, actor: str) -> SearchPage:
+        check_page(wanted, MAX_WEB_PAGE)
+        query = filtered(select(JobRow.id), wanted)
         with self.store.read() as session:
             caller = self.policy.caller(session, actor)
             sharing = self.policy.sharing(session)
@@ -129,10 +95,7 @@ class JobSearch:
             if visible is not None:
                 query = query.where(visible)
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-            column = _SORT_COLUMNS[wanted.sort]
-            order = column.desc() if wanted.descending else column.asc()
-            tie = JobRow.id.desc() if wanted.descending else JobRow.id.asc()
-            page = _filtered(
+            page = filtered(
                 select(
                     JobRow.id,
                     JobRow.name,
@@ -155,7 +118,7 @@ class JobSearch:
             if visible is not None:
                 page = page.where(visible)
             rows = session.execute(
-                page.order_by(order, tie).offset(wanted.offset).limit(wanted.limit)
+                page.order_by(*ordering(wanted)).offset(wanted.offset).limit(wanted.limit)
             ).all()
         items = []
         for r in rows:
@@ -194,16 +157,54 @@ class JobSearch:
         )
 
 
-def _filtered(query: Select[Any], wanted: JobFilter) -> Select[Any]:
+def check_page(wanted: JobQuery, largest: int) -> None:
+    """Refuse a page out of range (offset below 0, limit not within 1..``largest``)."""
+    problem = wanted.page_error(largest)
+    if problem:
+        raise InvalidSpec(problem)
+
+
+def filtered(query: Select[Any], wanted: JobQuery) -> Select[Any]:
+    """``query`` restricted to the jobs ``wanted`` matches (not yet to what a caller sees)."""
     conditions = list(_conditions(wanted))
     return query.where(*conditions) if conditions else query
 
 
-def _conditions(wanted: JobFilter) -> Sequence[ColumnElement[bool]]:
+def ordering(wanted: JobQuery) -> tuple[ColumnElement[Any], ...]:
+    """The ORDER BY of ``wanted``: its column, then the id, each in its direction."""
+    column = _SORT_COLUMNS[wanted.sort]
+    order = column.desc() if wanted.descending else column.asc()
+    tie = JobRow.id.desc() if wanted.descending else JobRow.id.asc()
+    return (order, tie)
+
+
+def _conditions(wanted: JobQuery) -> Sequence[ColumnElement[bool]]:
+    return [*_which(wanted), *_whose(wanted), *_when(wanted), *_searched(wanted.text)]
+
+
+def _which(wanted: JobQuery) -> list[ColumnElement[bool]]:
+    """By id, array, state, name, priority and mode."""
     found: list[ColumnElement[bool]] = []
+    if wanted.ids:
+        found.append(JobRow.id.in_(sorted(set(wanted.ids))))
+    if wanted.array is not None:
+        # An array's first task is the array itself (its own id is the array's).
+        found.append(or_(JobRow.array_id == wanted.array, JobRow.id == wanted.array))
     if wanted.statuses:
         states = sorted({s.value for st in wanted.statuses for s in JobState.for_status(st)})
         found.append(JobRow.state.in_(states))
+    if wanted.name:
+        found.append(JobRow.name.contains(wanted.name, autoescape=True))
+    if wanted.priority is not None:
+        found.append(JobRow.priority == wanted.priority.value)
+    if wanted.mode is not None:
+        found.append(wanted.mode.value == _MODE)
+    return found
+
+
+def _whose(wanted: JobQuery) -> list[ColumnElement[bool]]:
+    """By owner, group and pool."""
+    found: list[ColumnElement[bool]] = []
     if wanted.owner:
         found.append(JobRow.owner == wanted.owner)
     if wanted.group:
@@ -212,22 +213,32 @@ def _conditions(wanted: JobFilter) -> Sequence[ColumnElement[bool]]:
         found.append(or_(JobRow.pool.is_(None), JobRow.pool == DEFAULT_POOL))
     elif wanted.pool:
         found.append(JobRow.pool == wanted.pool)
-    if wanted.priority is not None:
-        found.append(JobRow.priority == wanted.priority.value)
-    if wanted.mode is not None:
-        found.append(wanted.mode.value == _MODE)
+    return found
+
+
+def _when(wanted: JobQuery) -> list[ColumnElement[bool]]:
+    """By the times it was submitted and ended."""
+    found: list[ColumnElement[bool]] = []
     if wanted.since is not None:
         found.append(JobRow.created_at >= wanted.since)
     if wanted.until is not None:
         found.append(JobRow.created_at < wanted.until)
-    text = wanted.text.strip()
-    if text:
-        number = text.removeprefix("#")
-        by_name = JobRow.name.contains(text, autoescape=True)
-        if number.isdigit() and len(number) < 12:
-            # "#12" is job 12; "12" is job 12 or a name with 12 in it.
-            by_id = JobRow.id == int(number)
-            found.append(by_id if text.startswith("#") else or_(by_id, by_name))
-        else:
-            found.append(by_name)
+    if wanted.active_after is not None:
+        found.append(or_(JobRow.finished_at.is_(None), JobRow.finished_at >= wanted.active_after))
+    if wanted.created_before is not None:
+        found.append(JobRow.created_at <= wanted.created_before)
     return found
+
+
+def _searched(text: str) -> list[ColumnElement[bool]]:
+    """The web's search box: a name substring or a job id."""
+    text = text.strip()
+    if not text:
+        return []
+    number = text.removeprefix("#")
+    by_name = JobRow.name.contains(text, autoescape=True)
+    if number.isdigit() and len(number) < 12:
+        # "#12" is job 12; "12" is job 12 or a name with 12 in it.
+        by_id = JobRow.id == int(number)
+        return [by_id if text.startswith("#") else or_(by_id, by_name)]
+    return [by_name]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Table, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
@@ -27,7 +27,6 @@ from gpuyard.models import (
     JobFailure,
     JobSpec,
     JobState,
-    JobStatus,
     JobView,
     Page,
     Priority,
@@ -36,6 +35,7 @@ from gpuyard.models.access import Action
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import MAX_BATCH
+from gpuyard.models.job_query import MAX_PAGE, JobQuery
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HELD_STATES, PENDING, check_transition
 from gpuyard.models.validation import readable_validation_errors
@@ -45,6 +45,7 @@ from gpuyard.services.admission import Admission
 from gpuyard.services.auth import Policy
 from gpuyard.services.disclosure import Viewer
 from gpuyard.services.job_exec import stop_held
+from gpuyard.services.job_search import check_page, filtered, ordering
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view, queued_view
@@ -63,8 +64,6 @@ from gpuyard.store.tables import (
 )
 
 __all__ = ["JobService"]
-
-MAX_PAGE = 1000
 
 
 class JobService:
@@ -265,43 +264,10 @@ class JobService:
                 job_view(row, list(workers), allowed=allowed),
             )
 
-    def list_jobs(
-        self,
-        *,
-        actor: str,
-        statuses: Sequence[JobStatus] = (),
-        name: str | None = None,
-        owner: str | None = None,
-        ids: Sequence[int] = (),
-        array: int | None = None,
-        active_after: float | None = None,
-        created_before: float | None = None,
-        offset: int = 0,
-        limit: int = 100,
-    ) -> Page[JobView]:
-        """The jobs the filters match, newest first. ``active_after``: not ended before that
-        time; ``created_before``: submitted by then (sacct's ``-S``/``-E`` window)."""
-        if offset < 0 or not 1 <= limit <= MAX_PAGE:
-            raise InvalidSpec(f"offset must be >= 0 and limit between 1 and {MAX_PAGE}")
-        query = select(JobRow)
-        if ids:
-            query = query.where(JobRow.id.in_(sorted(set(ids))))
-        if array is not None:
-            # An array's first task is the array itself (its own id is the array's).
-            query = query.where(or_(JobRow.array_id == array, JobRow.id == array))
-        if statuses:
-            states = sorted({s.value for st in statuses for s in JobState.for_status(st)})
-            query = query.where(JobRow.state.in_(states))
-        if name:
-            query = query.where(JobRow.name.contains(name, autoescape=True))
-        if owner:
-            query = query.where(JobRow.owner == owner)
-        if active_after is not None:
-            query = query.where(
-                or_(JobRow.finished_at.is_(None), JobRow.finished_at >= active_after)
-            )
-        if created_before is not None:
-            query = query.where(JobRow.created_at <= created_before)
+    def list_jobs(self, wanted: JobQuery, *, actor: str) -> Page[JobView]:
+        """The jobs ``wanted`` matches that ``actor`` may see, newest first."""
+        check_page(wanted, MAX_PAGE)
+        query = filtered(select(JobRow), wanted)
         with self.store.read() as session:
             caller = self.policy.caller(session, actor)
             sharing = self.policy.sharing(session)
@@ -310,7 +276,7 @@ class JobService:
                 query = query.where(visible)
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = session.scalars(
-                query.order_by(JobRow.id.desc()).offset(offset).limit(limit)
+                query.order_by(*ordering(wanted)).offset(wanted.offset).limit(wanted.limit)
             ).all()
             viewer = Viewer(caller, sharing)
             items = [
@@ -321,10 +287,10 @@ class JobService:
                 )
                 for r in rows
             ]
-        return Page[JobView](items=items, total=total, offset=offset, limit=limit)
+        return Page[JobView](items=items, total=total, offset=wanted.offset, limit=wanted.limit)
 
     def events(
-        self, job_id: int, *, actor: str, after: int = 0, limit: int = 1000
+        self, job_id: int, *, actor: str, after: int = 0, limit: int = MAX_PAGE
     ) -> list[JobEvent]:
         with self.store.read() as session:
             self._may(session, actor, job_id, Action.VIEW)
@@ -381,27 +347,11 @@ class JobService:
         now = self.clock.now()
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.STOP)
-            state = JobState(row.state)
-            if state.is_terminal():
-                raise Conflict(
-                    f"job {job_id} has already ended ({state.status.label}); nothing to stop"
-                )
+            target = _stop_target(row, actor)
             self.audit.record(session, Actor.user(actor), "job.stop", f"job:{job_id}")
-            if state is JobState.STOPPING:
+            if target is None:
                 return job_view(row)  # already stopping: stopping twice is not an error
-            target = JobState.STOPPED if state in PENDING else JobState.STOPPING
-            reason = f"stopped by {actor}"
-            if state in HELD_STATES:
-                target, reason = stop_held(row, actor)
-            transition(
-                session,
-                row,
-                target,
-                actor=Actor.user(actor),
-                why=f"stop requested by {actor}",
-                time=now,
-                reason=reason,
-            )
+            _stop_row(session, row, target, actor=actor, now=now)
             view = job_view(row)
         self.notify(job_id)
         return view
@@ -455,9 +405,7 @@ class JobService:
                 try:
                     self._hold_row(session, row, actor=actor, held=held, now=now)
                 except Conflict as exc:
-                    result.failed.append(
-                        JobFailure(id=row.id, detail=exc.detail, code=Conflict.code)
-                    )
+                    result.failed.append(_refusal(row.id, exc))
                     continue
                 result.states[row.id] = row.state
         result.done = [job_id for job_id in ids if job_id in result.states]
@@ -584,12 +532,7 @@ class JobService:
     def delete(self, job_id: int, *, actor: str) -> None:
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.DELETE)
-            state = JobState(row.state)
-            if not state.is_terminal():
-                raise Conflict(
-                    f"job {job_id} is {state.status.label}; stop it first "
-                    f"(`gpuyard stop {job_id}`), then delete it"
-                )
+            _check_deletable(row)
             self.audit.record(
                 session,
                 Actor.user(actor),
@@ -613,34 +556,18 @@ class JobService:
         with self.store.write() as session:
             pending: list[JobRow] = []
             for row in self._each_allowed(session, actor, ids, Action.STOP, result.failed):
-                job_id = row.id
-                if row.state.is_terminal():
-                    result.failed.append(
-                        JobFailure(
-                            id=job_id,
-                            detail=f"job {job_id} has already ended ({row.state.status.label}); "
-                            "nothing to stop",
-                            code=Conflict.code,
-                        )
-                    )
-                elif row.state in PENDING:
-                    pending.append(row)
-                else:
-                    target, reason = JobState.STOPPING, f"stopped by {actor}"
-                    if row.state in HELD_STATES:
-                        target, reason = stop_held(row, actor)
-                    if row.state is not JobState.STOPPING:
-                        transition(
-                            session,
-                            row,
-                            target,
-                            actor=Actor.user(actor),
-                            why=f"stop requested by {actor}",
-                            time=now,
-                            reason=reason,
-                        )
-                        draining.append(job_id)
-                    result.states[job_id] = row.state
+                try:
+                    target = _stop_target(row, actor)
+                except Conflict as exc:
+                    result.failed.append(_refusal(row.id, exc))
+                    continue
+                if target is not None and row.state in PENDING:
+                    pending.append(row)  # stopped together below, by one statement
+                    continue
+                if target is not None:
+                    _stop_row(session, row, target, actor=actor, now=now)
+                    draining.append(row.id)
+                result.states[row.id] = row.state
             self._stop_pending(session, pending, actor=actor, now=now)
             result.states.update((row.id, JobState.STOPPED) for row in pending)
             self.audit.record_many(
@@ -701,18 +628,12 @@ class JobService:
         result = BulkResult()
         with self.store.write() as session:
             for row in self._each_allowed(session, actor, ids, Action.DELETE, result.failed):
-                job_id = row.id
-                if not row.state.is_terminal():
-                    result.failed.append(
-                        JobFailure(
-                            id=job_id,
-                            detail=f"job {job_id} is {row.state.status.label}; stop it first "
-                            f"(`gpuyard stop {job_id}`), then delete it",
-                            code=Conflict.code,
-                        )
-                    )
+                try:
+                    _check_deletable(row)
+                except Conflict as exc:
+                    result.failed.append(_refusal(row.id, exc))
                 else:
-                    result.done.append(job_id)
+                    result.done.append(row.id)
             self.audit.record_many(
                 session, Actor.user(actor), "job.delete", [f"job:{i}" for i in result.done]
             )
@@ -812,6 +733,51 @@ def _unique(job_ids: Sequence[int]) -> list[int]:
     return ids
 
 
+def _stop_target(row: JobRow, actor: str) -> tuple[JobState, str] | None:
+    """The stop rule, for :meth:`JobService.stop` and :meth:`JobService.stop_many`: where
+    stopping ``row`` sends it, with the reason it will show; None when it is already stopping
+    (stopping twice is not an error). An ended job raises :class:`Conflict`."""
+    state = JobState(row.state)
+    if state.is_terminal():
+        raise Conflict(f"job {row.id} has already ended ({state.status.label}); nothing to stop")
+    if state is JobState.STOPPING:
+        return None
+    if state in HELD_STATES:
+        return stop_held(row, actor)
+    return (JobState.STOPPED if state in PENDING else JobState.STOPPING), f"stopped by {actor}"
+
+
+def _stop_row(
+    session: Session, row: JobRow, target: tuple[JobState, str], *, actor: str, now: float
+) -> None:
+    """Move ``row`` where :func:`_stop_target` said, with its event."""
+    state, reason = target
+    transition(
+        session,
+        row,
+        state,
+        actor=Actor.user(actor),
+        why=f"stop requested by {actor}",
+        time=now,
+        reason=reason,
+    )
+
+
+def _check_deletable(row: JobRow) -> None:
+    """The delete rule: only an ended job is deleted (its files and events go with it)."""
+    state = JobState(row.state)
+    if not state.is_terminal():
+        raise Conflict(
+            f"job {row.id} is {state.status.label}; stop it first "
+            f"(`gpuyard stop {row.id}`), then delete it"
+        )
+
+
+def _refusal(job_id: int, exc: Conflict) -> JobFailure:
+    """A bulk action's entry for a job one of the per-row rules refused."""
+    return JobFailure(id=job_id, detail=exc.detail, code=Conflict.code)
+
+
 def _missing(job_id: int) -> JobFailure:
     return JobFailure(id=job_id, detail=f"job {job_id} does not exist", code=NotFound.code)
 
@@ -833,14 +799,9 @@ def _check_arrays(session: Session, part: _Submission) -> None:
     }
     for head in sorted(heads):
         row = session.get(JobRow, head)
-        slurm = ((row.spec or {}) if row is not None else {}).get("slurm")
-        array = slurm.get("array") if isinstance(slurm, dict) else None
-        if (
-            row is None
-            or row.owner != part.owner
-            or not isinstance(array, dict)
-            or array.get("job_id") is not None
-        ):
+        spec = row.loaded_spec() if row is not None else None
+        array = spec.slurm.array if spec is not None and spec.slurm is not None else None
+        if row is None or row.owner != part.owner or array is None or array.job_id is not None:
             raise InvalidSpec(
                 f"slurm.array.job_id: job {head} is not the first task of a job array of "
                 f"{part.owner}'s; an array task joins its own owner's array"

@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from gpuyard.executors.base import Executor
 from gpuyard.models.access import Action
+from gpuyard.models.job import JobMode
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.services.auth import Policy
 from gpuyard.store.engine import Store
@@ -31,7 +32,8 @@ class SlurmStepService:
             job = self.policy.check_job(
                 session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
             )
-            if (job.spec or {}).get("mode") != "slurm":
+            spec = job.loaded_spec()
+            if spec is None or spec.mode is not JobMode.SLURM:
                 return []
             handle = session.scalar(
                 select(WorkerRow.handle).where(

@@ -104,7 +104,7 @@ def stored_spec(row: JobRow) -> tuple[JobSpec | None, str | None]:
     """The job's spec, or None and why when it no longer passes today's rules (stored by an
     older version, say): one such job must not break every listing."""
     try:
-        return JobSpec.model_validate(row.spec), None
+        return row.job_spec(), None
     except ValidationError as exc:
         return None, f"the stored spec no longer loads: {readable_validation_errors(exc.errors())}"
 

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
+from gpuyard.models.job import MAX_BATCH
 from gpuyard.store.engine import Store
 
 __all__ = ["GroupCommit"]
@@ -37,9 +38,6 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P")
 R = TypeVar("R")
-
-MAX_BATCH = 5000
-"""Most items (the sum of the parts' sizes) one transaction takes."""
 
 
 class GroupCommit(Generic[P, R]):
@@ -53,6 +51,9 @@ class GroupCommit(Generic[P, R]):
         max_batch: int = MAX_BATCH,
         name: str = "group-commit",
     ) -> None:
+        """``max_batch``: most items (the sum of the parts' sizes) one transaction takes; by
+        default what one request may send (:data:`gpuyard.models.job.MAX_BATCH`), so that
+        the largest request fits one."""
         self.store = store
         self._write = write
         self._size = size

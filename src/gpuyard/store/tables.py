@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -22,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from gpuyard.models.accounts import TokenKind
+from gpuyard.models.job import JobSpec
 from gpuyard.models.node import NodeState
 from gpuyard.models.request import JobRequest
 from gpuyard.models.resources import Resources
@@ -72,6 +75,35 @@ class EnumText(TypeDecorator[E]):
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class _SpecMemo:
+    """Validated specs by job id and version, the most recent ``size`` of them: the controller
+    reads the spec of a job it steps on every pass, each time from a fresh row, and validating
+    one costs a hundred times what comparing it does. A hit is taken only when the stored
+    value equals the one the model was made from, so two stores (tests run many in one
+    process) or a spec written without a new version can never get another's model."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.found: dict[tuple[int, int], tuple[dict[str, Any], JobSpec]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, job_id: int, version: int, spec: dict[str, Any]) -> JobSpec:
+        key = (job_id, version)
+        hit = self.found.get(key)
+        if hit is not None and (hit[0] is spec or hit[0] == spec):
+            return hit[1]
+        model = JobSpec.model_validate(spec)
+        with self.lock:
+            while len(self.found) >= self.size:
+                del self.found[next(iter(self.found))]  # the oldest
+            self.found[key] = (spec, model)
+        return model
+
+
+_SPECS = _SpecMemo(4096)
+_DEFAULT_GRACE: float = JobSpec.model_fields["graceful_shutdown"].default
 
 
 class JobRow(Base):
@@ -186,6 +218,26 @@ class JobRow(Base):
     )
     """While it is held: how it ends if nobody starts it again (failed after a failure it was
     kept for, else stopped)."""
+
+    def job_spec(self) -> JobSpec:
+        """The stored spec as the model (not to be changed: it is shared), validated once per
+        job version rather than on every read. Raises pydantic's ``ValidationError`` when the
+        stored spec no longer passes today's rules (:meth:`loaded_spec` says None instead)."""
+        return _SPECS.get(self.id, self.version, self.spec)
+
+    def loaded_spec(self) -> JobSpec | None:
+        """:meth:`job_spec`, or None when the stored spec no longer loads (stored by an older
+        version, say): for the readers that must not fail on one such job."""
+        try:
+            return self.job_spec()
+        except ValidationError:
+            return None
+
+    def grace(self) -> float:
+        """Seconds its workers get between SIGTERM and SIGKILL: its spec's
+        ``graceful_shutdown``, that field's default where the stored spec no longer loads."""
+        spec = self.loaded_spec()
+        return spec.graceful_shutdown if spec is not None else _DEFAULT_GRACE
 
     def ask(self) -> JobRequest:
         """The job's request, from its columns."""

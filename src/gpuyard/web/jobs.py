@@ -28,9 +28,9 @@ from gpuyard.errors import Conflict, GpuyardError, InvalidSpec
 from gpuyard.models import JobEvent, JobMode, JobStatus, JobView, Priority
 from gpuyard.models.access import Access, Action, Caller
 from gpuyard.models.ids import MAX_ID
+from gpuyard.models.job_query import MAX_WEB_PAGE, JobQuery, JobSort
 from gpuyard.models.usage import Window
 from gpuyard.quantities import parse_duration
-from gpuyard.services.job_search import MAX_PAGE, JobFilter, JobSort
 from gpuyard.web.charts import usage_charts
 from gpuyard.web.context import services
 from gpuyard.web.forms import (
@@ -90,7 +90,7 @@ def _list_filter(
     until: str,
     sort: str,
     order: str,
-) -> tuple[JobFilter, dict[str, Any]]:
+) -> tuple[JobQuery, dict[str, Any]]:
     """The list's query parameters as a filter (InvalidSpec naming a bad one), and as the
     parameters its links keep."""
     statuses = []
@@ -101,7 +101,7 @@ def _list_filter(
             except ValueError as exc:
                 raise InvalidSpec(str(exc)) from None
     until_day = _date(until, "until")
-    wanted = JobFilter(
+    wanted = JobQuery(
         statuses=tuple(statuses),
         owner=owner.strip(),
         group=group.strip(),
@@ -151,7 +151,7 @@ def job_list(
     sort: Annotated[str, Query(max_length=16)] = "id",
     order: Annotated[str, Query(max_length=4)] = "desc",
     page_no: Annotated[int, Query(alias="page", ge=1, le=1 << 20)] = 1,
-    size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    size: Annotated[int, Query(ge=1, le=MAX_WEB_PAGE)] = 50,
 ) -> HTMLResponse:
     wanted, params = _list_filter(
         status or [], q, owner, group, pool, priority, mode, since, until, sort, order

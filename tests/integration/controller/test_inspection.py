@@ -5,6 +5,7 @@ fake NVML (its designed seam), the controller's inspector, the store, the schedu
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,14 +241,25 @@ def test_the_inspection_runs_beside_the_loop_and_a_slow_one_does_not_stall_it(
     store: Store,
 ) -> None:
     executor = FakeExecutor(TWO_NODES)
-    executor.inspect_delay = 1.0
+    gate = threading.Event()  # the first inspection hangs until the test opens it
+    answer = executor.inspect
+
+    def slow_inspect() -> dict[str, list[Finding]]:
+        gate.wait(60)
+        return answer()
+
+    executor.inspect = slow_inspect  # type: ignore[method-assign]
     controller = Controller(store, executor, clock=SystemClock(), interval=0.02, inspect_every=0.1)
     controller.start()
     try:
-        time.sleep(0.5)  # the first inspection is still running
+        deadline = time.monotonic() + 30
+        while controller.health()["passes"] < 5:  # the loop goes on beside the hung inspection
+            assert time.monotonic() < deadline, "the loop stalled behind the inspection"
+            time.sleep(0.02)
+        assert controller.health()["progressing"]
         assert NodeService(store).get_node("n0", actor=None).inspected_at is None
-        assert controller.health()["passes"] >= 5 and controller.health()["progressing"]
-        deadline = time.monotonic() + 10
+        gate.set()
+        deadline = time.monotonic() + 30
         while NodeService(store).get_node("n0", actor=None).inspected_at is None:
             assert time.monotonic() < deadline, "no inspection was recorded"
             time.sleep(0.05)
@@ -255,6 +267,7 @@ def test_the_inspection_runs_beside_the_loop_and_a_slow_one_does_not_stall_it(
             Probe.HEARTBEAT
         ]
     finally:
+        gate.set()
         controller.stop()
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from gpuyard.clock import ManualClock
 from gpuyard.models import JobMode, JobSpec, JobStatus, Priority
 from gpuyard.models.access import Action
-from gpuyard.services.job_search import JobFilter, JobSearch, JobSort
+from gpuyard.models.job_query import JobQuery, JobSort
+from gpuyard.services.job_search import JobSearch
 from gpuyard.testing.auth import user_token
 
 
@@ -35,7 +36,7 @@ def test_filters_sorts_and_pages(app: Any, clock: ManualClock) -> None:
     start = clock.now() - 2 * day
 
     def ids(**wanted: Any) -> list[int]:
-        return [j.id for j in search.search(JobFilter(**wanted), actor="root").items]
+        return [j.id for j in search.search(JobQuery(**wanted), actor="root").items]
 
     assert ids() == [third, second, first]
     assert ids(statuses=(JobStatus.STOPPED,)) == [first]
@@ -52,14 +53,14 @@ def test_filters_sorts_and_pages(app: Any, clock: ManualClock) -> None:
     assert ids(sort=JobSort.PRIORITY, descending=True) == [third, second, first]
     assert ids(sort=JobSort.NAME, descending=False) == [first, second, third]
     assert ids(limit=2) == [third, second]
-    page = search.search(JobFilter(offset=2, limit=2), actor="root")
+    page = search.search(JobQuery(offset=2, limit=2), actor="root")
     assert ([j.id for j in page.items], page.total) == ([first], 3)
     # ana sees her own and ben's read-only job, may stop only her own.
-    seen = search.search(JobFilter(), actor="ana")
+    seen = search.search(JobQuery(), actor="ana")
     assert [j.id for j in seen.items] == [third, second, first]
     allowed = {j.id: j.allowed for j in seen.items}
     assert Action.STOP in allowed[third] and Action.STOP not in allowed[second]
     assert Action.VIEW in allowed[second]
     assert seen.can_stop and seen.can_delete
     user_token(app, "cy", group="vision")
-    assert search.search(JobFilter(), actor="cy").total == 0
+    assert search.search(JobQuery(), actor="cy").total == 0

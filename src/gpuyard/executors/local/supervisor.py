@@ -538,6 +538,55 @@ CANNOT_START = {
 """What the log and the exit record say when a step before exec failed, by step (and cause)."""
 
 
+class WorkerSpec:
+    """``spec.json``, read once: the fields of :class:`gpuyard.models.workerdir.SupervisorSpec`,
+    which the executor writes in full, so their defaults live there and nowhere here. A plain
+    class with slots, not a model: the supervisor starts on builtin modules only."""
+
+    __slots__ = (
+        "account",
+        "argv",
+        "attempt",
+        "binds",
+        "cgroup",
+        "cwd",
+        "env",
+        "files",
+        "grace",
+        "job",
+        "job_dir",
+        "log",
+        "log_max",
+        "notify",
+        "rank",
+        "sandbox",
+        "terminal",
+        "workspace",
+    )
+    job: int
+    attempt: int
+    rank: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    grace: float
+    log: str
+    log_max: int
+    files: dict[str, dict[str, Any]]
+    binds: list[dict[str, Any]]
+    notify: str
+    cgroup: dict[str, Any] | None
+    account: dict[str, Any] | None
+    workspace: str
+    job_dir: str
+    sandbox: dict[str, Any] | None
+    terminal: bool
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        for name in self.__slots__:
+            setattr(self, name, data[name])
+
+
 class Supervisor:
     def __init__(self, directory: str) -> None:
         # Opened before anything of the job runs: what the job later does to the path (a
@@ -547,13 +596,13 @@ class Supervisor:
         raw = untrusted.read_file(self.dir_fd, "spec.json", 16 << 20)
         if raw is None:
             raise SystemExit(f"no spec.json in {directory}")
-        self.spec: dict[str, Any] = loads(raw.decode())
-        self.key = {k: self.spec[k] for k in ("job", "attempt", "rank")}
-        self.argv: list[str] = self.spec["argv"]
-        self.cwd: str = self.spec["cwd"]
-        self.notify_address: str = self.spec.get("notify", "")
-        self.cgroup = cgroups.Cgroup.from_json(self.spec.get("cgroup"))
-        self.account: dict[str, Any] | None = self.spec.get("account")
+        self.spec = WorkerSpec(loads(raw.decode()))
+        self.key = {"job": self.spec.job, "attempt": self.spec.attempt, "rank": self.spec.rank}
+        self.argv = self.spec.argv
+        self.cwd = self.spec.cwd
+        self.notify_address = self.spec.notify
+        self.cgroup = cgroups.Cgroup.from_json(self.spec.cgroup)
+        self.account = self.spec.account
         self.pgid = 0
         self.identity = {
             "supervisor_pid": os.getpid(),
@@ -572,26 +621,24 @@ class Supervisor:
             return 0  # already ran to the end (a second start by mistake)
         self.write("state.json", self.identity)
         log = logcap.CappedLog(
-            self.spec["log"],
-            int(self.spec.get("log_max") or 0),
+            self.spec.log,
+            self.spec.log_max,
             lambda meta: self.write(logcap.META, meta),
             group=None if self.account is None else self.account["gid"],
         )
         binder = Binder(
-            [(b["target"], b["source"], b["readonly"]) for b in self.spec["binds"]],
+            [(b["target"], b["source"], b["readonly"]) for b in self.spec.binds],
             self.account,
-            self.spec.get("workspace", ""),
+            self.spec.workspace,
         )
         child = Child(
             self.argv,
-            self.spec["env"],
+            self.spec.env,
             self.cwd,
             self.cgroup,
             self.account,
-            terminal=bool(self.spec.get("terminal")),
-            sandbox=Sandbox(self.spec["sandbox"], self.account)
-            if self.spec.get("sandbox")
-            else None,
+            terminal=self.spec.terminal,
+            sandbox=Sandbox(self.spec.sandbox, self.account) if self.spec.sandbox else None,
         )
         try:
             self._write_files()
@@ -708,8 +755,7 @@ class Supervisor:
 
     def _write_files(self) -> None:
         """The launch's files (hostfiles, agents): SpawnError("files") when one cannot be."""
-        files: dict[str, dict[str, Any]] = self.spec.get("files") or {}
-        for path, file in files.items():
+        for path, file in self.spec.files.items():
             try:
                 if self.account is None:
                     self._write_file(path, file["content"], file["mode"])
@@ -724,7 +770,7 @@ class Supervisor:
         """For a job of another account: below the job's directory (root's, which the job
         cannot change), reached without following links; new folders 0755 (the job reads
         them; other accounts cannot enter the job's directory)."""
-        job_dir = self.spec.get("job_dir", "")
+        job_dir = self.spec.job_dir
         relative = os.path.relpath(os.path.dirname(path), job_dir) if job_dir else os.pardir
         if relative.split(os.sep)[0] == os.pardir:
             raise OSError(errno.EXDEV, "not below the job's directory")
@@ -801,7 +847,7 @@ class Supervisor:
             grace = None
         if isinstance(grace, int | float) and not isinstance(grace, bool) and 0 <= grace < 1e9:
             return float(grace)
-        return float(self.spec.get("grace", 30.0))
+        return float(self.spec.grace)
 
     def _kill_all(self) -> None:
         if self.cgroup is not None:

@@ -28,6 +28,7 @@ from gpuyard.models import (
     SignalRequest,
     SubmittedJobs,
 )
+from gpuyard.models.job_query import MAX_PAGE, JobQuery
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, Window
 from gpuyard.server.deps import (
@@ -102,24 +103,24 @@ def list_jobs(
         Query(ge=0, allow_inf_nan=False, description="Only jobs submitted by this Unix time."),
     ] = None,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> Page[JobView]:
     try:
         statuses = [JobStatus.parse(s) for s in status or []]
     except ValueError as exc:
         raise InvalidSpec(str(exc)) from None
-    return services.jobs.list_jobs(
-        actor=user,
-        statuses=statuses,
-        name=name,
-        owner=owner,
-        ids=id or (),
+    wanted = JobQuery(
+        statuses=tuple(statuses),
+        name=name or "",
+        owner=owner or "",
+        ids=tuple(id or ()),
         array=array,
         active_after=active_after,
         created_before=created_before,
         offset=offset,
         limit=limit,
     )
+    return services.jobs.list_jobs(wanted, actor=user)
 
 
 @router.get("/{job_id:int}")
@@ -179,7 +180,7 @@ def events(
     services: ServicesDep,
     user: UserDep,
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
 ) -> list[JobEvent]:
     return services.jobs.events(job_id, actor=user, after=after, limit=limit)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuyard.client import Client
 from gpuyard.models import After, JobState, JobView
+from gpuyard.models.job_query import MAX_PAGE
 from gpuyard.models.slurm import SlurmState, SlurmStepView
 from gpuyard.models.waiting import WaitCode
 from gpuyard.slurm.records import JobRecord, StepRecord
@@ -18,11 +19,13 @@ __all__ = [
     "SHORT_STATES",
     "STATUS_OF",
     "all_jobs",
+    "asked_states",
     "collapse_pending_arrays",
     "index_ranges",
     "job_record",
     "job_records",
     "jobs_for",
+    "matching",
     "only_components",
     "pool_statuses",
     "records_of",
@@ -333,14 +336,14 @@ def srun_steps(client: Client, jobs: Sequence[JobView]) -> dict[int, list[SlurmS
 
 
 def all_jobs(client: Client, *, status: list[str] | None, **filters: Any) -> list[JobView]:
-    """Every job the filters match, a page of 1,000 at a time (``status`` None: states no
-    gpuyard job is ever in were asked for, so none)."""
+    """Every job the filters match, a page of :data:`MAX_PAGE` at a time (``status`` None:
+    states no gpuyard job is ever in were asked for, so none)."""
     out: list[JobView] = []
     if status is None:
         return out
     filters["status"] = status
     while True:
-        page = client.jobs(offset=len(out), limit=1000, **filters)
+        page = client.jobs(offset=len(out), limit=MAX_PAGE, **filters)
         out += page.items
         if not page.items or len(out) >= page.total:
             return out
@@ -377,6 +380,30 @@ SHORT_STATES = {
     "NF": SlurmState.NODE_FAIL,
     "RQ": SlurmState.REQUEUED,
 }
+
+
+def asked_states(texts: Iterable[str]) -> set[str]:
+    """The Slurm states of a ``--state``/``--states`` list, short names (``PD``) spelt out."""
+    return {SHORT_STATES.get(s.upper(), s.upper()) for s in texts}
+
+
+def matching(
+    records: list[JobRecord],
+    *,
+    states: Iterable[str] = (),
+    partitions: Iterable[str] = (),
+    names: Iterable[str] = (),
+) -> list[JobRecord]:
+    """The rows sacct and squeue keep of what the pool sent: in one of ``states`` (none, or
+    ``ALL``: any), ``partitions`` and ``names`` (none: any)."""
+    wanted_states, wanted_partitions, wanted_names = set(states), set(partitions), set(names)
+    if wanted_states and "ALL" not in wanted_states:
+        records = [r for r in records if r.state in wanted_states]
+    if wanted_partitions:
+        records = [r for r in records if r.partition in wanted_partitions]
+    if wanted_names:
+        records = [r for r in records if r.name in wanted_names]
+    return records
 
 
 def collapse_pending_arrays(records: list[JobRecord]) -> list[JobRecord]:

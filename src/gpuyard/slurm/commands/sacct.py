@@ -18,10 +18,11 @@ from gpuyard.slurm.commands.base import (
     parse_ids,
 )
 from gpuyard.slurm.commands.jobs import (
-    SHORT_STATES,
     all_jobs,
+    asked_states,
     collapse_pending_arrays,
     jobs_for,
+    matching,
     only_components,
     pool_statuses,
     records_of,
@@ -118,12 +119,7 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
         steps = None if parsed.has("allocations") else srun_steps(client, jobs)
     records = records_of(jobs, steps)
     records = only_components(records, het_components(parsed.all("jobs")))  # -j 516+1
-    names = set(parsed.all("name"))
-    if names:
-        records = [r for r in records if r.name in names]
-    states = {SHORT_STATES.get(s.upper(), s.upper()) for s in parsed.all("state")}
-    if states and "ALL" not in states:
-        records = [r for r in records if r.state in states]
+    records = matching(records, states=asked_states(parsed.all("state")), names=parsed.all("name"))
     records = collapse_pending_arrays(records)
     if parsed.has("json"):
         if parsed.has("allocations"):  # -X: the jobs without their steps

@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from gpuyard.client import Client
+from gpuyard.models import JobView
 from gpuyard.models.slurm import SlurmState
 from gpuyard.slurm import openapi, render
 from gpuyard.slurm.commands.base import (
@@ -16,10 +18,11 @@ from gpuyard.slurm.commands.base import (
     parse_ids,
 )
 from gpuyard.slurm.commands.jobs import (
-    SHORT_STATES,
     all_jobs,
+    asked_states,
     collapse_pending_arrays,
     jobs_for,
+    matching,
     pool_statuses,
     records_of,
 )
@@ -76,14 +79,11 @@ def squeue(args: Sequence[str], out: TextIO) -> int:
         return _squeue_json(parsed, out)
     fmt = parsed.last("format")
     _, problems = render.squeue_format(fmt)
-    states = {SHORT_STATES.get(s.upper(), s.upper()) for s in parsed.all("states")}
+    states = asked_states(parsed.all("states"))
     ids = parsed.all("jobs")
     with open_client() as client:
         if ids:
-            try:
-                jobs = jobs_for(client, parse_ids(ids))
-            except BadJobId:
-                jobs = []
+            jobs = _listed(client, ids)
             if not jobs:
                 print(render.SQUEUE_INVALID_JOB, file=sys.stderr)
                 return 1
@@ -118,10 +118,7 @@ def _squeue_json(parsed: Args, out: TextIO) -> int:
     ids = parsed.all("jobs")
     with open_client() as client:
         if ids:
-            try:
-                jobs = jobs_for(client, parse_ids(ids))
-            except BadJobId:
-                jobs = []
+            jobs = _listed(client, ids)
         else:
             owner = parsed.last("user") or (client.user if parsed.has("me") else None)
             jobs = all_jobs(client, owner=owner, status=[], active_after=time.time() - 300)
@@ -135,14 +132,21 @@ def _squeue_json(parsed: Args, out: TextIO) -> int:
     return 0
 
 
+def _listed(client: Client, ids: list[str]) -> list[JobView]:
+    """The jobs ``-j`` names; none when one of its ids is not a job id (squeue then says the
+    job id is invalid, as for a job that does not exist)."""
+    try:
+        return jobs_for(client, parse_ids(ids))
+    except BadJobId:
+        return []
+
+
 def _squeue_select(
     records: list[JobRecord], parsed: Args, states: set[str], *, listed: bool, now: float
 ) -> list[JobRecord]:
     """The rows squeue shows: by state (pending and running unless told; a job asked for by
     id stays visible for MinJobAge, 300 s, after it ends, as in Slurm), partition and name."""
-    if states and "ALL" not in states:
-        records = [r for r in records if r.state in states]
-    elif not states and not listed:
+    if not states and not listed:
         records = [
             r
             for r in records
@@ -151,9 +155,7 @@ def _squeue_select(
         ]
     elif not states:
         records = [r for r in records if r.end is None or now - r.end < 300]
-    partitions, names = set(parsed.all("partition")), set(parsed.all("name"))
-    if partitions:
-        records = [r for r in records if r.partition in partitions]
-    if names:
-        records = [r for r in records if r.name in names]
+    records = matching(
+        records, states=states, partitions=parsed.all("partition"), names=parsed.all("name")
+    )
     return records if parsed.has("array") else collapse_pending_arrays(records)

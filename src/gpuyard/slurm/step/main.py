@@ -106,15 +106,10 @@ def compress_hostlist(hosts: Sequence[str]) -> str:
 
 
 def tasks_text(counts: Sequence[int]) -> str:
-    parts: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        parts.append(f"{counts[i]}(x{j - i + 1})" if j > i else str(counts[i]))
-        i = j + 1
-    return ",".join(parts)
+    """``2(x3),1`` for [2, 2, 2, 1] (:func:`gpuyard.hostlist.compress_counts`)."""
+    from gpuyard.hostlist import compress_counts
+
+    return compress_counts(counts)
 
 
 # --- file name patterns -----------------------------------------------------------------
