@@ -24,13 +24,13 @@ from sqlalchemy.orm import Session
 from gpuyard.clock import Clock
 from gpuyard.controller.health import JobErrors
 from gpuyard.errors import StaleWrite
-from gpuyard.launch.check import CHECK_RANK_BASE, CHECK_ROLE, check_nodes
+from gpuyard.launch.check import CHECK_RANK_BASE, check_nodes
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, JobState, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
-from gpuyard.models.worker import WorkerState
+from gpuyard.models.worker import WorkerRole, WorkerState
 from gpuyard.scheduler import Decisions, Snapshot, decide, frozen_heap
 from gpuyard.scheduler.decide import Start
 from gpuyard.services.suspension import begin_suspension
@@ -326,7 +326,7 @@ def worker_rows(
             attempt=attempt,
             rank=seat.rank,
             node=slot.node,
-            role=seat.role.value,
+            role=seat.role,
             task=seat.task,
             primary=seat.role.primary,
             state=WorkerState.PENDING,
@@ -340,7 +340,7 @@ def worker_rows(
                 attempt=attempt,
                 rank=CHECK_RANK_BASE + index,
                 node=node,
-                role=CHECK_ROLE,
+                role=WorkerRole.CHECK,
                 task=0,
                 primary=False,
                 state=WorkerState.PENDING,

@@ -39,13 +39,11 @@ from gpuyard.controller.recovery import CHECK_DEADLINE, check_verdict, fault_tol
 from gpuyard.diagnosis.signatures import Suspect
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused
-from gpuyard.launch.check import CHECK_ROLE, check_launches
+from gpuyard.launch.check import check_launches
 from gpuyard.launch.exec_workers import (
     EXEC_RANK_BASE,
     EXEC_RANK_LIMIT,
-    EXEC_ROLE,
     SHELL_ARGV,
-    SHELL_ROLE,
     exec_launches,
 )
 from gpuyard.launch.plan import JobContext
@@ -53,13 +51,14 @@ from gpuyard.models import JobState, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.states import end_of_hold
-from gpuyard.models.worker import Handle, WorkerLaunch, WorkerState
+from gpuyard.models.worker import Handle, WorkerLaunch, WorkerRole, WorkerState
 from gpuyard.quantities import format_duration
 from gpuyard.services.job_exec import USERCALL
 from gpuyard.services.nodes import cordon_node
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, WorkerRow
+from gpuyard.store.workers import launch_failed, record_launches, set_worker_state
 
 __all__ = ["Hold"]
 
@@ -152,7 +151,7 @@ class Hold:
             if w.handle is None
             and w.state is WorkerState.PENDING
             and w.stop_grace is None
-            and w.role != SHELL_ROLE  # the server that reserved it launches it
+            and w.role != WorkerRole.SHELL  # the server that reserved it launches it
         ]
         if pending:
             self._launch(job, pending)
@@ -199,7 +198,9 @@ class Hold:
                     signalled.append(w)
                 if note:
                     notes.append((w, note))
-            elif w.role == CHECK_ROLE and w.started_at and now > w.started_at + CHECK_DEADLINE:
+            elif (
+                w.role == WorkerRole.CHECK and w.started_at and now > w.started_at + CHECK_DEADLINE
+            ):
                 self.executor.kill(w.handle)
         cancelled = [
             w
@@ -226,16 +227,15 @@ class Hold:
                     reason=note,
                 )
             for w in cancelled:
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == w.id, WorkerRow.handle.is_(None))
-                    .values(
-                        state=WorkerState.CANCELLED,
-                        detail="stopped before it started"
-                        if w.stop_grace is not None
-                        else "the server that opened this shell never started it",
-                        finished_at=now,
-                    )
+                set_worker_state(
+                    session,
+                    w,
+                    WorkerState.CANCELLED,
+                    WorkerRow.handle.is_(None),
+                    detail="stopped before it started"
+                    if w.stop_grace is not None
+                    else "the server that opened this shell never started it",
+                    finished_at=now,
                 )
         self.actions.mark_dirty()
 
@@ -295,7 +295,7 @@ class Hold:
         nodes = {w.node for w in pending}
         base_env = {n: self.executor.base_env(n) for n in nodes}
         planned: dict[int, WorkerLaunch] = {}
-        checks = [w for w in pending if w.role == CHECK_ROLE]
+        checks = [w for w in pending if w.role == WorkerRole.CHECK]
         if checks:
             by_rank = {
                 launch.key.rank: launch
@@ -312,7 +312,7 @@ class Hold:
                 )
             }
             planned.update((w.id, by_rank[w.rank]) for w in checks if w.rank in by_rank)
-        execs = [w for w in pending if w.role == EXEC_ROLE and isinstance(w.argv, list)]
+        execs = [w for w in pending if w.role == WorkerRole.EXEC and isinstance(w.argv, list)]
         runs: dict[tuple[str, ...], list[WorkerRow]] = {}
         for w in execs:
             runs.setdefault(tuple(str(a) for a in w.argv or ()), []).append(w)
@@ -327,7 +327,7 @@ class Hold:
     def plan_shell(self, job: JobRow, rank: int, node: str) -> WorkerLaunch:
         """The launch of a shell (``gpuyard exec JOB shell``) at ``rank`` on ``node``: an exec
         worker running :data:`SHELL_ARGV`, which the server launches on a terminal."""
-        [launch] = self.plan_exec(job, {rank: node}, SHELL_ARGV, role=SHELL_ROLE)
+        [launch] = self.plan_exec(job, {rank: node}, SHELL_ARGV, role=WorkerRole.SHELL)
         return launch
 
     def plan_exec(
@@ -336,7 +336,7 @@ class Hold:
         ranks: Mapping[int, str],
         argv: Sequence[str],
         *,
-        role: str = EXEC_ROLE,
+        role: WorkerRole = WorkerRole.EXEC,
         run_as: str | None = None,
         base_env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> list[WorkerLaunch]:
@@ -366,18 +366,10 @@ class Hold:
     ) -> None:
         now = self.clock.now()
         with self.store.write() as session:
-            for worker_id, handle in handles.items():
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == worker_id)
-                    .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
-                )
-            for worker_id, message in failed.items():
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == worker_id)
-                    .values(state=WorkerState.LOST, detail=message[:2000], finished_at=now)
-                )
+            record_launches(session, pending, handles, now)
+            for w in pending:
+                if w.id in failed:
+                    launch_failed(session, w, failed[w.id], now)
             started = [w for w in pending if w.id in handles]
             if started:
                 record_event(
@@ -432,7 +424,7 @@ class Hold:
             members = [w for w in runs if firsts[i] <= w.rank < end]
             if not members or not all(w.state.is_ended() for w in members):
                 continue
-            if all(w.role == CHECK_ROLE for w in members):
+            if all(w.role == WorkerRole.CHECK for w in members):
                 self._checked(job, entry, members, now)
             else:
                 self._close(job, entry, _exits(members), now)
@@ -498,7 +490,7 @@ class Hold:
 def _abandoned(worker: WorkerRow, now: float) -> bool:
     """A shell a server reserved (``started_at``: when) and never launched: it went away."""
     return (
-        worker.role == SHELL_ROLE
+        worker.role == WorkerRole.SHELL
         and worker.started_at is not None
         and now > worker.started_at + SHELL_RESERVATION
     )

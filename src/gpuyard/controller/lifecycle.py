@@ -25,16 +25,16 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec, worker_rows
 from gpuyard.controller.hold import Hold
 from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
-from gpuyard.controller.verdict import Outcome, WorkerFacts, settle
+from gpuyard.controller.verdict import Outcome, Verdict, WorkerFacts, settle
 from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError
@@ -46,13 +46,20 @@ from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, HOLD_TARGET, TRANSITIONS
-from gpuyard.models.worker import Handle, RunAs, WorkerState, WorkerStatus
+from gpuyard.models.worker import (
+    Handle,
+    RunAs,
+    WorkerState,
+    WorkerStatus,
+    check_worker_transition,
+)
 from gpuyard.quantities import format_duration
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import current
 from gpuyard.store.tables import JobRow, UserRow, WorkerRow
+from gpuyard.store.workers import launch_failed, record_launches, set_worker_state
 
 __all__ = ["ACTOR", "ESCALATED", "KILL_BACKSTOP", "LaunchConfig", "Lifecycle", "describe_exit"]
 
@@ -170,6 +177,9 @@ class Lifecycle:
             for worker in workers:
                 if worker.handle is not None:
                     continue
+                # Refused before it starts a process (one whose launch failed is lost, not
+                # launched again), not after, when its handle could not be recorded.
+                check_worker_transition(worker.id, worker.state, WorkerState.RUNNING)
                 if refused:
                     failure = (worker, refused)
                     break
@@ -182,7 +192,7 @@ class Lifecycle:
                     break
         except BaseException:
             # Whatever went wrong, a launched worker must never be forgotten.
-            self._record_handles(handles)
+            self._record_handles(workers, handles)
             raise
         self._launched(job, workers, handles, failure)
 
@@ -227,14 +237,10 @@ class Lifecycle:
         with self.store.write() as session:
             # Handles are recorded whatever happened to the job meanwhile (the next pass
             # drains the workers if the job was stopped).
-            self._write_handles(session, handles, now)
+            record_launches(session, workers, handles, now)
             if failure is not None:
                 worker, message = failure
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == worker.id)
-                    .values(state=WorkerState.LOST, detail=message, finished_at=now)
-                )
+                launch_failed(session, worker, message, now)
             row = self._fresh(session, job)
             if row is None:
                 pass
@@ -282,89 +288,95 @@ class Lifecycle:
             return None
         return diagnose(observations)
 
-    def _record_handles(self, handles: dict[int, Handle]) -> None:
+    def _record_handles(self, workers: list[WorkerRow], handles: dict[int, Handle]) -> None:
         if handles:
             with self.store.write() as session:
-                self._write_handles(session, handles, self.clock.now())
-
-    @staticmethod
-    def _write_handles(session: Any, handles: dict[int, Handle], now: float) -> None:
-        if handles:  # one statement for a gang's workers (executemany)
-            session.connection().execute(
-                _SET_HANDLE,
-                [{"worker": w, "handle": h, "at": now} for w, h in handles.items()],
-            )
+                record_launches(session, workers, handles, self.clock.now())
 
     def _settle_running(self, job: JobRow, workers: list[WorkerRow]) -> None:
+        """What a running job's workers add up to (:func:`settle`), and its max runtime."""
         workers = [w for w in workers if not is_check(w)]  # all passed before it ran
         now = self.clock.now()
         if self._suspended_itself(job, workers, now):
             return
         verdict = settle([_facts(w) for w in workers], batch=job.job_spec().type is JobType.BATCH)
         if verdict.outcome is Outcome.FAIL:
-            failure = verdict.failure
-            ended = all(w.state.is_ended() for w in workers)
-            target = JobState.FAILED if ended else JobState.FAILING
-            diagnosis = self._diagnose(workers)
-            first = next((w for w in workers if failure and w.id == failure.id), None)
-            if self.recovery.recover(
-                job, workers, why=verdict.why, first=first, diagnosis=diagnosis
-            ) or self.hold.hold_failed(
-                job,
-                workers,
-                verdict.why,
+            self._fail(job, workers, verdict, now)
+        elif verdict.outcome is Outcome.SUCCEED:
+            self._succeed(job, verdict, now)
+        elif verdict.outcome is Outcome.COMPLETE:
+            self._complete(job, workers, verdict, now)
+        else:
+            if verdict.terminate or verdict.notes:
+                self._terminate(
+                    job,
+                    [w for w in workers if w.id in {f.id for f in verdict.terminate}],
+                    notes=verdict.notes,
+                )
+            self._expire_if_due(job, workers, now)
+
+    def _fail(self, job: JobRow, workers: list[WorkerRow], verdict: Verdict, now: float) -> None:
+        """A worker failed: the job recovers, is held (``keep_failed``), or fails (draining
+        its live workers first); the likely cause from the logs is recorded in each case."""
+        failure = verdict.failure
+        ended = all(w.state.is_ended() for w in workers)
+        target = JobState.FAILED if ended else JobState.FAILING
+        diagnosis = self._diagnose(workers)
+        first = next((w for w in workers if failure and w.id == failure.id), None)
+        if self.recovery.recover(
+            job, workers, why=verdict.why, first=first, diagnosis=diagnosis
+        ) or self.hold.hold_failed(
+            job,
+            workers,
+            verdict.why,
+            node=failure.node if failure else None,
+            exit_code=failure.exit_code if failure else None,
+        ):
+            with self.store.write() as session:
+                _diagnosis_event(session, job, diagnosis, now)
+            return
+        with self.store.write() as session:
+            row = self._fresh_or_stale(session, job)
+            transition(
+                session,
+                row,
+                target,
+                actor=ACTOR,
+                why=verdict.why,
+                time=now,
                 node=failure.node if failure else None,
+                reason=verdict.why,
                 exit_code=failure.exit_code if failure else None,
-            ):
-                with self.store.write() as session:
-                    _diagnosis_event(session, job, diagnosis, now)
-                return
-            with self.store.write() as session:
-                row = self._fresh_or_stale(session, job)
-                transition(
-                    session,
-                    row,
-                    target,
-                    actor=ACTOR,
-                    why=verdict.why,
-                    time=now,
-                    node=failure.node if failure else None,
-                    reason=verdict.why,
-                    exit_code=failure.exit_code if failure else None,
-                )
-                _diagnosis_event(session, row, diagnosis, now)
-            if not ended:
-                self._drain(row, target, workers)
-            return
-        if verdict.outcome is Outcome.SUCCEED:
-            with self.store.write() as session:
-                row = self._fresh_or_stale(session, job)
-                transition(
-                    session,
-                    row,
-                    JobState.SUCCEEDED,
-                    actor=ACTOR,
-                    why=verdict.why,
-                    time=now,
-                    exit_code=0,
-                    reason=None,
-                )
-            self._mark_dirty()
-            return
-        if verdict.outcome is Outcome.COMPLETE:
-            with self.store.write() as session:
-                row = self._fresh_or_stale(session, job)
-                transition(
-                    session, row, JobState.COMPLETING, actor=ACTOR, why=verdict.why, time=now
-                )
-            self._drain(row, JobState.COMPLETING, workers)
-            return
-        if verdict.terminate or verdict.notes:
-            self._terminate(
-                job,
-                [w for w in workers if w.id in {f.id for f in verdict.terminate}],
-                notes=verdict.notes,
             )
+            _diagnosis_event(session, row, diagnosis, now)
+        if not ended:
+            self._drain(row, target, workers)
+
+    def _succeed(self, job: JobRow, verdict: Verdict, now: float) -> None:
+        with self.store.write() as session:
+            row = self._fresh_or_stale(session, job)
+            transition(
+                session,
+                row,
+                JobState.SUCCEEDED,
+                actor=ACTOR,
+                why=verdict.why,
+                time=now,
+                exit_code=0,
+                reason=None,
+            )
+        self._mark_dirty()
+
+    def _complete(
+        self, job: JobRow, workers: list[WorkerRow], verdict: Verdict, now: float
+    ) -> None:
+        """The workers that decide it succeeded; its helpers are told to exit."""
+        with self.store.write() as session:
+            row = self._fresh_or_stale(session, job)
+            transition(session, row, JobState.COMPLETING, actor=ACTOR, why=verdict.why, time=now)
+        self._drain(row, JobState.COMPLETING, workers)
+
+    def _expire_if_due(self, job: JobRow, workers: list[WorkerRow], now: float) -> None:
         max_runtime = job.max_runtime
         if max_runtime and job.started_at is not None and now >= job.started_at + max_runtime:
             why = f"ran longer than its max runtime ({format_duration(max_runtime)})"
@@ -475,10 +487,8 @@ class Lifecycle:
                     "after the graceful period",
                 )
             for w in cancelled:
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == w.id)
-                    .values(state=WorkerState.CANCELLED, detail="never started", finished_at=now)
+                set_worker_state(
+                    session, w, WorkerState.CANCELLED, detail="never started", finished_at=now
                 )
             ended = {w.id for w in cancelled} | {w.id for w in workers if w.state.is_ended()}
             # A suspension ends in the suspender; a hold's drain ends held, not ended.
@@ -511,14 +521,12 @@ class Lifecycle:
         with self.store.write() as session:
             for w in workers:
                 if not w.state.is_ended():
-                    session.execute(
-                        update(WorkerRow)
-                        .where(WorkerRow.id == w.id)
-                        .values(
-                            state=WorkerState.LOST if w.handle else WorkerState.CANCELLED,
-                            detail="killed: the controller gave up on the job",
-                            finished_at=now,
-                        )
+                    set_worker_state(
+                        session,
+                        w,
+                        WorkerState.LOST if w.handle else WorkerState.CANCELLED,
+                        detail="killed: the controller gave up on the job",
+                        finished_at=now,
                     )
             row = session.get(JobRow, job.id)
             if row is None or row.state.is_terminal():
@@ -553,14 +561,6 @@ class Lifecycle:
 
     def gpu_devices(self) -> Mapping[str, Sequence[str]]:
         return self._gpu_devices()
-
-
-_WORKERS = cast("Table", WorkerRow.__table__)
-_SET_HANDLE = (
-    update(_WORKERS)
-    .where(_WORKERS.c.id == bindparam("worker"))
-    .values(handle=bindparam("handle"), state=WorkerState.RUNNING, started_at=bindparam("at"))
-)
 
 
 def _give_up_path(state: JobState) -> tuple[JobState, ...]:

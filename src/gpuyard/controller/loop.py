@@ -79,6 +79,7 @@ from gpuyard.models.worker import Handle, NodeInfo, WorkerKey, WorkerState, Work
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
+from gpuyard.store.workers import set_worker_state
 
 __all__ = ["Controller", "LaunchConfig"]
 
@@ -381,10 +382,15 @@ class Controller:
                     continue
                 job = session.get(JobRow, worker.job_id)
                 lost = st.state is WorkerState.LOST
-                worker.state = WorkerState.LOST if lost else WorkerState.EXITED
-                worker.exit_code = st.exit_code
-                worker.finished_at = st.finished_at or now
-                worker.detail = describe_exit(worker, st, job)
+                detail = describe_exit(worker, st, job)
+                set_worker_state(
+                    session,
+                    worker,
+                    WorkerState.LOST if lost else WorkerState.EXITED,
+                    exit_code=st.exit_code,
+                    finished_at=st.finished_at or now,
+                    detail=detail,
+                )
                 jobs.add(worker.job_id)
                 if job is not None:
                     record_event(
@@ -392,7 +398,7 @@ class Controller:
                         job,
                         kind=EventKind.WORKER_LOST if lost else EventKind.WORKER_EXITED,
                         actor=ACTOR,
-                        reason=worker.detail,
+                        reason=detail,
                         node=worker.node,
                         time=now,
                     )

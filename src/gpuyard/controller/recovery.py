@@ -42,18 +42,19 @@ from gpuyard.diagnosis.performance import Sample, Slowness, judge
 from gpuyard.diagnosis.recovery import EXIT_NO_RESTART, Decision, FailureFacts, decide_recovery
 from gpuyard.diagnosis.signatures import Diagnosis, Suspect
 from gpuyard.executors.base import Executor, LaunchError
-from gpuyard.launch.check import CHECK_BURN, CHECK_ROLE, CHECK_TIMEOUT, check_launches
+from gpuyard.launch.check import CHECK_BURN, CHECK_TIMEOUT, check_launches
 from gpuyard.models import JobState, NodeState, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.faults import FaultTolerance, Recovery, SlowAction
-from gpuyard.models.worker import ControlState, Handle, WorkerState
+from gpuyard.models.worker import ControlState, Handle, WorkerRole, WorkerState
 from gpuyard.quantities import format_duration
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
 from gpuyard.services.nodes import cordon_node
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, NodeRow, PoolRow, WorkerRow
+from gpuyard.store.workers import launch_failed, record_launches
 
 __all__ = ["CheckProgress", "FaultRecovery", "check_verdict", "log_tail"]
 
@@ -177,18 +178,9 @@ class FaultRecovery:
                 failed.append((w, str(exc)))
         now = self.clock.now()
         with self.store.write() as session:
-            for worker_id, handle in handles.items():
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == worker_id)
-                    .values(handle=handle, state=WorkerState.RUNNING, started_at=now)
-                )
+            record_launches(session, checks, handles, now)
             for w, message in failed:
-                session.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.id == w.id)
-                    .values(state=WorkerState.LOST, detail=message, finished_at=now)
-                )
+                launch_failed(session, w, message, now)
             record_event(
                 session,
                 job,
@@ -651,4 +643,4 @@ def _add_fault(
 
 
 def is_check(worker: WorkerRow) -> bool:
-    return worker.role == CHECK_ROLE
+    return worker.role == WorkerRole.CHECK

@@ -13,11 +13,10 @@ from collections.abc import Mapping, Sequence
 
 from gpuyard.models.job import Slot
 from gpuyard.models.resources import Resources
-from gpuyard.models.worker import Tools, WorkerKey, WorkerLaunch
+from gpuyard.models.worker import Tools, WorkerKey, WorkerLaunch, WorkerRole
 
-__all__ = ["CHECK_RANK_BASE", "CHECK_ROLE", "CHECK_TIMEOUT", "check_launches", "check_nodes"]
+__all__ = ["CHECK_RANK_BASE", "CHECK_TIMEOUT", "check_launches", "check_nodes"]
 
-CHECK_ROLE = "check"
 CHECK_RANK_BASE = 100_000
 """Check workers share the attempt of the workers they come before, at ranks from here on (a
 job's own ranks stay far below: at most 4096 nodes per task, 256 tasks)."""
@@ -96,7 +95,7 @@ def check_launches(
                 env=env,
                 cwd=job_dir,
                 grace=5.0,
-                role=CHECK_ROLE,
+                role=WorkerRole.CHECK,
                 primary=False,
                 limits=limits,
                 run_as=run_as,

@@ -22,21 +22,17 @@ from gpuyard.launch.plan import JobContext, plan_worker
 from gpuyard.launch.topology import seats
 from gpuyard.launch.workspace import control_dir
 from gpuyard.models.job import JobSpec, Slot
-from gpuyard.models.worker import WorkerKey, WorkerLaunch
+from gpuyard.models.worker import WorkerKey, WorkerLaunch, WorkerRole
 
 __all__ = [
     "EXEC_RANK_BASE",
     "EXEC_RANK_LIMIT",
-    "EXEC_ROLE",
     "SHELL_ARGV",
-    "SHELL_ROLE",
     "exec_launches",
     "exec_ranks",
     "host_ranks",
 ]
 
-EXEC_ROLE = "exec"
-SHELL_ROLE = "shell"
 """An interactive shell (``gpuyard exec JOB shell``): an exec worker on a terminal."""
 SHELL_ARGV = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash -i || exec sh -i")
 """What a shell runs: bash where the node has it, else sh; interactive either way."""
@@ -75,7 +71,7 @@ def exec_launches(
     argv: Sequence[str],
     ranks: Mapping[int, str],
     base_env: Mapping[str, Mapping[str, str]],
-    role: str = EXEC_ROLE,
+    role: WorkerRole = WorkerRole.EXEC,
 ) -> list[WorkerLaunch]:
     """The launch of each exec worker of ``ranks`` (exec rank -> node), running ``argv``.
 

@@ -31,7 +31,7 @@ from gpuyard.launch.slurm import (
     slurm_components,
     slurm_env,
 )
-from gpuyard.launch.topology import Role, Seat, seats
+from gpuyard.launch.topology import Seat, seats
 from gpuyard.launch.torchrun import wrap_python
 from gpuyard.launch.workspace import (
     attempt_dir,
@@ -43,7 +43,14 @@ from gpuyard.launch.workspace import (
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
 from gpuyard.models.slurm import SlurmBatch
-from gpuyard.models.worker import PREEMPT_SIGNAL, File, Tools, WorkerKey, WorkerLaunch
+from gpuyard.models.worker import (
+    PREEMPT_SIGNAL,
+    File,
+    Tools,
+    WorkerKey,
+    WorkerLaunch,
+    WorkerRole,
+)
 
 __all__ = ["PLATFORM_DEFAULTS", "JobContext", "MpiInstall", "listener_env", "plan_worker"]
 
@@ -122,7 +129,7 @@ class _Worker:
 
     @property
     def compute(self) -> list[Seat]:
-        return [s for s in self.gang if s.role is not Role.PS]
+        return [s for s in self.gang if s.role is not WorkerRole.PS]
 
     @property
     def master(self) -> Slot:
@@ -189,12 +196,12 @@ def _torch_env(w: _Worker) -> dict[str, str]:
 def _tf_env(w: _Worker) -> dict[str, str]:
     hosts = {
         role: [f"{w.slot_of(s).address}:{w.slot_of(s).port}" for s in w.gang if s.role is role]
-        for role in (Role.WORKER, Role.PS)
+        for role in (WorkerRole.WORKER, WorkerRole.PS)
     }
     config = tf_config(
-        workers=hosts[Role.WORKER],
-        ps=hosts[Role.PS],
-        task_type="ps" if w.seat.role is Role.PS else "worker",
+        workers=hosts[WorkerRole.WORKER],
+        ps=hosts[WorkerRole.PS],
+        task_type="ps" if w.seat.role is WorkerRole.PS else "worker",
         task_index=w.seat.role_index,
     )
     return {"TF_CONFIG": config}
@@ -256,7 +263,7 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
     install = ctx.mpi.get(impl)
     if install is not None:
         env.update(install.env)
-    if w.seat.role is Role.MPI_TARGET:
+    if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = w.slot.address
         env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
@@ -450,7 +457,7 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
             "GPUYARD_SLURM_ERROR": slurm.error or "",
         }
     )
-    if w.seat.role is Role.MPI_TARGET:
+    if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = slot.address
         env["GPUYARD_REXEC_PORT"] = str(slot.port)
         return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
@@ -550,12 +557,12 @@ def _mpi_parts(w: _Worker, env: dict[str, str], parts: _ModeParts) -> None:
     if install is not None:
         _prepend_path(env, "PATH", install.bin_dir)
         _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
-    if seat.role is Role.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
+    if seat.role is WorkerRole.LAUNCHER and spec.mpi is MpiImplementation.OPENMPI:
         _prepend_path(env, "PATH", mpirun_shim_dir(w.files_dir))
     argv, more_env, more_files = _mpi(w)
     parts.argv = argv
     parts.add(more_env, more_files)
-    if seat.role is Role.LAUNCHER:
+    if seat.role is WorkerRole.LAUNCHER:
         processes = w.slots_per_node * len(w.compute)
         parts.command = with_mpi_prefix(parts.command, spec.mpi, processes)
 
@@ -638,7 +645,7 @@ def plan_worker(
         grace=spec.graceful_shutdown,
         files=parts.files,
         binds=tuple(workspace_binds(spec, workspace=workspace, outputs=outputs, task=seat.task)),
-        role=seat.role.value,
+        role=seat.role,
         task=seat.task,
         primary=seat.role.primary,
         limits=seat.member.need,

@@ -19,24 +19,12 @@ Worker order, which is also placement order: for each (sub-)task of the job, its
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from gpuyard.models.job import JobSpec
 from gpuyard.models.request import Member, members, request_of
+from gpuyard.models.worker import WorkerRole
 
-__all__ = ["Role", "Seat", "seats"]
-
-
-class Role(StrEnum):
-    WORKER = "worker"
-    LAUNCHER = "launcher"
-    MPI_TARGET = "mpi-target"
-    PS = "ps"
-
-    @property
-    def primary(self) -> bool:
-        """Whether this worker's exit decides the job."""
-        return self in (Role.WORKER, Role.LAUNCHER)
+__all__ = ["Seat", "seats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +37,7 @@ class Seat:
     """Position within its task's gang: compute workers first, then parameter servers."""
     gang_size: int
     """Workers in its task's gang."""
-    role: Role
+    role: WorkerRole
     role_index: int
     """Index among the workers of its role in its task (a TF task index)."""
     member: Member
@@ -70,10 +58,14 @@ def seats(spec: JobSpec) -> tuple[Seat, ...]:
     for rank, member in enumerate(all_members):
         task, node_rank = divmod(rank, gang)
         if node_rank >= spec.nodes:
-            role, index = Role.PS, node_rank - spec.nodes
+            role, index = WorkerRole.PS, node_rank - spec.nodes
         elif spec.mode.uses_remote_exec:
-            role, index = (Role.LAUNCHER, 0) if node_rank == 0 else (Role.MPI_TARGET, node_rank - 1)
+            role, index = (
+                (WorkerRole.LAUNCHER, 0)
+                if node_rank == 0
+                else (WorkerRole.MPI_TARGET, node_rank - 1)
+            )
         else:
-            role, index = Role.WORKER, node_rank
+            role, index = WorkerRole.WORKER, node_rank
         result.append(Seat(rank, task, node_rank, gang, role, index, member))
     return tuple(result)

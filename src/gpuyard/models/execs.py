@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpuyard.models.faults import MAX_HOLD, MIN_HOLD
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Seconds
+from gpuyard.models.worker import WorkerRole, WorkerState
 
 __all__ = [
     "MAX_EXEC_ARGS",
@@ -124,10 +125,12 @@ class ExecWorker(BaseModel):
     """One worker of the job's current attempt, with what is known of its processes."""
 
     rank: int
-    role: str = Field(description="worker, launcher, …; check (node check), exec (a command).")
+    role: WorkerRole = Field(
+        description="worker, launcher, …; check (node check), exec (a command)."
+    )
     attempt: int
     node: str
-    state: str
+    state: WorkerState
     exit_code: int | None = None
     detail: str | None = Field(None, description="How it ended, or why it could not start.")
     pid: int | None = Field(None, description="Its supervisor's process id on its node.")

@@ -26,6 +26,7 @@ from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
 from gpuyard.models.waiting import WAIT_CODES, WaitCode
+from gpuyard.models.worker import WorkerRole, WorkerState
 from gpuyard.spec_limits import MAX_ENV, MAX_ENV_BYTES
 
 __all__ = [
@@ -588,10 +589,10 @@ class WorkerView(BaseModel):
     rank: int
     attempt: int
     node: str
-    state: str
-    role: str = Field(
-        "worker",
-        description="worker, launcher, target, ps; check (a node check), exec (gpuyard exec run).",
+    state: WorkerState
+    role: WorkerRole = Field(
+        WorkerRole.WORKER,
+        description="check: a node check; exec: a command of gpuyard exec run; shell: a shell.",
     )
     exit_code: int | None = None
     started_at: datetime | None = None

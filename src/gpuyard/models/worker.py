@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpuyard.errors import IllegalTransition
 from gpuyard.models.resources import ZERO, Resources
 
 __all__ = [
     "POOL_ACCOUNT_PREFIX",
     "PREEMPT_SIGNAL",
+    "WORKER_TRANSITIONS",
     "Bind",
     "ControlState",
     "File",
@@ -30,8 +32,10 @@ __all__ = [
     "Tools",
     "WorkerKey",
     "WorkerLaunch",
+    "WorkerRole",
     "WorkerState",
     "WorkerStatus",
+    "check_worker_transition",
 ]
 
 
@@ -55,6 +59,56 @@ class WorkerState(StrEnum):
 
 
 _ENDED = frozenset({WorkerState.EXITED, WorkerState.LOST, WorkerState.CANCELLED})
+
+WORKER_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
+    # RUNNING: launched (its handle is written with it). LOST: its launch failed, or the
+    # controller gave up on its job. CANCELLED: its job ended (or a person stopped it, or the
+    # server that reserved a shell never started it) before it was launched.
+    WorkerState.PENDING: frozenset({WorkerState.RUNNING, WorkerState.LOST, WorkerState.CANCELLED}),
+    # EXITED: its supervisor recorded its exit. LOST: it vanished, or the controller gave up.
+    WorkerState.RUNNING: frozenset({WorkerState.EXITED, WorkerState.LOST}),
+    WorkerState.EXITED: frozenset(),
+    WorkerState.LOST: frozenset(),
+    WorkerState.CANCELLED: frozenset(),
+}
+"""Allowed moves of a worker, as data: forward only; an ended worker never changes again (a
+job's next attempt gets new worker rows)."""
+
+
+def check_worker_transition(worker: object, current: WorkerState, target: WorkerState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current -> target`` is allowed; ``worker``
+    names it in the message (a :class:`WorkerKey`, or its row's id)."""
+    if target not in WORKER_TRANSITIONS[current]:
+        why = f"it has already ended ({current.value})" if current.is_ended() else "it is pending"
+        raise IllegalTransition(
+            f"worker {worker} cannot become {target.value}: {why}",
+            extra={"state": current.value, "target": target.value},
+        )
+
+
+class WorkerRole(StrEnum):
+    """What a worker is to its job, as stored and on the wire (the launch planner assigns
+    the first four from the job's topology; the others are the platform's own workers)."""
+
+    WORKER = "worker"
+    """A worker of the job's command."""
+    LAUNCHER = "launcher"
+    """An MPI job's launcher (``mpirun`` runs in it)."""
+    MPI_TARGET = "mpi-target"
+    """A node an MPI launcher starts its ranks on; it waits for them."""
+    PS = "ps"
+    """A parameter server."""
+    CHECK = "check"
+    """A node check that runs before the job's command (docs/fault-tolerance.md)."""
+    EXEC = "exec"
+    """A command run on a held job's nodes (``gpuyard exec run``)."""
+    SHELL = "shell"
+    """An interactive shell on a held job's node (``gpuyard exec JOB shell``)."""
+
+    @property
+    def primary(self) -> bool:
+        """Whether this worker's exit decides the job."""
+        return self in (WorkerRole.WORKER, WorkerRole.LAUNCHER)
 
 
 Handle = dict[str, Any]
@@ -131,7 +185,7 @@ class WorkerLaunch:
     """Files to write before the command starts (absolute path -> content)."""
     binds: Sequence[Bind] = ()
     """The workspace: directories to bind (read-only where asked and the OS allows)."""
-    role: str = "worker"
+    role: WorkerRole = WorkerRole.WORKER
     task: int = 0
     primary: bool = True
     """Whether the worker's exit decides the job (False for helpers: MPI targets, PS)."""

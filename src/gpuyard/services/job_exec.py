@@ -26,13 +26,11 @@ from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.errors import Conflict, NotFound
-from gpuyard.launch.check import CHECK_RANK_BASE, CHECK_ROLE
+from gpuyard.launch.check import CHECK_RANK_BASE
 from gpuyard.launch.exec_workers import (
     EXEC_RANK_BASE,
     EXEC_RANK_LIMIT,
-    EXEC_ROLE,
     SHELL_ARGV,
-    SHELL_ROLE,
     exec_ranks,
 )
 from gpuyard.models import FaultTolerance, JobState, Slot
@@ -41,7 +39,7 @@ from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
 from gpuyard.models.execs import ExecOutcome, ExecRun, ExecStatus, ExecTarget, ExecWorker
 from gpuyard.models.states import HELD_STATES, PENDING, end_of_hold
-from gpuyard.models.worker import WorkerState
+from gpuyard.models.worker import WorkerRole, WorkerState
 from gpuyard.quantities import format_duration
 from gpuyard.services.auth import Policy
 from gpuyard.services.notify import Notify, nobody
@@ -238,7 +236,7 @@ class ExecService:
                     attempt=row.attempt,
                     rank=rank,
                     node=node,
-                    role=CHECK_ROLE if checker else EXEC_ROLE,
+                    role=WorkerRole.CHECK if checker else WorkerRole.EXEC,
                     task=0,
                     primary=False,
                     state=WorkerState.PENDING,
@@ -333,7 +331,7 @@ class ExecService:
                     attempt=row.attempt,
                     rank=rank,
                     node=node,
-                    role=SHELL_ROLE,
+                    role=WorkerRole.SHELL,
                     task=0,
                     primary=False,
                     state=WorkerState.PENDING,
@@ -477,7 +475,7 @@ def _worker_view(w: WorkerRow) -> ExecWorker:
         role=w.role,
         attempt=w.attempt,
         node=w.node,
-        state=w.state.value,
+        state=w.state,
         exit_code=w.exit_code,
         detail=w.detail,
         pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,

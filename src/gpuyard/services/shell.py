@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
-from sqlalchemy import update
 from starlette.concurrency import run_in_threadpool
 
 from gpuyard.clock import Clock
@@ -49,11 +48,12 @@ from gpuyard.errors import (
 )
 from gpuyard.executors.base import Executor, LaunchError, Terminal
 from gpuyard.launch.accounts import AccountRefused
-from gpuyard.models.worker import Handle, WorkerLaunch, WorkerState, WorkerStatus
+from gpuyard.models.worker import Handle, WorkerKey, WorkerLaunch, WorkerState, WorkerStatus
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
+from gpuyard.store.workers import launch_failed, set_worker_state_at
 
 __all__ = ["MAX_INPUT", "PlanShell", "Shell", "ShellChannel", "ShellService"]
 
@@ -144,14 +144,13 @@ class ShellService:
             raise
         try:
             with self.store.write() as session:
-                session.execute(
-                    update(WorkerRow)
-                    .where(
-                        WorkerRow.job_id == job.id,
-                        WorkerRow.attempt == job.attempt,
-                        WorkerRow.rank == rank,
-                    )
-                    .values(handle=handle, state=WorkerState.RUNNING, started_at=self.clock.now())
+                set_worker_state_at(
+                    session,
+                    WorkerKey(job.id, job.attempt, rank),
+                    WorkerState.PENDING,  # as reserve_shell wrote it
+                    WorkerState.RUNNING,
+                    handle=handle,
+                    started_at=self.clock.now(),
                 )
         except BaseException:
             self._kill(handle)
@@ -162,15 +161,12 @@ class ShellService:
 
     def _lost(self, job: JobRow, rank: int, why: str) -> None:
         with self.store.write() as session:
-            session.execute(
-                update(WorkerRow)
-                .where(
-                    WorkerRow.job_id == job.id,
-                    WorkerRow.attempt == job.attempt,
-                    WorkerRow.rank == rank,
-                    WorkerRow.handle.is_(None),
-                )
-                .values(state=WorkerState.LOST, detail=why[:2000], finished_at=self.clock.now())
+            launch_failed(
+                session,
+                WorkerKey(job.id, job.attempt, rank),
+                why,
+                self.clock.now(),
+                WorkerRow.handle.is_(None),
             )
         self.notify(job.id)
 

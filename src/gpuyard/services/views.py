@@ -60,7 +60,7 @@ def job_view(
                 attempt=w.attempt,
                 node=w.node,
                 state=w.state,
-                role=w.role or "worker",
+                role=w.role,
                 exit_code=w.exit_code,
                 started_at=to_datetime(w.started_at),
                 finished_at=to_datetime(w.finished_at),

@@ -29,7 +29,7 @@ from gpuyard.models.node import NodeState
 from gpuyard.models.request import JobRequest
 from gpuyard.models.resources import Resources
 from gpuyard.models.states import JobState
-from gpuyard.models.worker import WorkerState
+from gpuyard.models.worker import WorkerRole, WorkerState
 
 __all__ = [
     "REQUEST_COLUMNS",
@@ -294,7 +294,7 @@ class WorkerRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     rank: Mapped[int] = mapped_column(Integer)
     node: Mapped[str] = mapped_column(String(128))
-    role: Mapped[str] = mapped_column(String(16), default="worker")
+    role: Mapped[WorkerRole] = mapped_column(EnumText(WorkerRole), default=WorkerRole.WORKER)
     task: Mapped[int] = mapped_column(Integer, default=0)
     primary: Mapped[bool] = mapped_column(Boolean, default=True)
     """Whether its exit decides the job (False for MPI targets and parameter servers)."""

@@ -162,6 +162,23 @@ def test_stop_before_launch_cancels_pending_workers(pool: Pool) -> None:
     assert pool.executor.launches == []
 
 
+def test_a_worker_whose_launch_failed_is_never_launched_again(pool: Pool) -> None:
+    job_id = pool.submit()
+    with pool.store.write() as session:  # its launch failed; the job's move was dropped (stale)
+        row = session.get(JobRow, job_id)
+        assert row is not None
+        row.state, row.version = JobState.STARTING.value, row.version + 1
+        row.placement = [{"node": "n0", "address": "10.0.0.1", "gpus": [], "cpus": 1}]
+        session.add(
+            WorkerRow(job_id=job_id, attempt=0, rank=0, node="n0", state="lost", detail="no")
+        )
+    pool.controller.tick()
+    assert pool.executor.launches == []
+    with pool.store.read() as session:
+        worker = session.scalars(select(WorkerRow).where(WorkerRow.job_id == job_id)).one()
+        assert (worker.state, worker.handle) == ("lost", None)
+
+
 def test_a_new_controller_adopts_running_workers_without_relaunching(pool: Pool) -> None:
     job_id = pool.submit()
     pool.controller.tick()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpuyard.launch.check import CHECK_RANK_BASE, CHECK_ROLE, check_launches
+from gpuyard.launch.check import CHECK_RANK_BASE, check_launches
 from gpuyard.models.job import Slot
-from gpuyard.models.worker import Tools
+from gpuyard.models.worker import Tools, WorkerRole
 
 TOOLS = Tools(python="/pool/bin/python", check="/pool/nodecheck.py")
 
@@ -26,8 +26,8 @@ def test_one_check_per_node_with_the_gpus_the_job_holds_there() -> None:
         run_as="gy-alice",
     )
     assert [(w.key.rank, w.node, w.role, w.primary) for w in launches] == [
-        (CHECK_RANK_BASE, "a", CHECK_ROLE, False),
-        (CHECK_RANK_BASE + 1, "b", CHECK_ROLE, False),
+        (CHECK_RANK_BASE, "a", WorkerRole.CHECK, False),
+        (CHECK_RANK_BASE + 1, "b", WorkerRole.CHECK, False),
     ]
     first, second = launches
     assert first.env["CUDA_VISIBLE_DEVICES"] == "GPU-a0,GPU-a1,GPU-a2"
