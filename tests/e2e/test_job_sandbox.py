@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import pytest
 
+import gpuyard
 from gpuyard.testing.process import ServerProcess
 
 
@@ -40,9 +42,11 @@ def test_a_jobs_tmp_is_its_own_and_gone_when_it_ends(
     name = f"gpuyard-e2e-{secrets.token_hex(4)}"
     writer = pool.cli_json("submit", "--", f"bash -c 'echo x > /tmp/{name} && ls /tmp'")
     pool.cli("wait", str(writer["id"]))
-    # Only the file, and the way to the pool's home where that lies below /tmp (pytest's).
-    home = (tmp_path / "home").resolve()
-    kept = {home.relative_to("/tmp").parts[0]} if home.is_relative_to("/tmp") else set()
+    # Only the file, and the way to what the worker needs where that lies below /tmp: the
+    # pool's home (pytest's tmp_path) and the Python and gpuyard it runs (a clone in /tmp).
+    needed = [tmp_path / "home", sys.prefix, sys.base_prefix, Path(gpuyard.__file__).parents[2]]
+    resolved = [Path(os.path.realpath(p)) for p in needed]
+    kept = {p.relative_to("/tmp").parts[0] for p in resolved if p.is_relative_to("/tmp")}
     assert set(pool.cli("logs", str(writer["id"])).stdout.split()) == {name, *kept}
     assert not Path("/tmp", name).exists()
     reader = pool.cli_json("submit", "--", "ls -A /tmp /dev/shm")

@@ -92,7 +92,9 @@ def test_a_long_command_of_many_words_is_handled_quickly(http: httpx.Client) -> 
     t0 = time.monotonic()
     response = http.post("/jobs", json={"command": f"echo {words}"})
     assert response.status_code == 201, response.text
-    assert time.monotonic() - t0 < 2.0
+    # A bound that catches a lexer gone quadratic again (a 1 MB command took 45 s), not a
+    # figure: a loaded CI machine took just over 2 s for this one.
+    assert time.monotonic() - t0 < 15.0
 
 
 @pytest.mark.parametrize(
