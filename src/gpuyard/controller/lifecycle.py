@@ -177,8 +177,13 @@ class Lifecycle:
             for worker in workers:
                 if worker.handle is not None:
                     continue
-                # Refused before it starts a process (one whose launch failed is lost, not
-                # launched again), not after, when its handle could not be recorded.
+                if worker.state is WorkerState.LOST:
+                    # Its launch failed in an earlier pass whose move of the job to failing
+                    # was dropped as stale: the job fails now, and nothing is launched again.
+                    failure = (worker, worker.detail or "its worker could not be launched")
+                    break
+                # Refused before it starts a process, not after, when its handle could not
+                # be recorded.
                 check_worker_transition(worker.id, worker.state, WorkerState.RUNNING)
                 if refused:
                     failure = (worker, refused)
@@ -238,7 +243,7 @@ class Lifecycle:
             # Handles are recorded whatever happened to the job meanwhile (the next pass
             # drains the workers if the job was stopped).
             record_launches(session, workers, handles, now)
-            if failure is not None:
+            if failure is not None and failure[0].state is not WorkerState.LOST:
                 worker, message = failure
                 launch_failed(session, worker, message, now)
             row = self._fresh(session, job)

@@ -177,6 +177,9 @@ def test_a_worker_whose_launch_failed_is_never_launched_again(pool: Pool) -> Non
     with pool.store.read() as session:
         worker = session.scalars(select(WorkerRow).where(WorkerRow.job_id == job_id)).one()
         assert (worker.state, worker.handle) == ("lost", None)
+        job = session.get(JobRow, job_id)
+        assert job is not None  # it fails with its worker's reason, never stays starting
+        assert job.state != JobState.STARTING.value and job.reason == "no"
 
 
 def test_a_new_controller_adopts_running_workers_without_relaunching(pool: Pool) -> None:
