@@ -28,7 +28,7 @@ def test_a_crashed_pool_restarts_and_adopts_its_running_job(
     home = tmp_path / "home"
     pool = pool_factory(home).start()
     runs = tmp_path / "runs"
-    script = f"echo $$ >> {runs}; for i in $(seq 1 16); do echo line $i; sleep 0.5; done"
+    script = f"echo $$ >> {runs}; for i in $(seq 1 40); do echo line $i; sleep 0.5; done"
     job = pool.cli_json("submit", "--", "sh", "-c", script)
     assert job["status"] == "queued"
     job_id = job["id"]
@@ -45,7 +45,7 @@ def test_a_crashed_pool_restarts_and_adopts_its_running_job(
     assert shown["status"] == "running"
     done = pool.wait_status(job_id, {"succeeded", "failed", "stopped", "expired"})
     assert done["status"] == "succeeded", done
-    assert pool.cli("logs", str(job_id)).stdout == "".join(f"line {i}\n" for i in range(1, 17))
+    assert pool.cli("logs", str(job_id)).stdout == "".join(f"line {i}\n" for i in range(1, 41))
     assert len(runs.read_text().split()) == 1  # one process, never a duplicate
     transitions = [
         (e["from_state"], e["to_state"])
