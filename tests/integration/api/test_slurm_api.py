@@ -549,4 +549,11 @@ def test_a_heterogeneous_job_shows_as_its_components(
     assert slurm("scancel", str(job_id), capsys=capsys)[0] == 0
     controller.tick()
     states = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", str(job_id), capsys=capsys)
-    assert states[1] == f"{first}|COMPLETING\n{second}|COMPLETING\n"  # stopping, together
+    # Stopping, together: squeue shows them completing, sacct (the accounting database, which
+    # records the end at once) as cancelled, and finds them among the cancelled jobs.
+    assert states[1] == f"{first}|CANCELLED by 0\n{second}|CANCELLED by 0\n"
+    assert slurm("squeue", "-h", "-o", "%i %t", "-j", str(job_id), capsys=capsys)[1] == (
+        f"{first} CG\n{second} CG\n"
+    )
+    cancelled = slurm("sacct", "-X", "-n", "-P", "-o", "JobID", "-s", "CA", capsys=capsys)
+    assert cancelled[1] == f"{first}\n{second}\n"

@@ -56,6 +56,27 @@ _STATE: dict[JobState, SlurmState] = {
 }
 
 
+# Slurm's accounting database records a job's end as soon as it ends, while its nodes still clean
+# up: sacct never shows squeue's COMPLETING, only the state the job heads to (clients such as
+# torchx read sacct and know only the states the database holds). A job being suspended or
+# recovered still runs until it is back in the queue or restarted.
+_ACCOUNTED: dict[JobState, SlurmState] = {
+    JobState.STOPPING: SlurmState.CANCELLED,
+    JobState.EXPIRING: SlurmState.TIMEOUT,
+    JobState.FAILING: SlurmState.FAILED,
+    JobState.COMPLETING: SlurmState.COMPLETED,
+    JobState.SUSPENDING: SlurmState.RUNNING,
+    JobState.RECOVERING: SlurmState.RUNNING,
+}
+
+
+def slurm_state(state: JobState, *, accounting: bool = False) -> SlurmState:
+    """The Slurm state of a job: squeue's, or with ``accounting`` sacct's."""
+    if accounting and state in _ACCOUNTED:
+        return _ACCOUNTED[state]
+    return _STATE[state]
+
+
 _SLURM_AFTER = {
     After.STARTED: "after",
     After.ENDED: "afterany",
@@ -165,15 +186,20 @@ def _job_steps(
     return steps
 
 
-def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] = ()) -> JobRecord:
+def job_record(
+    job: JobView,
+    uid: int = 0,
+    srun_steps: Sequence[SlurmStepView] = (),
+    *,
+    accounting: bool = False,
+) -> JobRecord:
+    """The job as Slurm shows it: as squeue does, or with ``accounting`` as sacct does."""
     spec = job.spec
     slurm = spec.slurm if spec is not None else None
     nodes = tuple(dict.fromkeys(slot.node for slot in job.placement)) or tuple(
         dict.fromkeys(w.node for w in job.workers if w.attempt == job.attempt)
     )
-    state = _STATE[job.state]
-    if job.state is JobState.SUSPENDED:
-        state = SlurmState.PENDING
+    state = slurm_state(job.state, accounting=accounting)
     exit_code = job.exit_code or 0
     signal = 0
     if exit_code > 128 and state in (SlurmState.FAILED, SlurmState.CANCELLED, SlurmState.TIMEOUT):
@@ -244,13 +270,17 @@ def job_record(job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] =
 
 
 def job_records(
-    job: JobView, uid: int = 0, srun_steps: Sequence[SlurmStepView] = ()
+    job: JobView,
+    uid: int = 0,
+    srun_steps: Sequence[SlurmStepView] = (),
+    *,
+    accounting: bool = False,
 ) -> list[JobRecord]:
     """What Slurm shows of a job: one record, or one per component of a heterogeneous job
     (``L+0``, ``L+1``, ... whose own ids are L, L+1, ...). The components share the job's state
     and exit code; each has its own name, nodes, sizes and ``extern`` step, the first also the
     ``batch`` step, and each step row shows under the components whose nodes it ran on."""
-    record = job_record(job, uid, srun_steps)
+    record = job_record(job, uid, srun_steps, accounting=accounting)
     slurm = job.spec.slurm if job.spec is not None else None
     if slurm is None or not slurm.het:
         return [record]
@@ -321,9 +351,16 @@ def jobs_for(client: Client, ids: Sequence[tuple[int, int | None]]) -> list[JobV
 
 
 def records_of(
-    jobs: Sequence[JobView], steps: dict[int, list[SlurmStepView]] | None = None
+    jobs: Sequence[JobView],
+    steps: dict[int, list[SlurmStepView]] | None = None,
+    *,
+    accounting: bool = False,
 ) -> list[JobRecord]:
-    return [r for j in jobs for r in job_records(j, srun_steps=(steps or {}).get(j.id, ()))]
+    return [
+        r
+        for j in jobs
+        for r in job_records(j, srun_steps=(steps or {}).get(j.id, ()), accounting=accounting)
+    ]
 
 
 def srun_steps(client: Client, jobs: Sequence[JobView]) -> dict[int, list[SlurmStepView]]:
@@ -358,13 +395,17 @@ STATUS_OF = {
 }  # fmt: skip
 
 
-def pool_statuses(states: Iterable[str]) -> list[str] | None:
+def pool_statuses(states: Iterable[str], *, accounting: bool = False) -> list[str] | None:
     """The statuses to ask the pool for, for Slurm's ``--state`` list (empty: all of them;
-    None: none can match, as for the states gpuyard never shows, NODE_FAIL, ...)."""
+    None: none can match, as for the states gpuyard never shows, NODE_FAIL, ...). With
+    ``accounting`` (sacct) an end state also matches the jobs still ending, still running."""
     wanted = [s for s in states if s]
     if not wanted or "ALL" in wanted:
         return []
-    return sorted({STATUS_OF[s] for s in wanted if s in STATUS_OF}) or None
+    statuses = {STATUS_OF[s] for s in wanted if s in STATUS_OF}
+    if accounting and statuses - {"queued", "running"}:
+        statuses.add("running")
+    return sorted(statuses) or None
 
 
 SHORT_STATES = {

@@ -110,14 +110,14 @@ def sacct(args: Sequence[str], out: TextIO) -> int:
         else:
             owner = None if parsed.has("allusers") else (parsed.last("user") or client.user)
             since, until = _sacct_window(parsed)
-            statuses = pool_statuses(s.upper() for s in parsed.all("state"))
+            statuses = pool_statuses((s.upper() for s in parsed.all("state")), accounting=True)
             # The pool selects by owner, state and time: a long history is not paged through.
             jobs = all_jobs(
                 client, owner=owner, status=statuses, active_after=since, created_before=until
             )
             jobs.sort(key=lambda j: j.id)
         steps = None if parsed.has("allocations") else srun_steps(client, jobs)
-    records = records_of(jobs, steps)
+    records = records_of(jobs, steps, accounting=True)
     records = only_components(records, het_components(parsed.all("jobs")))  # -j 516+1
     records = matching(records, states=asked_states(parsed.all("state")), names=parsed.all("name"))
     records = collapse_pending_arrays(records)
