@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuyard-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup chromium run test lint unit bench clean ray-cluster
+.PHONY: setup chromium busybox run test lint unit bench clean ray-cluster
 
 # MPICH and Open MPI both ship mpirun and libmpi, so MPICH (for `mpi: mpich` jobs) lives in a
 # prefix of its own, where gpuyard's settings look for it (GPUYARD_MPI_MPICH); Open MPI comes
@@ -24,7 +24,7 @@ $(MPICH_PREFIX)/bin/mpichversion: | $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 	    --prefix $(MPICH_PREFIX) '$(MPICH_SPEC)'
 
-setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion chromium
+setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion chromium busybox
 
 # The web UI's browser tests (tests/e2e/test_web_browser.py) drive Debian's Chromium through
 # Playwright: Playwright's own browser download needs the internet, the distribution's package
@@ -42,6 +42,23 @@ chromium:
 	  else \
 	    echo "chromium is missing and cannot be installed here (needs root and apt-get):"; \
 	    echo "the browser tests will skip; install it with: apt-get install chromium"; \
+	  fi; }
+
+# The tests of workers in an image (tests/integration/executors/test_worker_image.py) build
+# their image's root filesystem from Debian's static busybox, without the internet. Installed
+# only when missing, as chromium above; where it cannot be, those tests skip saying so.
+busybox:
+	@test -x /bin/busybox && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing busybox-static (apt-get) for the tests of workers in an image"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static) \
+	      || echo "could not install busybox-static: the image tests will skip"; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    (sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq busybox-static) || echo "could not install busybox-static: the image tests will skip"; \
+	  else \
+	    echo "busybox-static is missing and cannot be installed here (needs root and apt-get):"; \
+	    echo "the image tests will skip; install it with: apt-get install busybox-static"; \
 	  fi; }
 
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,

@@ -21,9 +21,10 @@ supervisor process, not from these files (docs/runtime.md says how).
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "CONTROL_FILES",
@@ -34,9 +35,12 @@ __all__ = [
     "BindSpec",
     "CgroupSpec",
     "CheckpointFile",
+    "ContainerRuntimeName",
     "ControlFile",
     "ExitRecord",
     "FileSpec",
+    "ImageMountSpec",
+    "ImageSpec",
     "Poke",
     "PreemptFile",
     "ProgressFile",
@@ -205,6 +209,64 @@ class SandboxSpec(_Record):
     mask: str = ""
 
 
+def _inside_path(path: str) -> str:
+    """An absolute path without ``..`` (a mount point or device inside the image)."""
+    if not path.startswith("/") or ".." in path.split("/") or "\0" in path:
+        raise ValueError(f"{path!r} is not an absolute path without '..'")
+    return path
+
+
+InsidePath = Annotated[str, AfterValidator(_inside_path)]
+
+
+def _device(path: str) -> str:
+    if not _inside_path(path).startswith("/dev/"):
+        raise ValueError(f"{path!r} is not a device file below /dev")
+    return path
+
+
+class ImageMountSpec(_Record):
+    """A host path bind-mounted into a worker's image (workspace, datasets, models, volumes)."""
+
+    source: str
+    """The host's path, opened as the job's account: what it cannot reach is refused."""
+    target: InsidePath
+    """The path inside the image (made when missing)."""
+    readonly: bool = False
+
+
+class ContainerRuntimeName(StrEnum):
+    """The container runtimes the supervisor has (docs/decisions.md says why this one)."""
+
+    NATIVE = "native"
+    """The kernel's mounts and pivot_root in the supervisor's child."""
+
+
+class ImageSpec(_Record):
+    """The worker runs inside an image's root filesystem (docs/images.md, "How a worker runs in
+    an image"; :mod:`gpuyard.executors.local.container`). With it, the spec's ``argv`` is the
+    final command (ENTRYPOINT and CMD already applied by the caller), ``env`` the job's own on
+    top of ``env`` here (the caller leaves the pool's PATH out), and ``cwd`` is unused:
+    ``workdir`` is the working directory inside the image."""
+
+    runtime: ContainerRuntimeName = ContainerRuntimeName.NATIVE
+    rootfs: InsidePath
+    """The unpacked image on the node (the cache's, shared, never written: the worker writes
+    to a layer of its own above it)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """The image config's ``Env``."""
+    workdir: InsidePath = "/"
+    """The image config's ``WorkingDir`` (or the job's), inside the image."""
+    mounts: list[ImageMountSpec] = Field(default_factory=list)
+    shm_size: Annotated[int, Field(ge=1 << 20)] = 64 << 20
+    """Bytes of the worker's ``/dev/shm`` (its pages count in the worker's memory limit)."""
+    devices: list[Annotated[str, AfterValidator(_device)]] = Field(default_factory=list)
+    """Host device files the worker may open (its GPUs' ``/dev/nvidiaN`` and the control
+    devices present on the host), at the same path; no other device is there."""
+    driver: list[InsidePath] = Field(default_factory=list)
+    """Host paths (the GPU driver's user-space libraries) mounted read-only at the same path."""
+
+
 class AccountSpec(_Record):
     """The OS account the worker's command runs as (docs/security.md): the supervisor, root,
     switches to it between fork and exec."""
@@ -242,6 +304,8 @@ class SupervisorSpec(_Record):
     """The job's directory; with an account, every file of ``files`` lies below it."""
     sandbox: SandboxSpec | None = None
     """The worker's mount namespace; None: the host's, as it is."""
+    image: ImageSpec | None = None
+    """Run the command inside this image's root filesystem; None: on the host."""
     terminal: bool = False
     """The supervisor's stdin is the slave side of a terminal (``gpuyard exec JOB shell``):
     the command runs in a session of its own with it as its controlling terminal, on its

@@ -52,6 +52,8 @@ TYPE_CHECKING = False  # typing itself costs an import
 if TYPE_CHECKING:
     import signal as _signal
     from typing import Any
+
+    from gpuyard.executors.local.container import ContainerRuntime
 else:
     import _signal
 
@@ -406,9 +408,12 @@ class Child:
         account: dict[str, Any] | None = None,
         terminal: bool = False,
         sandbox: Sandbox | None = None,
+        runtime: ContainerRuntime | None = None,
     ) -> None:
         self.argv = argv
         self.sandbox = sandbox
+        self.runtime = runtime
+        """The image the command runs in (:mod:`container`); None: the host."""
         self.env = env
         self.cwd = cwd
         self.cgroup = cgroup
@@ -461,6 +466,21 @@ class Child:
             where = f"{exc.filename}: {exc.strerror}"
             raise SpawnError("sandbox", exc.errno or errno.EPERM, where) from None
 
+    def _isolate(self, binder: Binder) -> None:  # pragma: no cover - child side
+        self._sandbox(binder)
+        self._enter_image()
+
+    def _enter_image(self) -> None:  # pragma: no cover - child side
+        """Into the image's root (after the host's mounts, before the drop to the account):
+        SpawnError("image") naming the path that failed."""
+        if self.runtime is None:
+            return
+        try:
+            self.runtime.enter()
+        except OSError as exc:
+            where = f"{exc.filename}: {exc.strerror}"
+            raise SpawnError("image", exc.errno or errno.EPERM, where) from None
+
     def _exec(
         self, report_fd: int, devnull: int, out_fd: int, binder: Binder
     ) -> None:  # pragma: no cover
@@ -487,7 +507,7 @@ class Child:
             step = "mount"
             binder.apply()
             step = "sandbox"
-            self._sandbox(binder)
+            self._isolate(binder)
             if self.account is not None:
                 step = "account"
                 drop_to(self.account)  # root (cgroup, mounts) ends here, before the job runs
@@ -528,6 +548,7 @@ CANNOT_START = {
     "mount": "cannot mount the workspace at {where!r}: {why}",
     "cgroup": "cannot set up the worker's cgroup: {detail}",
     "sandbox": "cannot set up the worker's private /tmp and devices: {detail}",
+    "image": "cannot set up the worker's image: {detail}",
     "terminal": "cannot make the terminal the command's own: {detail}",
     "chdir:missing": "working directory {cwd!r} does not exist",
     "chdir": "cannot enter working directory {cwd!r}{who}: {why}",
@@ -553,6 +574,7 @@ class WorkerSpec:
         "env",
         "files",
         "grace",
+        "image",
         "job",
         "job_dir",
         "log",
@@ -580,6 +602,7 @@ class WorkerSpec:
     workspace: str
     job_dir: str
     sandbox: dict[str, Any] | None
+    image: dict[str, Any] | None
     terminal: bool
 
     def __init__(self, data: dict[str, Any]) -> None:
@@ -631,14 +654,18 @@ class Supervisor:
             self.account,
             self.spec.workspace,
         )
+        runtime = self._runtime()
+        if runtime is not None:
+            self.argv, self.cwd = runtime.argv(self.argv), runtime.workdir()
         child = Child(
             self.argv,
-            self.spec.env,
+            self.spec.env if runtime is None else self._image_env(),
             self.cwd,
             self.cgroup,
             self.account,
             terminal=self.spec.terminal,
             sandbox=Sandbox(self.spec.sandbox, self.account) if self.spec.sandbox else None,
+            runtime=runtime,
         )
         try:
             self._write_files()
@@ -673,6 +700,19 @@ class Supervisor:
             log.close()  # else its thread still holds it: it goes with this process
         self._record_exit({**record, "finished_at": time.time()})
         return 0
+
+    def _runtime(self) -> ContainerRuntime | None:
+        if self.spec.image is None:
+            return None
+        from gpuyard.executors.local import container  # only for workers in an image
+
+        return container.runtime_for(self.spec.image, self.account)
+
+    def _image_env(self) -> dict[str, str]:
+        from gpuyard.executors.local import container
+
+        image = self.spec.image or {}
+        return container.environment(image.get("env") or {}, self.spec.env)
 
     def _record_exit(self, record: dict[str, Any]) -> None:
         """Write ``exit.json`` and say so; on a full disk, wait for room (the worker shows
