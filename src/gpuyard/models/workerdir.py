@@ -246,8 +246,10 @@ class ImageSpec(_Record):
     """The worker runs inside an image's root filesystem (docs/images.md, "How a worker runs in
     an image"; :mod:`gpuyard.executors.local.container`). With it, the spec's ``argv`` is the
     final command (ENTRYPOINT and CMD already applied by the caller), ``env`` the job's own on
-    top of ``env`` here (the caller leaves the pool's PATH out), and ``cwd`` is unused:
-    ``workdir`` is the working directory inside the image."""
+    top of ``env`` here (the caller leaves the pool's PATH out), and ``cwd`` and ``sandbox``
+    are unused: ``workdir`` is the working directory inside the image, which has a /tmp and
+    /dev of its own. The spec's ``binds`` are made on the host first (below the workspace, as
+    for any worker); a mount of the workspace here carries them in."""
 
     runtime: ContainerRuntimeName = ContainerRuntimeName.NATIVE
     rootfs: InsidePath
@@ -303,7 +305,7 @@ class SupervisorSpec(_Record):
     job_dir: str = ""
     """The job's directory; with an account, every file of ``files`` lies below it."""
     sandbox: SandboxSpec | None = None
-    """The worker's mount namespace; None: the host's, as it is."""
+    """The worker's mount namespace; None: the host's, as it is. Unused with an ``image``."""
     image: ImageSpec | None = None
     """Run the command inside this image's root filesystem; None: on the host."""
     terminal: bool = False

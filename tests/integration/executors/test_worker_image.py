@@ -29,10 +29,12 @@ import gpuyard.executors.local.supervisor_entry as entry
 from gpuyard.executors.local import cgroups
 from gpuyard.models.workerdir import (
     AccountSpec,
+    BindSpec,
     CgroupSpec,
     ExitRecord,
     ImageMountSpec,
     ImageSpec,
+    SandboxSpec,
     SupervisorSpec,
 )
 
@@ -154,6 +156,8 @@ def start(
     *,
     mounts: list[ImageMountSpec] | None = None,
     cgroup: CgroupSpec | None = None,
+    binds: list[BindSpec] | None = None,
+    sandbox: SandboxSpec | None = None,
     log_max: int = 0,
     grace: float = 5.0,
     **image: object,
@@ -169,6 +173,8 @@ def start(
         log=str(base / f"log-{secrets.token_hex(4)}"),
         log_max=log_max,
         cgroup=cgroup,
+        binds=binds or [],
+        sandbox=sandbox,
         account=AccountSpec(name="job", uid=UID, gid=UID),
         workspace=str(base / "workspace"),
         image=ImageSpec(
@@ -196,6 +202,8 @@ def test_a_worker_sees_the_images_files_as_the_jobs_account_with_the_images_env(
     assert OS_RELEASE in out and "Debian" not in out
     lines = out.splitlines()
     assert lines[2:5] == [str(UID), str(UID), "/home/job"]
+    # A working directory the image lacks is made, as OCI runtimes do.
+    assert run(base, rootfs, "pwd", workdir="/opt/new/dir") == "/opt/new/dir\n"
     # The image's ENV, the job's on top.
     assert {"IMAGE_VALUE=from-the-image", "JOB_VALUE=from-the-job", "PATH=/bin"} <= set(lines)
 
@@ -245,6 +253,29 @@ def test_binds_keep_their_read_only_flag_and_the_accounts_ownership(
     result = base / "workspace" / "result"
     assert result.read_text() == "out\n" and result.stat().st_uid == UID
     assert not (data / "new").exists()
+
+
+def test_the_workspaces_own_binds_carry_into_the_image_and_the_host_sandbox_is_moot(
+    base: Path, rootfs: Path
+) -> None:
+    """What the executor makes on the host for a worker composes with the image: the workspace
+    goes in with its read-only binds below it; a host sandbox (which would hide the rootfs,
+    here below /tmp) gives way to the image's own /tmp."""
+    data = base / "dataset"
+    data.mkdir()
+    (data / "sample").write_text("data\n")
+    workspace = base / "workspace"
+    worker = start(
+        base,
+        rootfs,
+        "cat /workspace/data/sample; (echo x > /workspace/data/new) 2>&1; ls -A /tmp",
+        binds=[BindSpec(target=str(workspace / "data"), source=str(data), readonly=True)],
+        sandbox=SandboxSpec(private=["/tmp"], keep=[str(base)]),
+        mounts=[ImageMountSpec(source=str(workspace), target="/workspace")],
+    )
+    assert worker.wait().exit_code == 0, worker.output()
+    lines = worker.output().splitlines()
+    assert lines[0] == "data" and "Read-only file system" in lines[1] and lines[2:] == []
 
 
 def test_a_source_the_account_cannot_reach_is_refused(base: Path, rootfs: Path) -> None:

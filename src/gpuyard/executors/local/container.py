@@ -127,6 +127,7 @@ class NativeRuntime(ContainerRuntime):
             self._mount("sysfs", _made_dir("/sys"), "sysfs", MS_RDONLY | NOSUID_NODEV | MS_NOEXEC)
             self._dev(sources["dev"])
             self._binds(sources["binds"])
+            _make_workdir(self.workdir())
         finally:
             for fds in sources.values():
                 for _, fd, _ in fds:
@@ -184,7 +185,8 @@ class NativeRuntime(ContainerRuntime):
 
     def _dev(self, nodes: list[tuple[str, int, bool]]) -> None:  # pragma: no cover
         dev = _made_dir("/dev")
-        self._mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+        # nodev too: each device file is a bind mount of its own, whose flags are what count.
+        self._mount("tmpfs", dev, "tmpfs", NOSUID_NODEV | MS_NOEXEC, "mode=0755,size=64k")
         for path, fd, _ in nodes:
             self._bind(fd, _made_file(path), readonly=False, dev_ok=True)
         os.mkdir("/dev/pts", 0o755)
@@ -250,6 +252,15 @@ def _made_dir(path: str) -> str:  # pragma: no cover - child side, inside the ne
         os.unlink(path)  # an image's link or file where we mount: ours wins
     os.makedirs(path, 0o755, exist_ok=True)
     return path
+
+
+def _make_workdir(path: str) -> None:  # pragma: no cover - child side, inside the new root
+    """The working directory, made (root's, 0755) when the image lacks it, as OCI runtimes do;
+    anything else in its way is left for the chdir to report."""
+    try:  # noqa: SIM105 - contextlib would cost an import
+        os.makedirs(path, 0o755, exist_ok=True)
+    except OSError:
+        pass
 
 
 def _made_file(path: str) -> str:  # pragma: no cover - child side, inside the new root

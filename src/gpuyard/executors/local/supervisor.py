@@ -467,8 +467,12 @@ class Child:
             raise SpawnError("sandbox", exc.errno or errno.EPERM, where) from None
 
     def _isolate(self, binder: Binder) -> None:  # pragma: no cover - child side
-        self._sandbox(binder)
-        self._enter_image()
+        """The host's sandbox, or the image, which has its own /tmp and /dev (the sandbox
+        would only hide from it the host paths it is built from)."""
+        if self.runtime is None:
+            self._sandbox(binder)
+        else:
+            self._enter_image()
 
     def _enter_image(self) -> None:  # pragma: no cover - child side
         """Into the image's root (after the host's mounts, before the drop to the account):
