@@ -55,8 +55,10 @@ STAGE = "/tmp"  # noqa: S108 - a mount point in the worker's own namespace, not 
 untouched; the namespace is the worker's alone, and the path is detached after pivot_root)."""
 PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
 NOSUID_NODEV = MS_NOSUID | MS_NODEV
-HIDEPID = "hidepid=invisible"
-"""The worker's /proc shows only its own account's processes (Linux 5.8)."""
+HIDEPID = ("hidepid=invisible", "hidepid=2")
+"""The worker's /proc shows only its own account's processes: the name Linux 5.8 gave the
+option, then the number older kernels know (the same rule, with the other pids' directories
+present but unreadable)."""
 
 
 class ContainerError(OSError):
@@ -123,7 +125,7 @@ class NativeRuntime(ContainerRuntime):
         sources = self._open_sources()
         try:
             old = self._pivot(self._overlay())
-            self._mount("proc", _made_dir("/proc"), "proc", NOSUID_NODEV | MS_NOEXEC, HIDEPID)
+            self._proc()
             self._mount("sysfs", _made_dir("/sys"), "sysfs", MS_RDONLY | NOSUID_NODEV | MS_NOEXEC)
             self._dev(sources["dev"])
             self._binds(sources["binds"])
@@ -182,6 +184,15 @@ class NativeRuntime(ContainerRuntime):
             raise ContainerError(errno.EPERM, "cannot pivot_root", root)
         os.chdir("/")
         return f"/{old}"
+
+    def _proc(self) -> None:  # pragma: no cover - child side
+        target = _made_dir("/proc")
+        try:
+            self._mount("proc", target, "proc", NOSUID_NODEV | MS_NOEXEC, HIDEPID[0])
+        except ContainerError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._mount("proc", target, "proc", NOSUID_NODEV | MS_NOEXEC, HIDEPID[1])
 
     def _dev(self, nodes: list[tuple[str, int, bool]]) -> None:  # pragma: no cover
         dev = _made_dir("/dev")
