@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import secrets
+import select
 import shutil
 import stat
 import struct
@@ -111,13 +113,15 @@ def _add_setuid_program(root: Path) -> None:
 
 
 class Worker:
-    """One worker's supervisor: its directory, spec and process."""
+    """One worker's supervisor: its directory, spec and process (``stdin``: a terminal's
+    slave side, for a ``terminal`` spec)."""
 
-    def __init__(self, base: Path, spec: SupervisorSpec) -> None:
+    def __init__(self, base: Path, spec: SupervisorSpec, stdin: int | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="supervisor-", dir=base))
         (self.dir / "spec.json").write_text(spec.model_dump_json())
         self.log = Path(spec.log)
-        self.process = subprocess.Popen([sys.executable, "-I", "-S", entry.__file__, str(self.dir)])
+        command = [sys.executable, "-I", "-S", entry.__file__, str(self.dir)]
+        self.process = subprocess.Popen(command, stdin=stdin)
 
     def wait(self) -> ExitRecord:
         assert self.process.wait(TIMEOUT) == 0
@@ -160,6 +164,7 @@ def start(
     sandbox: SandboxSpec | None = None,
     log_max: int = 0,
     grace: float = 5.0,
+    terminal: int | None = None,
     **image: object,
 ) -> Worker:
     spec = SupervisorSpec(
@@ -172,6 +177,7 @@ def start(
         grace=grace,
         log=str(base / f"log-{secrets.token_hex(4)}"),
         log_max=log_max,
+        terminal=terminal is not None,
         cgroup=cgroup,
         binds=binds or [],
         sandbox=sandbox,
@@ -184,7 +190,7 @@ def start(
             **image,  # type: ignore[arg-type]
         ),
     )
-    return Worker(base, spec)
+    return Worker(base, spec, terminal)
 
 
 def run(base: Path, rootfs: Path, script: str, **kwargs: object) -> str:
@@ -366,3 +372,30 @@ def test_its_output_reaches_the_capped_log(base: Path, rootfs: Path) -> None:
         out.endswith("100000\nlast-line\n")
         and len(out) < sum(len(f"{i}\n") for i in range(1, 100001)) // 4
     )
+
+
+def test_a_shell_in_the_image_has_the_terminal_it_was_given(base: Path, rootfs: Path) -> None:
+    """``gpuyard exec JOB shell`` in an image: the terminal is the command's, as on the host."""
+    master, slave = pty.openpty()
+    try:
+        worker = start(
+            base, rootfs, "test -t 0 && test -t 1 && echo on-a-tty; id -u", terminal=slave
+        )
+        os.close(slave)
+        out = b""
+        while chunk := _read_terminal(master):
+            out += chunk
+        assert worker.wait().exit_code == 0
+    finally:
+        os.close(master)
+    assert out.decode().split() == ["on-a-tty", str(UID)]
+
+
+def _read_terminal(fd: int) -> bytes:
+    """What the terminal shows next; b"" once its other side has closed (EIO on Linux)."""
+    ready, _, _ = select.select([fd], [], [], TIMEOUT)
+    assert ready, "the shell printed nothing"
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
