@@ -399,3 +399,33 @@ def _read_terminal(fd: int) -> bytes:
         return os.read(fd, 4096)
     except OSError:
         return b""
+
+
+@pytest.fixture
+def hostile_rootfs(rootfs: Path, base: Path) -> Path:
+    """The test image with what a hostile one may hold: links where the runtime mounts,
+    pointing out of the image, and a device file anyone may open (``/dev/mem``'s numbers)."""
+    root = base / "hostile"
+    shutil.copytree(rootfs, root, symlinks=True)
+    (root / "dev").symlink_to("/")
+    (root / "proc").symlink_to("/etc")
+    (root / "workspace").symlink_to("/etc")
+    (root / "etc" / "hosts").symlink_to("../../../../../../etc/shadow")
+    os.mknod(root / "mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
+    return root
+
+
+def test_a_hostile_images_links_and_device_files_lead_nowhere(
+    base: Path, hostile_rootfs: Path
+) -> None:
+    host_etc = sorted(os.listdir("/etc"))
+    mounts = [ImageMountSpec(source=str(base / "workspace"), target="/workspace")]
+    script = "ls -A /dev; echo mine > /workspace/f; cat /etc/hosts; (head -c1 /mem) 2>&1; exit 0"
+    out = run(base, hostile_rootfs, script, mounts=mounts)
+    lines = out.splitlines()
+    assert set(lines[: len(MINIMAL_DEV)]) == MINIMAL_DEV
+    assert "\n".join(lines[len(MINIMAL_DEV) : -1]) + "\n" == Path("/etc/hosts").read_text()
+    assert "Permission denied" in lines[-1]  # nodev: the image's device file cannot be opened
+    assert (base / "workspace" / "f").read_text() == "mine\n"
+    assert sorted(os.listdir("/etc")) == host_etc and not Path("/etc/f").exists()
+    assert (hostile_rootfs / "workspace").is_symlink()  # the image itself is never written
