@@ -48,7 +48,7 @@ chromium:
 # their image's root filesystem from Debian's static busybox, without the internet. Installed
 # only when missing, as chromium above; where it cannot be, those tests skip saying so.
 busybox:
-	@test -x /bin/busybox && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || { \
+	@test -x /bin/busybox && ldd /bin/busybox 2>&1 | grep -Eq 'not a dynamic|statically linked' || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing busybox-static (apt-get) for the tests of workers in an image"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static) \
