@@ -18,6 +18,10 @@ worker's handle: while this process lives, the worker is running, whatever any f
 - when the spec names an ``account`` (docs/security.md), stays root itself (cgroups, signals,
   mounts) while the child prepares the workspace as that account and then drops to it for
   good (groups, gid, uid; umask 077) before it execs: nothing of the job runs as root;
+- when the spec has an ``image``, the child builds the worker's root from it and enters it
+  (:mod:`container`, docs/images.md) after the workspace's mounts and before the drop to the
+  account, instead of the host's sandbox; the command runs there with the image's env below
+  the job's and in the image's working directory;
 - writes ``state.json`` (its own pid and start time, the command's pid) as a hint for adoption;
 - sleeps in ``sigwaitinfo`` until SIGCHLD or SIGTERM (or the end of a graceful period): an
   idle supervisor never wakes up;
