@@ -429,3 +429,24 @@ def test_a_hostile_images_links_and_device_files_lead_nowhere(
     assert (base / "workspace" / "f").read_text() == "mine\n"
     assert sorted(os.listdir("/etc")) == host_etc and not Path("/etc/f").exists()
     assert (hostile_rootfs / "workspace").is_symlink()  # the image itself is never written
+
+
+def test_an_images_links_into_proc_make_nothing_on_the_host(base: Path, rootfs: Path) -> None:
+    """While the child, still root, makes mount points and the working directory, /proc is
+    not there: /proc/self/fd/N (the host files it opened), /proc/1/root (the host's root where
+    root may follow it) lead nowhere but into the image's own files."""
+    sentinel = Path(tempfile.mkdtemp(prefix="host-sentinel-", dir=base))
+    root = base / "through-proc"
+    shutil.copytree(rootfs, root, symlinks=True)
+    (root / "data").symlink_to(f"/proc/1/root{sentinel}")
+    (root / "work").symlink_to(f"/proc/1/root{sentinel}")
+    (root / "fds").symlink_to("/proc/sys/fs")
+    (root / "proc" / "sys" / "fs").mkdir(parents=True)  # the image's own, not the worker's
+    (base / "dataset").mkdir(exist_ok=True)
+    dataset = str(base / "dataset")
+    mounts = [ImageMountSpec(source=dataset, target="/fds/set", readonly=True)]
+    # The link led into the image's own (empty) /proc, below the worker's real one.
+    assert run(base, root, "test -e /fds/set || echo below", mounts=mounts) == "below\n"
+    mounts = [ImageMountSpec(source=dataset, target="/data/set", readonly=True)]
+    start(base, root, "pwd", mounts=mounts, workdir="/work/made").wait()
+    assert os.listdir(sentinel) == []  # neither the mount point nor the working directory

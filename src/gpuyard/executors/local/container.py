@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ class NativeRuntime(ContainerRuntime):
         import ctypes  # only for workers in an image
 
         self.libc: Any = ctypes.CDLL(None, use_errno=True)
+        self.fds = "/proc/self/fd"
+        """Where the child's open files are named (the host's /proc, once pivoted)."""
 
     # -- the child's side (between fork and exec; tested through real supervisors) ------------
 
@@ -125,11 +128,15 @@ class NativeRuntime(ContainerRuntime):
         sources = self._open_sources()
         try:
             old = self._pivot(self._overlay())
-            self._proc()
-            self._mount("sysfs", _made_dir("/sys"), "sysfs", MS_RDONLY | NOSUID_NODEV | MS_NOEXEC)
-            self._dev(sources["dev"])
+            # The worker's /proc and /sys come last: while the child, still root, makes mount
+            # points and the working directory, an image's link into /proc (/proc/1/root is the
+            # host's root) leads nowhere. The opened sources are reached by the host's /proc.
+            self.fds = f"{old}/proc/self/fd"
             self._binds(sources["binds"])
             _make_workdir(self.workdir())
+            self._dev(sources["dev"])
+            self._mount("sysfs", _made_dir("/sys"), "sysfs", MS_RDONLY | NOSUID_NODEV | MS_NOEXEC)
+            self._proc()
         finally:
             for fds in sources.values():
                 for _, fd, _ in fds:
@@ -222,7 +229,7 @@ class NativeRuntime(ContainerRuntime):
 
     def _binds(self, binds: list[tuple[str, int, bool]]) -> None:  # pragma: no cover
         for target, fd, readonly in binds:
-            is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
             point = _made_dir(target) if is_dir else _made_file(target)
             self._bind(fd, point, readonly=readonly, dev_ok=False)
 
@@ -231,7 +238,7 @@ class NativeRuntime(ContainerRuntime):
     ) -> None:  # pragma: no cover - child side
         """Bind the opened ``fd`` at ``target``: ``nosuid`` always, ``nodev`` unless it is a
         device file we expose, read-only where asked."""
-        self._mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+        self._mount(f"{self.fds}/{fd}", target, None, MS_BIND | MS_REC)
         flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if dev_ok else MS_NODEV)
         self._mount(None, target, None, flags | (MS_RDONLY if readonly else 0))
 
