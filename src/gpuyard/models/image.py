@@ -26,6 +26,8 @@ from typing import Any
 
 __all__ = [
     "DIGEST_PATTERN",
+    "INDEX_TYPES",
+    "MANIFEST_TYPES",
     "Descriptor",
     "ImageConfig",
     "ImageIndex",
