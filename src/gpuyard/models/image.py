@@ -246,6 +246,18 @@ class ImageConfig:
             labels=_labels(inner.get("Labels")),
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """The config document ``from_json`` reads back to an equal value."""
+        inner = {
+            "Env": list(self.env),
+            "WorkingDir": self.working_dir,
+            "Entrypoint": list(self.entrypoint),
+            "Cmd": list(self.cmd),
+            "User": self.user,
+            "Labels": dict(self.labels),
+        }
+        return {"architecture": self.architecture, "os": self.os, "config": inner}
+
     def environment(self) -> dict[str, str]:
         """``Env`` as a mapping; a later entry wins, an entry without ``=`` is skipped."""
         pairs = (item.split("=", 1) for item in self.env if "=" in item)

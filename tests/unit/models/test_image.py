@@ -104,6 +104,7 @@ def test_config_reads_the_fields_a_worker_needs() -> None:
     assert (config.architecture, config.os) == ("amd64", "linux")
     assert config.labels == {"org.example": "yes"}
     assert config.environment() == {"PATH": "/usr/bin:/bin", "A": "3"}
+    assert ImageConfig.from_json(config.to_json()) == config
 
 
 def test_argv_keeps_entrypoint_and_replaces_cmd() -> None:
