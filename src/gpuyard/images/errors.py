@@ -1,7 +1,7 @@
 """The typed errors of pulling and unpacking images; every message says what to fix.
 
 No message carries a credential: the registry client names the registry, the repository and
-the digest, never a user name's password or a token (docs/images.md#credentials).
+the digest, never a user name's password or a token (docs/images.md#the-registry-client).
 """
 
 from __future__ import annotations
