@@ -335,6 +335,7 @@ class RegistryClient:
 
     def _push_blob(self, ref: ImageRef, path: Path, digest: str) -> None:
         what = f"blob {digest} of {ref}"
+        size = path.stat().st_size
         try:
             self._request("HEAD", f"{ref.repository}/blobs/{digest}", what)
             return  # the registry has it
@@ -346,9 +347,16 @@ class RegistryClient:
             "PUT",
             location.copy_merge_params({"digest": digest}),
             what,
-            content=path.read_bytes(),
-            headers={"Content-Type": "application/octet-stream"},
+            content=_chunks(path),
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
         )
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    """A file's bytes a MiB at a time, so pushing a large layer does not load it whole."""
+    with path.open("rb") as data:
+        while chunk := data.read(1 << 20):
+            yield chunk
 
 
 def _layout_blob(layout: Path, digest: str) -> Path:

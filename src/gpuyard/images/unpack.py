@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from gpuyard.images.errors import ImageTooLarge, UnsafeLayer, UnsupportedLayer
+from gpuyard.images.errors import ImageError, ImageTooLarge, UnsafeLayer, UnsupportedLayer
 
 __all__ = ["LayerStats", "entry_parts", "unpack_layer"]
 
@@ -302,5 +302,8 @@ def unpack_layer(layer: Path, root: Path, *, max_bytes: int | None = None) -> La
         raise UnsupportedLayer(
             f"layer {layer.name} is not a readable tar archive: {error}"
         ) from None
+    except (OSError, OverflowError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        raise ImageError(f"layer {layer.name} could not be applied ({reason})") from None
     finally:
         confined.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,13 @@ def test_pull_builds_the_rootfs_of_every_layer(
     assert os.readlink(image.rootfs / "bin/sh") == "busybox"
     assert image.config.argv(["cat", "/etc/os-release"]) == ["cat", "/etc/os-release"]
     assert cache.get(busybox_image.digest) == image
+    if os.geteuid() == 0:  # the unpacked image runs: its busybox, its /etc/os-release
+        shown = subprocess.run(
+            ["chroot", str(image.rootfs), "/bin/cat", "/etc/os-release"],
+            capture_output=True,
+            check=True,
+        )
+        assert shown.stdout == OS_RELEASE
     summary = cache.summary()
     assert (summary.entries, summary.pinned) == (1, 1) and summary.bytes > 1 * MB
     assert list((tmp_path / "cache/tmp").iterdir()) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.images.errors import ImageTooLarge, UnsafeLayer, UnsupportedLayer
+from gpuyard.images.errors import ImageError, ImageTooLarge, UnsafeLayer, UnsupportedLayer
 from gpuyard.images.unpack import unpack_layer
 
 
@@ -216,3 +216,9 @@ def test_zstd_and_garbage_layers_get_a_clear_error(root: Path) -> None:
     garbage.write_bytes(gzip.compress(b"not a tar" * 100))
     with pytest.raises(UnsupportedLayer, match="not a readable tar"):
         unpack_layer(garbage, root)
+
+
+def test_an_entry_the_system_cannot_apply_is_an_image_error(root: Path) -> None:
+    with pytest.raises(ImageError, match="could not be applied"):
+        apply(root, symlink("long", "x" * 5000))
+    assert outside_unchanged(root)
