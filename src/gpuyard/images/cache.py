@@ -198,14 +198,23 @@ class ImageCache:
             layer_list = [layer.digest for layer in layers]
             (build / "layers.json").write_text(json.dumps(layer_list))
             self._evict_until(self.max_bytes - needed)
-            free = shutil.disk_usage(self.root).free - self.min_free_bytes
-            if needed > free:
-                raise ImageTooLarge(
-                    f"image {image.digest} needs about {needed} bytes ({download} to download, "
-                    f"{unpacked} unpacked) but the cache's disk has {max(free, 0)} bytes free "
-                    f"(keeping {self.min_free_bytes} in reserve)"
-                )
+            sizes = f"about {needed} bytes ({download} to download, {unpacked} unpacked)"
+            self._check_fits(f"image {image.digest} needs {sizes}", needed)
             return self.max_bytes - self._used_bytes() - download
+
+    def _check_fits(self, needs: str, needed: int) -> None:
+        used = self._used_bytes()
+        if used + needed > self.max_bytes:
+            raise ImageTooLarge(
+                f"{needs} but images in use by jobs hold {used} of the cache's "
+                f"{self.max_bytes} bytes; it fits once their jobs end, or raise the cap"
+            )
+        free = shutil.disk_usage(self.root).free - self.min_free_bytes
+        if needed > free:
+            raise ImageTooLarge(
+                f"{needs} but the cache's disk has {max(free, 0)} bytes free "
+                f"(keeping {self.min_free_bytes} in reserve)"
+            )
 
     # -- eviction --------------------------------------------------------------------------
 

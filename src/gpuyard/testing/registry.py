@@ -35,6 +35,7 @@ from gpuyard.models.image import ImageRef, MediaType, go_architecture
 __all__ = [
     "NODE_ARCH",
     "OS_RELEASE",
+    "USERS",
     "PushedImage",
     "TestRegistry",
     "busybox_layer",

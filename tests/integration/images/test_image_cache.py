@@ -150,6 +150,12 @@ def test_eviction_is_least_recently_used_and_skips_pinned_images(
     with pytest.raises(KeyError):
         cache.get(str(refs[1].digest))
     assert len(list((tmp_path / "cache/blobs/sha256").iterdir())) == 2  # a's and c's layers
+    with registry.client("alice") as client, pytest.raises(ImageTooLarge, match="in use by jobs"):
+        cache.acquire(client, refs[1], holder="another-job")  # a and c are both pinned
+    cache.release(str(refs[0].digest), holder="pinned-job")
+    with registry.client("alice") as client:
+        cache.acquire(client, refs[1], holder="another-job")
+    assert {entry.digest for entry in cache.entries()} == {refs[1].digest, refs[2].digest}
 
 
 def test_an_image_larger_than_the_cap_or_the_disk_is_refused_before_downloading(

@@ -20,6 +20,7 @@ from gpuyard.images.registry import Credentials, RegistryClient
 from gpuyard.models.image import ImageRef
 from gpuyard.testing.registry import (
     NODE_ARCH,
+    USERS,
     PushedImage,
     TestRegistry,
     busybox_layer,
@@ -86,11 +87,12 @@ def test_anonymous_and_wrong_passwords_are_refused_without_leaking_them(
 ) -> None:
     with registry.client(None) as anonymous, pytest.raises(Unauthorized, match="401"):
         anonymous.resolve(busybox_image.ref)
-    wrong = Credentials("alice", "not-the-password")
-    client = RegistryClient(registry.url, credentials=wrong, ca_file=registry.ca_file)
-    with client, pytest.raises(Unauthorized) as refused:
-        client.resolve(busybox_image.ref)
-    assert "not-the-password" not in str(refused.value) + repr(client) + repr(wrong)
+    for wrong in (Credentials("alice", "not-the-password"), Credentials("alice", USERS["bob"])):
+        client = RegistryClient(registry.url, credentials=wrong, ca_file=registry.ca_file)
+        with client, pytest.raises(Unauthorized) as refused:
+            client.resolve(busybox_image.ref)
+        shown = str(refused.value) + repr(client) + repr(wrong)
+        assert "not-the-password" not in shown and USERS["bob"] not in shown
     assert "alice-secret" not in repr(registry.credentials("alice"))
 
 
