@@ -202,13 +202,25 @@ class RegistryClient:
         return response
 
     @contextlib.contextmanager
-    def _stream(self, path: str, what: str) -> Iterator[httpx.Response]:
+    def _stream(self, path: str, what: str, **kwargs: Any) -> Iterator[httpx.Response]:
         try:
-            with self._http.stream("GET", path) as response:
+            with self._http.stream("GET", path, **kwargs) as response:
                 self._check(response, what)
                 yield response
         except httpx.TransportError as error:
             raise self._unreachable(error) from None
+
+    def _read(self, path: str, what: str, limit: int, **kwargs: Any) -> tuple[bytes, str]:
+        """A small document and its media type; more than ``limit`` bytes is refused
+        without reading further (a hostile registry cannot fill the memory)."""
+        body = bytearray()
+        with self._stream(path, what, **kwargs) as response:
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise ImageError(f"{what} is larger than {limit} bytes; refused")
+            media_type = response.headers.get("content-type", "").split(";")[0].strip()
+        return bytes(body), media_type
 
     def _unreachable(self, error: httpx.TransportError) -> RegistryUnavailable:
         reason = type(error).__name__
@@ -235,14 +247,11 @@ class RegistryClient:
     def manifest(self, ref: ImageRef) -> tuple[str, ImageManifest | ImageIndex]:
         """The digest and contents of ``ref``'s manifest or index, verified when pinned."""
         path = f"{ref.repository}/manifests/{ref.reference}"
-        response = self._request("GET", path, f"image {ref}", headers={"Accept": _ACCEPT})
-        body = response.content
-        if len(body) > MAX_MANIFEST_BYTES:
-            raise ImageError(f"the manifest of {ref} is larger than {MAX_MANIFEST_BYTES} bytes")
+        accept = {"Accept": _ACCEPT}
+        body, media_type = self._read(path, f"image {ref}", MAX_MANIFEST_BYTES, headers=accept)
         digest = _sha256(body)
         if ref.digest and digest != ref.digest:
             raise DigestMismatch(f"the manifest of {ref} has digest {digest}, not {ref.digest}")
-        media_type = response.headers.get("content-type", "").split(";")[0].strip()
         try:
             return digest, parse_manifest(json.loads(body), media_type)
         except (ValueError, ManifestError) as error:
@@ -273,7 +282,7 @@ class RegistryClient:
         if descriptor.size > MAX_CONFIG_BYTES:
             raise ImageError(f"the config of {ref} is larger than {MAX_CONFIG_BYTES} bytes")
         path = f"{ref.repository}/blobs/{descriptor.digest}"
-        body = self._request("GET", path, f"the config of {ref}").content
+        body, _ = self._read(path, f"the config of {ref}", descriptor.size)
         if _sha256(body) != descriptor.digest:
             raise DigestMismatch(f"the config of {ref} does not match {descriptor.digest}")
         try:

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -131,3 +132,19 @@ def test_a_manifest_that_is_not_json_is_an_image_error() -> None:
 
     with client(handler) as registry_client, pytest.raises(ImageError, match="cannot be read"):
         registry_client.resolve(ImageRef.parse("a/b:1"))
+
+
+def test_an_oversized_manifest_is_refused_without_reading_it_all() -> None:
+    sent = []
+
+    def endless() -> Iterator[bytes]:
+        for _ in range(1000):
+            sent.append(1)
+            yield b"x" * (1 << 20)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless())
+
+    with client(handler) as registry_client, pytest.raises(ImageError, match="larger than"):
+        registry_client.resolve(ImageRef.parse("a/b:1"))
+    assert len(sent) < 10
