@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuyard.models.image import (
     Descriptor,
@@ -177,3 +179,45 @@ def test_go_architecture_names() -> None:
     assert go_architecture("x86_64") == "amd64"
     assert go_architecture("aarch64") == "arm64"
     assert go_architecture("riscv64") == "riscv64"
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+_chunks = st.text(_ALNUM, min_size=1, max_size=6)
+_components = st.builds(
+    lambda first, rest: first + "".join(sep + chunk for sep, chunk in rest),
+    _chunks,
+    st.lists(st.tuples(st.sampled_from([".", "_", "__", "-", "--"]), _chunks), max_size=2),
+)
+_hosts = st.sampled_from([None, "localhost", "localhost:5000", "reg.example.com", "10.0.0.1:443"])
+_tags = st.one_of(
+    st.none(),
+    st.builds(
+        str.__add__,
+        st.text(_ALNUM + "ABZ_", min_size=1, max_size=1),
+        st.text(_ALNUM + "._-", max_size=8),
+    ),
+)
+_digests = st.one_of(st.none(), st.text("0123456789abcdef", min_size=64, max_size=64))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    host=_hosts,
+    parts=st.lists(_components, min_size=1, max_size=3),
+    tag=_tags,
+    hexdigest=_digests,
+)
+def test_every_valid_reference_round_trips(
+    host: str | None, parts: list[str], tag: str | None, hexdigest: str | None
+) -> None:
+    digest = f"sha256:{hexdigest}" if hexdigest else None
+    repository = "/".join(parts)
+    if host is None and "." in parts[0] and len(parts) > 1:
+        return  # a first part with a dot names a registry host: not a catalogue name
+    ref = ImageRef(
+        repository=repository,
+        tag=tag or (None if digest else "latest"),
+        digest=digest,
+        registry=host,
+    )
+    assert ImageRef.parse(str(ref)) == ref
