@@ -108,6 +108,9 @@ class ImageCache:
         self.clock = clock
         for sub in ("blobs/sha256", "images", "pins", "locks", "tmp"):
             (root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        # A job's runtime may open its rootfs as the job's own user: images/ can be passed
+        # through (not listed); the rest of the cache is the node's only.
+        (root / "images").chmod(0o711)
         self._clear_abandoned_builds()
 
     # -- getting an image ------------------------------------------------------------------

@@ -14,7 +14,8 @@ followed: whatever is there (a symlink included) is replaced. What a hostile lay
 - device nodes and FIFOs are skipped (the runtime supplies ``/dev``);
 - setuid and setgid bits are stripped; owners are kept when unpacking as root;
 - OCI whiteouts (``.wh.NAME``, ``.wh..wh..opq``) delete lower layers' entries inside the root;
-- regular files may add up to ``max_bytes`` at most (``ImageTooLarge`` beyond).
+- regular files may add up to ``max_bytes`` at most (``ImageTooLarge`` beyond), and a layer
+  may hold ``MAX_ENTRIES`` entries at most.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ __all__ = ["LayerStats", "entry_parts", "unpack_layer"]
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
+MAX_ENTRIES = 1_000_000
+"""Entries per layer: a large CUDA image's biggest layer has about a tenth of that; more is an
+inode bomb, which the byte cap does not stop (empty files and directories weigh nothing)."""
 MAX_SYMLINK_HOPS = 40
 """As the kernel's own limit: more is a loop."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -139,15 +143,18 @@ def _remove(dir_fd: int, name: str) -> None:
 class _Layer:
     """One layer's entries applied to a root, in tar order."""
 
-    def __init__(self, root: _Root, max_bytes: int | None) -> None:
+    def __init__(self, root: _Root, max_bytes: int | None, max_entries: int) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
         self.stats = LayerStats()
         self.written: set[tuple[str, ...]] = set()
         self.dir_modes: dict[tuple[str, ...], int] = {}
 
     def apply(self, tar: tarfile.TarFile) -> None:
-        for member in tar:
+        for count, member in enumerate(tar, start=1):
+            if count > self.max_entries:
+                raise UnsafeLayer(f"a layer has more than {self.max_entries} entries; refused")
             parts = entry_parts(member.name)
             if not parts:
                 continue
@@ -290,12 +297,14 @@ def _decompressed(layer: Path) -> Iterator[BinaryIO]:
             yield raw
 
 
-def unpack_layer(layer: Path, root: Path, *, max_bytes: int | None = None) -> LayerStats:
+def unpack_layer(
+    layer: Path, root: Path, *, max_bytes: int | None = None, max_entries: int = MAX_ENTRIES
+) -> LayerStats:
     """Apply the layer file ``layer`` to the directory ``root`` (module docstring's rules)."""
     confined = _Root(root)
     try:
         with _decompressed(layer) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
-            applied = _Layer(confined, max_bytes)
+            applied = _Layer(confined, max_bytes, max_entries)
             applied.apply(tar)
             return applied.stats
     except (tarfile.TarError, EOFError, gzip.BadGzipFile) as error:

@@ -222,3 +222,9 @@ def test_an_entry_the_system_cannot_apply_is_an_image_error(root: Path) -> None:
     with pytest.raises(ImageError, match="could not be applied"):
         apply(root, symlink("long", "x" * 5000))
     assert outside_unchanged(root)
+
+
+def test_a_layer_of_too_many_entries_is_refused(root: Path) -> None:
+    path = layer(root.parent / "many.tar", [directory(f"d{n}") for n in range(11)])
+    with pytest.raises(UnsafeLayer, match="more than 10 entries"):
+        unpack_layer(path, root, max_entries=10)
