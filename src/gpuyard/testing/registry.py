@@ -193,7 +193,11 @@ def registry_server(users: dict[str, str] | None = None) -> Iterator[TestRegistr
             yield TestRegistry(url, cert, directory / "storage", log, dict(users))
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def tar_layer(entries: Sequence[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
