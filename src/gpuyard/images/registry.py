@@ -222,6 +222,15 @@ class RegistryClient:
             media_type = response.headers.get("content-type", "").split(";")[0].strip()
         return bytes(body), media_type
 
+    def _repository(self, ref: ImageRef) -> str:
+        """``ref``'s repository, if ``ref`` is for this registry (no host: the pool's own)."""
+        if ref.registry is not None and ref.registry != self.host:
+            raise ImageError(
+                f"image {ref} is in registry {ref.registry}, not {self.host}; "
+                "use that registry's client"
+            )
+        return ref.repository
+
     def _unreachable(self, error: httpx.TransportError) -> RegistryUnavailable:
         reason = type(error).__name__
         if "CERTIFICATE" in str(error).upper():
@@ -246,7 +255,7 @@ class RegistryClient:
 
     def manifest(self, ref: ImageRef) -> tuple[str, ImageManifest | ImageIndex]:
         """The digest and contents of ``ref``'s manifest or index, verified when pinned."""
-        path = f"{ref.repository}/manifests/{ref.reference}"
+        path = f"{self._repository(ref)}/manifests/{ref.reference}"
         accept = {"Accept": _ACCEPT}
         body, media_type = self._read(path, f"image {ref}", MAX_MANIFEST_BYTES, headers=accept)
         digest = _sha256(body)
@@ -281,7 +290,7 @@ class RegistryClient:
         descriptor = manifest.config
         if descriptor.size > MAX_CONFIG_BYTES:
             raise ImageError(f"the config of {ref} is larger than {MAX_CONFIG_BYTES} bytes")
-        path = f"{ref.repository}/blobs/{descriptor.digest}"
+        path = f"{self._repository(ref)}/blobs/{descriptor.digest}"
         body, _ = self._read(path, f"the config of {ref}", descriptor.size)
         if _sha256(body) != descriptor.digest:
             raise DigestMismatch(f"the config of {ref} does not match {descriptor.digest}")
@@ -303,7 +312,9 @@ class RegistryClient:
         digest, size = hashlib.sha256(), 0
         try:
             with (
-                self._stream(f"{ref.repository}/blobs/{descriptor.digest}", what) as response,
+                self._stream(
+                    f"{self._repository(ref)}/blobs/{descriptor.digest}", what
+                ) as response,
                 dest.open("wb") as out,
             ):
                 for chunk in response.iter_bytes(1 << 20):
@@ -335,7 +346,7 @@ class RegistryClient:
             self._push_blob(ref, _layout_blob(layout, blob.digest), blob.digest)
         self._request(
             "PUT",
-            f"{ref.repository}/manifests/{ref.tag or entry.digest}",
+            f"{self._repository(ref)}/manifests/{ref.tag or entry.digest}",
             f"image {ref}",
             content=manifest_bytes,
             headers={"Content-Type": entry.media_type or MediaType.OCI_MANIFEST},
@@ -346,11 +357,11 @@ class RegistryClient:
         what = f"blob {digest} of {ref}"
         size = path.stat().st_size
         try:
-            self._request("HEAD", f"{ref.repository}/blobs/{digest}", what)
+            self._request("HEAD", f"{self._repository(ref)}/blobs/{digest}", what)
             return  # the registry has it
         except ImageNotFound:
             pass
-        started = self._request("POST", f"{ref.repository}/blobs/uploads/", what)
+        started = self._request("POST", f"{self._repository(ref)}/blobs/uploads/", what)
         location = self._http.base_url.join(started.headers["location"])
         self._request(
             "PUT",

@@ -148,3 +148,13 @@ def test_an_oversized_manifest_is_refused_without_reading_it_all() -> None:
     with client(handler) as registry_client, pytest.raises(ImageError, match="larger than"):
         registry_client.resolve(ImageRef.parse("a/b:1"))
     assert len(sent) < 10
+
+
+def test_a_reference_to_another_registry_is_refused_before_any_request() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request may be sent")
+
+    with client(handler) as registry_client, pytest.raises(ImageError, match=r"other\.example"):
+        registry_client.resolve(ImageRef.parse("other.example/a/b:1"))
+    with client(TokenRegistry()) as registry_client:
+        assert registry_client.resolve(ImageRef.parse("reg.example/a/b:1")) == MANIFEST_DIGEST
