@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuyard-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup chromium busybox run test lint unit bench clean ray-cluster
+.PHONY: setup chromium image-tools run test lint unit bench clean ray-cluster
 
 # MPICH and Open MPI both ship mpirun and libmpi, so MPICH (for `mpi: mpich` jobs) lives in a
 # prefix of its own, where gpuyard's settings look for it (GPUYARD_MPI_MPICH); Open MPI comes
@@ -24,7 +24,7 @@ $(MPICH_PREFIX)/bin/mpichversion: | $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 	    --prefix $(MPICH_PREFIX) '$(MPICH_SPEC)'
 
-setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion chromium busybox
+setup: $(STAMP) $(MPICH_PREFIX)/bin/mpichversion chromium image-tools
 
 # The web UI's browser tests (tests/e2e/test_web_browser.py) drive Debian's Chromium through
 # Playwright: Playwright's own browser download needs the internet, the distribution's package
@@ -44,22 +44,29 @@ chromium:
 	    echo "the browser tests will skip; install it with: apt-get install chromium"; \
 	  fi; }
 
-# The tests of workers in an image (tests/integration/executors/test_worker_image.py) build
-# their image's root filesystem from Debian's static busybox, without the internet. Installed
-# only when missing, as chromium above; where it cannot be, those tests skip saying so.
-busybox:
-	@test -x /bin/busybox && ldd /bin/busybox 2>&1 | grep -Eq 'not a dynamic|statically linked' || { \
+# The image tests (tests/integration/images) start Debian's OCI registry with TLS (openssl) and
+# bcrypt htpasswd users (apache2-utils), and build their images from busybox-static: no
+# internet; the tests of workers in an image (tests/integration/executors/test_worker_image.py)
+# need that busybox static (its rootfs has no libc). Installed only when missing; where that
+# cannot be done the image tests skip, saying which packages are missing.
+IMAGE_TOOLS := docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static openssl:openssl
+image-tools:
+	@missing=""; for pair in $(IMAGE_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	ldd /bin/busybox 2>&1 | grep -Eq 'not a dynamic|statically linked' \
+	  || case "$$missing" in *busybox-static*) ;; *) missing="$$missing busybox-static";; esac; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing busybox-static (apt-get) for the tests of workers in an image"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static) \
-	      || echo "could not install busybox-static: the image tests will skip"; \
+	    echo "installing$$missing (apt-get) for the image tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+	      || echo "could not install$$missing: the image tests will skip"; \
 	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
 	    (sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq busybox-static) || echo "could not install busybox-static: the image tests will skip"; \
+	      apt-get install -y -qq $$missing) || echo "could not install$$missing: the image tests will skip"; \
 	  else \
-	    echo "busybox-static is missing and cannot be installed here (needs root and apt-get):"; \
-	    echo "the image tests will skip; install it with: apt-get install busybox-static"; \
-	  fi; }
+	    echo "missing$$missing, which cannot be installed here (needs root and apt-get):"; \
+	    echo "the image tests will skip; install them with: apt-get install$$missing"; \
+	  fi; fi
 
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
 # stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.

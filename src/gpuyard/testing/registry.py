@@ -1,0 +1,270 @@
+"""A throwaway OCI registry for tests, and small images built from local files.
+
+Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1 and a free port, with a
+self-signed certificate (``openssl``), bcrypt htpasswd for two users (``htpasswd -B``) and
+storage in a temporary directory: nothing anonymous, as the pool's own registry. The images
+are OCI image layouts written here from a busybox-static rootfs with a distinctive
+``/etc/os-release``, so tests need no internet. ``make setup`` installs the three packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import platform
+import shutil
+import socket
+import ssl
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpuyard.images.registry import Credentials, RegistryClient
+from gpuyard.models.image import ImageRef, MediaType, go_architecture
+
+__all__ = [
+    "NODE_ARCH",
+    "OS_RELEASE",
+    "USERS",
+    "PushedImage",
+    "TestRegistry",
+    "busybox_layer",
+    "registry_server",
+    "tar_layer",
+    "unavailable_reason",
+    "write_layout",
+]
+
+OS_RELEASE = b'ID=gpuyard-test\nPRETTY_NAME="gpuyard test image (busybox)"\n'
+BUSYBOX = Path("/bin/busybox")
+_TOOLS = {
+    "docker-registry": "docker-registry",
+    "htpasswd": "apache2-utils",
+    "openssl": "openssl",
+    "busybox": "busybox-static",
+}
+NODE_ARCH = go_architecture(platform.machine())
+USERS = {"alice": "alice-secret-1", "bob": "bob-secret-2"}
+
+
+def unavailable_reason() -> str | None:
+    """Why the registry tests cannot run here, or None if they can."""
+    missing = [package for tool, package in _TOOLS.items() if shutil.which(tool) is None]
+    if missing:
+        return f"missing {', '.join(missing)}: install them with `make setup` (apt-get)"
+    return None
+
+
+@dataclass(frozen=True)
+class TestRegistry:
+    """A running registry: its URL, CA file, users and on-disk storage."""
+
+    __test__ = False  # not a pytest class
+
+    url: str
+    ca_file: Path
+    storage: Path
+    log: Path
+    users: dict[str, str]
+
+    def credentials(self, user: str) -> Credentials:
+        return Credentials(user, self.users[user])
+
+    def client(self, user: str | None = "alice", **kwargs: Any) -> RegistryClient:
+        creds = self.credentials(user) if user else None
+        return RegistryClient(self.url, credentials=creds, ca_file=self.ca_file, **kwargs)
+
+    def blob_path(self, digest: str) -> Path:
+        """Where the registry keeps a blob's bytes (to tamper with them)."""
+        hexdigest = digest.removeprefix("sha256:")
+        return self.storage / "docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
+
+
+@dataclass(frozen=True)
+class PushedImage:
+    """An image the tests pushed: its reference, manifest digest and OCI layout."""
+
+    ref: ImageRef
+    digest: str
+    layout: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _certificate(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            *(
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ),
+            *("-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _htpasswd(path: Path, users: dict[str, str]) -> None:
+    for index, (user, password) in enumerate(users.items()):
+        create = ["-c"] if index == 0 else []
+        # -C 4: bcrypt's lowest cost, so logins stay cheap on a loaded test machine.
+        subprocess.run(
+            ["htpasswd", "-B", "-C", "4", "-b", *create, str(path), user, password],
+            check=True,
+            capture_output=True,
+        )
+
+
+def _config(directory: Path, port: int, cert: Path, key: Path) -> Path:
+    config = {
+        "version": 0.1,
+        "log": {"level": "info", "accesslog": {"disabled": False}},
+        "storage": {
+            "filesystem": {"rootdirectory": str(directory / "storage")},
+            "delete": {"enabled": True},
+        },
+        "http": {
+            "addr": f"127.0.0.1:{port}",
+            "secret": hashlib.sha256(str(directory).encode()).hexdigest(),
+            "tls": {"certificate": str(cert), "key": str(key)},
+        },
+        "auth": {"htpasswd": {"realm": "gpuyard-test", "path": str(directory / "htpasswd")}},
+    }
+    path = directory / "config.yml"
+    path.write_text(json.dumps(config))  # YAML is a superset of JSON
+    return path
+
+
+def _wait_ready(url: str, ca_file: Path, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    tls = ssl.create_default_context(cafile=str(ca_file))
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"docker-registry exited: {log.read_text()[-2000:]}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/v2/", verify=tls).status_code == 401:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"docker-registry did not answer in 30 s: {log.read_text()[-2000:]}")
+
+
+@contextlib.contextmanager
+def registry_server(users: dict[str, str] | None = None) -> Iterator[TestRegistry]:
+    """Start the registry; stop it and delete its storage on exit."""
+    users = users or USERS
+    with tempfile.TemporaryDirectory(prefix="gpuyard-registry-") as name:
+        directory = Path(name)
+        cert, key = _certificate(directory)
+        _htpasswd(directory / "htpasswd", users)
+        port = _free_port()
+        log = directory / "registry.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["docker-registry", "serve", str(_config(directory, port, cert, key))],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"https://127.0.0.1:{port}"
+        try:
+            _wait_ready(url, cert, process, log)
+            yield TestRegistry(url, cert, directory / "storage", log, dict(users))
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def tar_layer(entries: Sequence[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
+    """A gzip tar layer of ``(name, data)`` files or ready ``TarInfo``s (data-less ones)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in entries:
+            if isinstance(entry, tarfile.TarInfo):
+                tar.addfile(entry)
+                continue
+            info = tarfile.TarInfo(entry[0])
+            info.size, info.mode, info.mtime = len(entry[1]), 0o755, 1_700_000_000
+            tar.addfile(info, io.BytesIO(entry[1]))
+    return gzip.compress(buffer.getvalue(), mtime=0)
+
+
+def busybox_layer(os_release: bytes = OS_RELEASE) -> bytes:
+    """A rootfs layer: busybox-static as /bin/busybox, /bin/sh and a few applets, and
+    ``/etc/os-release``."""
+    links = []
+    for applet in ("sh", "cat", "ls", "echo", "id", "env"):
+        info = tarfile.TarInfo(f"bin/{applet}")
+        info.type, info.linkname, info.mtime = tarfile.SYMTYPE, "busybox", 1_700_000_000
+        links.append(info)
+    return tar_layer(
+        [("bin/busybox", BUSYBOX.read_bytes()), *links, ("etc/os-release", os_release)]
+    )
+
+
+def _write_blob(layout: Path, data: bytes) -> dict[str, Any]:
+    digest = hashlib.sha256(data).hexdigest()
+    (layout / "blobs/sha256" / digest).write_bytes(data)
+    return {"digest": f"sha256:{digest}", "size": len(data)}
+
+
+def write_layout(
+    layout: Path,
+    layers: Sequence[bytes],
+    *,
+    architecture: str,
+    config: dict[str, Any] | None = None,
+) -> str:
+    """Write an OCI image layout of gzip ``layers`` (bottom first); the manifest's digest."""
+    (layout / "blobs/sha256").mkdir(parents=True, exist_ok=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    diff_ids = ["sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest() for layer in layers]
+    image_config = {
+        "architecture": architecture,
+        "os": "linux",
+        "config": config or {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MediaType.OCI_MANIFEST,
+        "config": {
+            "mediaType": MediaType.OCI_CONFIG,
+            **_write_blob(layout, json.dumps(image_config).encode()),
+        },
+        "layers": [
+            {"mediaType": MediaType.OCI_LAYER_GZIP, **_write_blob(layout, layer)}
+            for layer in layers
+        ],
+    }
+    entry = {
+        "mediaType": MediaType.OCI_MANIFEST,
+        **_write_blob(layout, json.dumps(manifest).encode()),
+    }
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    return str(entry["digest"])
