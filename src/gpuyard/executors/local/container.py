@@ -14,14 +14,15 @@ account's own uid, on the host network):
 - an empty tmpfs of the worker's own (``nosuid``, ``nodev``; its pages count in the worker's
   memory cgroup) holds the writable upper layer of an overlay whose lower layer is the image's
   rootfs, which the node's image cache shares between workers and is never written;
-- the child ``pivot_root``s into that overlay and detaches the host's tree, then mounts, with
-  every path now resolved inside the image (an image's absolute symlink cannot lead a mount
-  out of it): ``/proc`` (``hidepid=invisible``: the worker sees only its own account's
-  processes), ``/sys`` read-only, a minimal ``/dev`` (null, zero, full, random, urandom, tty,
-  a devpts of its own, ``/dev/shm`` of ``shm_size`` bytes) plus only the listed device files,
-  the host's ``/etc/hosts`` and ``/etc/resolv.conf`` read-only, the driver's paths read-only,
-  and the binds, whose sources were opened as the job's account before (what the account
-  cannot reach is refused);
+- the child ``pivot_root``s into that overlay, then mounts, with every path now resolved
+  inside the image (an image's absolute symlink cannot lead a mount out of it): the host's
+  ``/etc/hosts`` and ``/etc/resolv.conf`` read-only, the driver's paths read-only, and the
+  binds, whose sources were opened as the job's account before (what the account cannot reach
+  is refused); then a minimal ``/dev`` (null, zero, full, random, urandom, tty, a devpts of
+  its own, ``/dev/shm`` of ``shm_size`` bytes) plus only the listed device files, ``/sys``
+  read-only, and last ``/proc`` (``hidepid=invisible``: the worker sees only its own
+  account's processes), so that no link of the image leads through /proc while the child is
+  still root; the host's tree is detached at the end;
 - every mount the job can write is ``nosuid`` and ``nodev``, and ``no_new_privs`` is set before
   exec: a setuid binary of the image gives nothing.
 
