@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from platformdirs import user_config_dir, user_data_dir
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gpuyard.models.environment import parse_allowlist
@@ -143,6 +143,26 @@ class Settings(BaseSettings):
         description="Chaos testing of fault tolerance: node -> the fault its node check finds "
         '(burn or collective), e.g. GPUYARD_INJECT_FAULTS=\'{"node1": "burn"}\'. Local '
         "executor only; leave empty in production.",
+    )
+    registry: str | None = Field(
+        None,
+        description="The URL of the pool's OCI image registry (https://host:port), where the "
+        "images jobs name live (docs/images.md). None: jobs cannot name an image.",
+    )
+    registry_ca: Path | None = Field(
+        None, description="The CA certificate (PEM) the registry's TLS certificate is checked with."
+    )
+    registry_user: str | None = Field(
+        None, description="The pool's account on the registry (it resolves and pulls images)."
+    )
+    registry_password: SecretStr | None = Field(
+        None, description="The password or token of registry_user; never logged or shown."
+    )
+    image_cache_max: int = Field(
+        100 << 30,
+        ge=64 << 20,
+        description="Bytes of images each node keeps (unpacked); past them the least recently "
+        "used image no worker runs in is evicted.",
     )
     log_max: int = Field(
         64 << 20,

@@ -34,12 +34,14 @@ from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.executors.local.node_images import NodeImages
+from gpuyard.images.cache import ImageCache
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
 from gpuyard.private_files import write_private
-from gpuyard.server.app import create_app
+from gpuyard.server.app import create_app, registry_access
 from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
 from gpuyard.settings import Settings
@@ -317,7 +319,18 @@ def make_executor(settings: Settings) -> Executor:
         private_tmp=settings.private_tmp,
         gpu_device_files=settings.gpu_device_files,
         gpu_shared_files=settings.gpu_shared_device_files,
+        images=_node_images(settings),
     )
+
+
+def _node_images(settings: Settings) -> NodeImages | None:
+    """This machine's image cache (``<home>/images``) and the registry it pulls from; None
+    when the pool has no registry."""
+    access = registry_access(settings)
+    if access is None:
+        return None
+    cache = ImageCache(settings.home / "images", max_bytes=settings.image_cache_max)
+    return NodeImages(cache, access)
 
 
 OWNER_TOKEN_LIFE = 366 * 86400.0

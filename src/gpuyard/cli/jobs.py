@@ -75,7 +75,21 @@ def submit(
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, repeatable.")
     ] = None,
     workdir: Annotated[
-        str | None, typer.Option(help="Working directory (default: the current one).")
+        str | None,
+        typer.Option(
+            help="Working directory (default: the current one; in an image, the image's)."
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in this image of the pool's registry (official/pytorch:2.13, "
+            "alice/tools:v1, ...@sha256:...); see docs/images.md."
+        ),
+    ] = None,
+    shm_size: Annotated[
+        str | None,
+        typer.Option(help="In an image: the size of /dev/shm (e.g. 8G; default: half the memory)."),
     ] = None,
     task: Annotated[
         list[str] | None,
@@ -192,6 +206,8 @@ def submit(
         "graceful_shutdown": graceful_shutdown,
         "env": parse_env_flags(env) if env else None,
         "workdir": workdir,
+        "image": image,
+        "shm_size": shm_size,
         "tasks": [{"command": t} for t in task] if task else None,
         "parameter_servers": parameter_servers,
         "mpi": mpi,
@@ -221,8 +237,9 @@ def submit(
         }
         or None,
     }
-    if workdir is None and "workdir" not in file_fields:
-        flags["workdir"] = os.getcwd()
+    in_image = image is not None or file_fields.get("image") is not None
+    if workdir is None and "workdir" not in file_fields and not in_image:
+        flags["workdir"] = os.getcwd()  # in an image, this machine's directory is not there
     spec = build_spec(file_fields, flags)
     if dry_run:
         prediction = _client().predict(spec)
@@ -419,6 +436,8 @@ def _spec_rows(spec: JobSpec, per_node: Callable[[int, float, int], str]) -> lis
         ("graceful shutdown", format_duration(spec.graceful_shutdown)),
         ("workdir", Text(spec.workdir or "(job directory)")),
     ]
+    if spec.image:
+        rows.append(("image", Text(spec.image)))
     return rows
 
 

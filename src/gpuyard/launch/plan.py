@@ -41,12 +41,14 @@ from gpuyard.launch.workspace import (
     workspace_binds,
 )
 from gpuyard.models.command import Literal, ParsedCommand, parse_command
+from gpuyard.models.environment import HOST_ONLY_ENV
 from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slot
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
     File,
     Tools,
+    WorkerImage,
     WorkerKey,
     WorkerLaunch,
     WorkerRole,
@@ -527,6 +529,9 @@ def _job_env(w: _Worker, base_env: Mapping[str, str]) -> dict[str, str]:
     defaults, the network's, the runtime listener's, then the spec's own."""
     spec = w.spec
     env = dict(base_env)
+    if spec.image is not None:  # the image's own PATH, Python, libraries: not the node's
+        for name in HOST_ONLY_ENV:
+            env.pop(name, None)
     env.update(PLATFORM_DEFAULTS)
     total_gpus = spec.resources.gpus * spec.nodes
     env.update(network_env(w.ctx.network, total_gpus=total_gpus, mpi=spec.mode.uses_mpi))
@@ -650,4 +655,7 @@ def plan_worker(
         primary=seat.role.primary,
         limits=seat.member.need,
         run_as=ctx.run_as,
+        image=None
+        if spec.image is None
+        else WorkerImage(spec.image, shm_size=spec.shm_size, workdir=spec.workdir),
     )

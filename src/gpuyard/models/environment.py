@@ -21,7 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 
-__all__ = ["DEFAULT_JOB_ENV_ALLOW", "NEVER_INHERITED", "inherited_environment", "parse_allowlist"]
+__all__ = [
+    "DEFAULT_JOB_ENV_ALLOW",
+    "HOST_ONLY_ENV",
+    "NEVER_INHERITED",
+    "inherited_environment",
+    "parse_allowlist",
+]
 
 DEFAULT_JOB_ENV_ALLOW: tuple[str, ...] = (
     "PATH",
@@ -48,6 +54,18 @@ NEVER_INHERITED: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES",
 )
 """Never taken from the pool, even when an admin's allowlist names them."""
+
+HOST_ONLY_ENV: tuple[str, ...] = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "CUDA_HOME",
+    "CUDA_PATH",
+)
+"""Where the node keeps its programs and libraries: a job in an image does not inherit them
+from the pool (the image's ``ENV`` says where its own are); the job may still set them."""
 
 
 def parse_allowlist(text: str | Iterable[str]) -> tuple[str, ...]:

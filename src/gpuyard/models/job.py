@@ -22,6 +22,7 @@ from gpuyard.models.command import CommandError, parse_command
 from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
 from gpuyard.models.ids import Id
+from gpuyard.models.image import MAX_REF_LENGTH, ImageRef
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
@@ -393,6 +394,22 @@ class JobSpec(BaseModel):
         max_length=MAX_PATH,
         description="Absolute working directory; the job's own directory when omitted.",
     )
+    image: str | None = Field(
+        None,
+        max_length=MAX_REF_LENGTH,
+        description="The image the job runs in (docs/images.md): a name in the pool's "
+        "registry (official/pytorch:2.13), a registry reference (host/repo:tag), either "
+        "pinned (@sha256:...). Resolved to its digest at submission, so every node and every "
+        "restart runs the same bytes. Omitted: the pool's own environment.",
+    )
+    shm_size: Bytes = Field(
+        0,
+        ge=0,
+        le=1 << 50,
+        description="Bytes of /dev/shm in the job's image, or e.g. '8G' (DataLoader workers "
+        "and NCCL need more than a container's usual 64M); 0: half of the worker's memory "
+        "limit, 1G without one. Only with an image.",
+    )
     slurm: SlurmBatch | None = Field(
         None, description="mode slurm only: the batch script and what sbatch was told."
     )
@@ -410,6 +427,11 @@ class JobSpec(BaseModel):
         description="Restart after faults, pre-flight checks, hang detection "
         "(docs/fault-tolerance.md); leave out for none: a failure ends the job.",
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return None if value is None else str(ImageRef.parse(value))
 
     @field_validator("command")
     @classmethod

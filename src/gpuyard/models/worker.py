@@ -30,6 +30,7 @@ __all__ = [
     "RunAs",
     "SlurmStep",
     "Tools",
+    "WorkerImage",
     "WorkerKey",
     "WorkerLaunch",
     "WorkerRole",
@@ -171,6 +172,19 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerImage:
+    """The image a worker runs in (docs/images.md, "Jobs in images")."""
+
+    ref: str
+    """The job's image, pinned to its digest at submission."""
+    shm_size: int = 0
+    """Bytes of its /dev/shm; 0: the executor's default (a share of the worker's memory)."""
+    workdir: str | None = None
+    """The job's own working directory (inside the image); None: the image's ``WorkingDir``,
+    else the worker's workspace."""
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerLaunch:
     """Everything needed to start one worker; built by :mod:`gpuyard.launch`."""
 
@@ -197,6 +211,9 @@ class WorkerLaunch:
     the pool's own user. An account named ``POOL_ACCOUNT_PREFIX…`` is the pool's to create when
     it is missing; any other must exist. An executor never runs a job as uid 0 when this is
     set (docs/security.md)."""
+    image: WorkerImage | None = None
+    """The image its command runs in; None: the node's own environment. ``argv`` is the job's
+    command, which the image's ``ENTRYPOINT`` goes in front of (the executor reads the image)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
+from gpuyard.images.access import RegistryAccess
 from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.guard import RequestGuard
@@ -28,6 +29,7 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.images import ImagePinner
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -107,7 +109,13 @@ def _services(
     accounts = _account_service(settings, store, clock=clock, notify=notify, policy=policy)
     on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
     jobs = JobService(
-        store, clock=clock, notify=notify, on_delete=on_delete, accounts=accounts, policy=policy
+        store,
+        clock=clock,
+        notify=notify,
+        on_delete=on_delete,
+        accounts=accounts,
+        policy=policy,
+        images=ImagePinner(registry_access(settings)),
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     return Services(
@@ -131,6 +139,17 @@ def _services(
         ),
         search=JobSearch(store, policy),
         slurm_steps=SlurmStepService(store, executor, policy),
+    )
+
+
+def registry_access(settings: Settings) -> RegistryAccess | None:
+    """The pool's image registry, as its settings name it (None: it has none)."""
+    password = settings.registry_password
+    return RegistryAccess.of(
+        settings.registry,
+        settings.registry_ca,
+        settings.registry_user,
+        password.get_secret_value() if password is not None else None,
     )
 
 

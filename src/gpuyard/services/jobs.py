@@ -44,6 +44,7 @@ from gpuyard.services.accounts import DEFAULT_GROUP, AccountService
 from gpuyard.services.admission import Admission
 from gpuyard.services.auth import Policy
 from gpuyard.services.disclosure import Viewer
+from gpuyard.services.images import ImagePinner
 from gpuyard.services.job_exec import stop_held
 from gpuyard.services.job_search import check_page, filtered, ordering
 from gpuyard.services.notify import Notify, nobody
@@ -76,8 +77,11 @@ class JobService:
         on_delete: Callable[[int], None] = lambda _job_id: None,
         accounts: AccountService | None = None,
         policy: Policy | None = None,
+        images: ImagePinner | None = None,
     ) -> None:
         self.store = store
+        self.images = images or ImagePinner(None)
+        """Pins each submitted job's image to its digest (a call to the pool's registry)."""
         self.clock = clock
         self.notify = notify
         self.on_delete = on_delete
@@ -119,13 +123,16 @@ class JobService:
     def enqueue(self, specs: Sequence[JobSpec], *, owner: str) -> Future[list[JobView]]:
         """:meth:`submit_many` without waiting: the future has the jobs once they are stored
         (an event loop awaits it). Submissions that arrive together are checked and written
-        in one transaction (:class:`~gpuyard.store.group_commit.GroupCommit`)."""
+        in one transaction (:class:`~gpuyard.store.group_commit.GroupCommit`). A job with
+        an image asks the registry for its digest first: the caller of an event loop calls
+        this in a thread for such jobs (:func:`~gpuyard.services.images.needs_registry`)."""
         if not specs:
             raise InvalidSpec("no jobs to submit: give at least one")
         if len(specs) > MAX_BATCH:
             raise InvalidSpec(
                 f"{len(specs)} jobs in one request; submit at most {MAX_BATCH} at a time"
             )
+        specs = self.images.pinned(specs)
         return self._intake.submit(_Submission(tuple(specs), owner, self.clock.now()))
 
     def _notify_all(self) -> None:

@@ -51,17 +51,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from gpuyard.executors.base import LaunchError
-from gpuyard.executors.local import cgroups, logcap, procfs, untrusted
+from gpuyard.executors.local import cgroups, logcap, node_images, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
 from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
+from gpuyard.executors.local.node_images import NodeImages
 from gpuyard.executors.local.notifications import Listener
 from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
 from gpuyard.executors.local.usage import machine_usage, node_gpus, worker_usages
@@ -74,6 +76,7 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
+from gpuyard.images.errors import ImageError
 from gpuyard.injob import rexec as rexec_module
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
@@ -109,6 +112,8 @@ from gpuyard.models.workerdir import (
     CgroupSpec,
     ExitRecord,
     FileSpec,
+    ImageMountSpec,
+    ImageSpec,
     PreemptFile,
     SandboxSpec,
     SupervisorSpec,
@@ -164,7 +169,8 @@ class LocalExecutor:
     node's, a size, ``0`` for none). ``private_tmp``: a private /tmp, /var/tmp and
     /dev/shm per worker (a pool run by root only). ``gpu_device_files`` (with
     ``{index}``) and ``gpu_shared_files``: the device files of the machine's GPUs, hidden
-    from workers not given them (:mod:`gpuyard.models.sandbox`).
+    from workers not given them (:mod:`gpuyard.models.sandbox`). ``images``: the node's
+    image cache and the registry it pulls from, for jobs in images (docs/images.md).
     """
 
     name = "local"
@@ -193,8 +199,11 @@ class LocalExecutor:
         private_tmp: bool = False,
         gpu_device_files: str = DEFAULT_GPU_DEVICE_FILES,
         gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
+        images: NodeImages | None = None,
     ) -> None:
         self.home = home
+        self.images = images
+        """Where workers in an image get it (None: this pool has no registry)."""
         self.jobs_root = home / "jobs"
         self.supervisors_root = home / "supervisors"
         self._init_environment(env_allow, inject_faults, supervisor_prefix)
@@ -497,16 +506,25 @@ class LocalExecutor:
     ) -> Handle:
         key = request.key
         hidden = self._hidden_devices(request)
-        sandbox = self._sandbox(request, sdir, hidden)
-        cgroup = self._cgroup(request, hidden)
-        spec = self._supervisor_spec(request, wd, account, sandbox, cgroup, terminal=terminal)
-        fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        image = self._image(request, wd) if request.image is not None else None
         try:
-            untrusted.write_file(fd, "spec.json", spec.model_dump_json().encode(), mode=0o600)
-        finally:
-            os.close(fd)
-        identity = self._spawn_supervisor(key, sdir, terminal)
+            sandbox = None if image is not None else self._sandbox(request, sdir, hidden)
+            cgroup = self._cgroup(request, hidden)
+            spec = self._supervisor_spec(request, wd, account, sandbox, cgroup, terminal=terminal)
+            if image is not None:
+                spec = image.applied(spec)
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                untrusted.write_file(fd, "spec.json", spec.model_dump_json().encode(), mode=0o600)
+            finally:
+                os.close(fd)
+            identity = self._spawn_supervisor(key, sdir, terminal)
+        except BaseException:
+            if image is not None and self.images is not None:
+                self.images.release(image.digest, key)
+            raise
         return {
+            "image": None if image is None else [image.digest, key.job_id, key.attempt, key.rank],
             "dir": str(wd),
             "log": str(wd / "log"),
             "supervisor": str(sdir),
@@ -650,6 +668,54 @@ class LocalExecutor:
         keep = kept_paths(private, [str(self.home.resolve()), request.cwd, *_INSTALLATION])
         return SandboxSpec(private=private, keep=keep, hide=hidden, mask=mask)
 
+    # -- images -----------------------------------------------------------------------------
+
+    def _image(self, request: WorkerLaunch, wd: Path) -> _ImageLaunch:
+        """The image ``request`` runs in, pulled and pinned, and how its worker runs there."""
+        wanted = request.image
+        assert wanted is not None
+        if self.images is None:
+            raise LaunchError(
+                f"job {request.key.job_id} names image {wanted.ref}, but this pool has no "
+                "image registry (GPUYARD_REGISTRY)"
+            )
+        if not self._can_sandbox():
+            raise LaunchError(
+                f"node {request.node} cannot run jobs in images: the pool must run as root "
+                "with the right to mount (docs/images.md)"
+            )
+        try:
+            cached = self.images.acquire(wanted.ref, request.key)
+        except ImageError as exc:
+            raise LaunchError(f"cannot get image {wanted.ref} on {request.node}: {exc}") from None
+        memory = request.limits.memory or self._default_memory(request.node)
+        job_dir = self.job_dir(request.key.job_id)
+        spec = ImageSpec(
+            rootfs=str(cached.rootfs),
+            env=cached.config.environment(),
+            workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
+            mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
+            shm_size=node_images.shm_size(wanted.shm_size, memory),
+            devices=self._visible_devices(request),
+        )
+        return _ImageLaunch(spec, cached.config.argv(list(request.argv)), cached.digest)
+
+    def _visible_devices(self, request: WorkerLaunch) -> list[str]:
+        """The device files of the GPUs ``request`` was given, and the shared ones, that
+        exist here (none for virtual GPUs)."""
+        if len(self._nodes[0].gpu_devices) * len(self._nodes) > len(self.machine.gpus):
+            return []
+        hidden = set(self._hidden_devices(request))
+        indices = max((g.index for g in self.machine.gpus), default=-1) + 1
+        every = hidden_gpu_files(self.gpu_device_files, indices, [], self.gpu_shared_files)
+        return [f for f in every if f not in hidden and os.path.exists(f)]
+
+    def _release_image(self, handle: Handle) -> None:
+        pinned = handle.get("image")
+        if pinned and self.images is not None:
+            digest, job, attempt, rank = pinned
+            self.images.release(str(digest), WorkerKey(int(job), int(attempt), int(rank)))
+
     def _adopt(self, request: WorkerLaunch) -> Handle:
         """The handle of a worker launched before: its supervisor is the earliest-started
         process running its supervisor command (none if it has ended)."""
@@ -736,6 +802,7 @@ class LocalExecutor:
         left; otherwise kill what is left and report the worker lost."""
         sdir = str(handle["supervisor"])
         cgroup = cgroups.Cgroup.from_json(handle.get("cgroup"))
+        self._release_image(handle)
         record = self._exit_record(sdir)
         if cgroup is not None:
             left = cgroup.kill()
@@ -1158,6 +1225,23 @@ def _worker_env(
         **env,
         CONTROL_DIR_VARIABLE: str(wd / "control"),
     }
+
+
+@dataclass(frozen=True)
+class _ImageLaunch:
+    """A worker's image: what its supervisor is told, its command, the image's digest."""
+
+    spec: ImageSpec
+    argv: list[str]
+    digest: str
+
+    def applied(self, spec: SupervisorSpec) -> SupervisorSpec:
+        """``spec`` run in the image: its command with the image's ENTRYPOINT, its GPUs
+        numbered from 0 (only their device files are there)."""
+        env = dict(spec.env)
+        if self.spec.devices and env.get("CUDA_VISIBLE_DEVICES"):
+            env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
+        return spec.model_copy(update={"image": self.spec, "argv": self.argv, "env": env})
 
 
 def _placed(request: WorkerLaunch) -> Handle:

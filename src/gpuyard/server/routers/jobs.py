@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import (
@@ -36,26 +37,36 @@ from gpuyard.server.deps import (
     MAX_ID,
     AuthorizationDep,
     JobId,
+    Services,
     ServicesDep,
     UserDep,
 )
+from gpuyard.services.images import needs_registry
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
+async def _enqueue(services: Services, specs: list[JobSpec], user: str) -> list[JobView]:
+    """Awaited, not run in a worker thread: the store's writer thread does the writing, and
+    submissions that arrive together share one transaction. Jobs with an image are queued
+    from a thread: their digests are asked of the registry first."""
+    if needs_registry(specs):
+        future = await run_in_threadpool(services.jobs.enqueue, specs, owner=user)
+    else:
+        future = services.jobs.enqueue(specs, owner=user)
+    return await asyncio.wrap_future(future)
+
+
 @router.post("", status_code=201)
 async def submit(spec: JobSpec, services: ServicesDep, user: UserDep) -> JobView:
-    # Awaited, not run in a worker thread: the store's writer thread does the writing, and
-    # submissions that arrive together share one transaction.
-    views = await asyncio.wrap_future(services.jobs.enqueue([spec], owner=user))
-    return views[0]
+    return (await _enqueue(services, [spec], user))[0]
 
 
 @router.post("/batch", status_code=201)
 async def submit_batch(batch: JobBatch, services: ServicesDep, user: UserDep) -> SubmittedJobs:
     """Submit many jobs in one request, all or none (a job array): the first refused job
     refuses them all, naming its index, and nothing is stored."""
-    views = await asyncio.wrap_future(services.jobs.enqueue(batch.jobs, owner=user))
+    views = await _enqueue(services, list(batch.jobs), user)
     return SubmittedJobs(ids=[v.id for v in views])
 
 

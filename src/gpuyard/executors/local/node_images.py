@@ -1,0 +1,68 @@
+"""The images this node's workers run in (docs/images.md, "Jobs in images"): the node's image
+cache, filled from the pool's registry, and what a worker in an image is given.
+
+An image is pulled once per node and pinned by each worker that runs in it (the pin is its
+key), so a running worker's image is never evicted; the pin goes when the worker has ended.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from gpuyard.images.access import RegistryAccess
+from gpuyard.images.cache import CachedImage, ImageCache
+from gpuyard.images.registry import RegistryClient
+from gpuyard.models.image import ImageRef
+from gpuyard.models.worker import WorkerKey
+
+__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "shm_size"]
+
+DEFAULT_SHM = 1 << 30
+"""A worker's /dev/shm in an image when its job names no size and it has no memory limit."""
+MIN_SHM = 64 << 20
+
+
+def holder(key: WorkerKey) -> str:
+    """The name a worker pins its image under."""
+    return f"{key.job_id}-{key.attempt}-{key.rank}"
+
+
+def shm_size(asked: int, memory_limit: int) -> int:
+    """The worker's /dev/shm: what its job asked, else half of its memory limit (its pages
+    count in that limit), else :data:`DEFAULT_SHM`."""
+    if asked:
+        return asked
+    return max(MIN_SHM, memory_limit // 2) if memory_limit else DEFAULT_SHM
+
+
+@dataclass
+class NodeImages:
+    """This node's cache and the registry it pulls from."""
+
+    cache: ImageCache
+    access: RegistryAccess
+
+    def __post_init__(self) -> None:
+        self._client: RegistryClient | None = None
+        self._lock = threading.Lock()
+
+    def acquire(self, ref: str, key: WorkerKey) -> CachedImage:
+        """The image ``ref`` names, pulled if this node lacks it, pinned for worker ``key``
+        (a pinned reference already here asks the registry nothing)."""
+        return self.cache.acquire(self._registry(), ImageRef.parse(ref), holder=holder(key))
+
+    def release(self, digest: str, key: WorkerKey) -> None:
+        self.cache.release(digest, holder=holder(key))
+
+    def _registry(self) -> RegistryClient:
+        with self._lock:  # one connection pool, made when first needed (TLS set-up costs)
+            if self._client is None:
+                self._client = self.access.client()
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None

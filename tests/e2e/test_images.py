@@ -1,0 +1,95 @@
+"""Jobs in images, end to end (docs/images.md, "Jobs in images"): a real `gpuyard up` whose
+registry is Debian's `docker-registry` (TLS, two users), an image pushed to it, jobs submitted
+with `--image` through the real CLI, pulled into the node's cache and run by the supervisor in
+the image's root filesystem."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuyard.models.image import ImageRef
+from gpuyard.testing.process import ServerProcess
+from gpuyard.testing.registry import (
+    NODE_ARCH,
+    PushedImage,
+    TestRegistry,
+    busybox_layer,
+    registry_server,
+    tar_layer,
+    unavailable_reason,
+    write_layout,
+)
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="workers in an image are mounted by supervisors run by root"
+)
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[TestRegistry]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with registry_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def image(registry: TestRegistry, tmp_path_factory: pytest.TempPathFactory) -> PushedImage:
+    """``alice/busybox:1``: busybox, a file of its own, and a working directory."""
+    layout = tmp_path_factory.mktemp("layout")
+    layers = [busybox_layer(), tar_layer([("srv/app/motd", b"hello from the image\n")])]
+    config = {"Env": ["PATH=/bin", "IMAGE_SAYS=hi"], "WorkingDir": "/srv/app", "Cmd": ["sh"]}
+    write_layout(layout, layers, architecture=NODE_ARCH, config=config)
+    ref = ImageRef.parse("alice/busybox:1")
+    with registry.client("alice") as client:
+        digest = client.push(layout, ref)
+    return PushedImage(ref, digest, layout)
+
+
+def _pool(pool_factory: type[ServerProcess], home: Path, registry: TestRegistry) -> ServerProcess:
+    return pool_factory(
+        home,
+        settings={
+            "GPUYARD_REGISTRY": registry.url,
+            "GPUYARD_REGISTRY_CA": str(registry.ca_file),
+            "GPUYARD_REGISTRY_USER": "alice",
+            "GPUYARD_REGISTRY_PASSWORD": registry.users["alice"],
+        },
+    ).start()
+
+
+def test_a_job_in_an_image_runs_on_the_images_files_pinned_to_its_digest(
+    pool_factory: type[ServerProcess], tmp_path: Path, registry: TestRegistry, image: PushedImage
+) -> None:
+    pool = _pool(pool_factory, tmp_path / "home", registry)
+    script = "cat /etc/os-release motd; pwd; echo $IMAGE_SAYS $PATH"
+    job = pool.cli_json("submit", "--image", "alice/busybox:1", "--", f"sh -c '{script}'")
+    # The tag was resolved at submission: the job names the bytes it runs.
+    assert job["spec"]["image"] == f"alice/busybox:1@{image.digest}"
+    pool.cli("wait", str(job["id"]))
+    out = pool.cli("logs", str(job["id"])).stdout.splitlines()
+    assert out[0] == "ID=gpuyard-test"  # the image's, not this machine's
+    assert out[2:] == ["hello from the image", "/srv/app", "hi /bin"]
+    shown = pool.cli("show", str(job["id"])).stdout
+    assert " image " in shown and "alice/busybox:1@sha256:" in shown.replace("\n", "")
+    # A second job of the image finds it in the node's cache (one image there).
+    again = pool.cli_json("submit", "--image", f"alice/busybox@{image.digest}", "--", "cat motd")
+    pool.cli("wait", str(again["id"]))
+    assert os.listdir(tmp_path / "home" / "images" / "images") == [image.digest[7:]]
+
+
+def test_an_image_the_registry_lacks_is_refused_at_submission_naming_it(
+    pool_factory: type[ServerProcess], tmp_path: Path, registry: TestRegistry, image: PushedImage
+) -> None:
+    pool = _pool(pool_factory, tmp_path / "home", registry)
+    for wanted in ("alice/busybox:2", "alice/nothing:1", "Alice/Busybox"):
+        refused = pool.cli("submit", "--image", wanted, "--", "true", check=False)
+        assert refused.returncode != 0
+        assert wanted in refused.stderr, refused.stderr
+    listed = pool.cli_json("ls")
+    assert (listed["items"] if isinstance(listed, dict) else listed) == []  # nothing stored
