@@ -14,7 +14,7 @@ from gpuyard.launch.network import Network, NetworkPreset
 from gpuyard.launch.plan import MPIRUN_SHIM, JobContext, MpiInstall, plan_worker
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, MpiImplementation, Slot
-from gpuyard.models.worker import Bind, File, Tools
+from gpuyard.models.worker import Bind, File, Tools, WorkerImage
 
 TOOLS = Tools(python="/pool/bin/python", rexec="/pool/rexec.py")
 
@@ -555,3 +555,19 @@ def test_the_mpirun_shim_gives_open_mpi_5_the_options_it_reads(tmp_path: Path) -
             "t.py",
         ]
     ]
+
+
+def test_a_job_in_an_image_keeps_its_image_and_not_the_nodes_paths() -> None:
+    digest = "sha256:" + "ab" * 32
+    spec = JobSpec(command="python x.py", image=f"team/train:3@{digest}", shm_size="2G")
+    launch = plan(spec, base_env={"PATH": "/pool/bin", "VIRTUAL_ENV": "/pool", "LANG": "C"})
+    assert launch.image == WorkerImage(f"team/train:3@{digest}", shm_size=2 << 30, workdir=None)
+    # The image's own PATH and Python: not the node's; what else the pool passes stays.
+    assert "PATH" not in launch.env and "VIRTUAL_ENV" not in launch.env
+    assert launch.env["LANG"] == "C"
+    assert launch.argv == ["python", "x.py"]  # the image's ENTRYPOINT goes in front on the node
+    # The job may still set them, and name its working directory inside the image.
+    spec = JobSpec(command="x", image="team/train:3", env={"PATH": "/opt/bin"}, workdir="/srv")
+    launch = plan(spec)
+    assert launch.env["PATH"] == "/opt/bin" and launch.image.workdir == "/srv"
+    assert plan(JobSpec(command="x")).image is None
