@@ -690,15 +690,20 @@ class LocalExecutor:
             raise LaunchError(f"cannot get image {wanted.ref} on {request.node}: {exc}") from None
         memory = request.limits.memory or self._default_memory(request.node)
         job_dir = self.job_dir(request.key.job_id)
-        spec = ImageSpec(
-            rootfs=str(cached.rootfs),
-            env=cached.config.environment(),
-            workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
-            mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
-            shm_size=node_images.shm_size(wanted.shm_size, memory),
-            devices=self._visible_devices(request),
-        )
-        return _ImageLaunch(spec, cached.config.argv(list(request.argv)), cached.digest)
+        try:
+            spec = ImageSpec(
+                rootfs=str(cached.rootfs),
+                env=cached.config.environment(),
+                workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
+                mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
+                shm_size=node_images.shm_size(wanted.shm_size, memory),
+                devices=self._visible_devices(request),
+            )
+            argv = cached.config.argv(list(request.argv))
+        except ValueError as exc:  # the image's config (a relative WorkingDir, say)
+            self.images.release(cached.digest, request.key)
+            raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
+        return _ImageLaunch(spec, argv, cached.digest)
 
     def _visible_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the GPUs ``request`` was given, and the shared ones, that
