@@ -676,8 +676,8 @@ class LocalExecutor:
         assert wanted is not None
         if self.images is None:
             raise LaunchError(
-                f"job {request.key.job_id} names image {wanted.ref}, but this pool has no "
-                "image registry (GPUYARD_REGISTRY)"
+                f"node {request.node} cannot pull image {wanted.ref}: it has no image registry "
+                "(GPUYARD_REGISTRY; the Ray executor's nodes cannot run jobs in images yet)"
             )
         if not self._can_sandbox():
             raise LaunchError(
