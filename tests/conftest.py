@@ -19,6 +19,8 @@ from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.testing.auth import AsUser, TokenFor, user_token
 from gpuyard.testing.postgres import PostgresServer, postgres_server, unavailable_reason
+from gpuyard.testing.registry import TestRegistry, registry_server
+from gpuyard.testing.registry import unavailable_reason as registry_unavailable
 from gpuyard.testing.server import serve
 
 
@@ -228,3 +230,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         suffix = "@" + "_".join(names)
         if names and not item.nodeid.endswith(suffix):
             item._id = coerce_node_id(item.nodeid + suffix)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def registry() -> Iterator[TestRegistry]:
+    """One OCI registry (Debian's docker-registry, TLS, users alice and bob) per test process,
+    for the image tests (docs/images.md)."""
+    reason = registry_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with registry_server() as server:
+        yield server

@@ -6,7 +6,6 @@ the image's root filesystem."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,24 +17,13 @@ from gpuyard.testing.registry import (
     PushedImage,
     TestRegistry,
     busybox_layer,
-    registry_server,
     tar_layer,
-    unavailable_reason,
     write_layout,
 )
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="workers in an image are mounted by supervisors run by root"
 )
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[TestRegistry]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with registry_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from gpuyard.models.image import ImageRef
@@ -12,20 +10,9 @@ from gpuyard.testing.registry import (
     PushedImage,
     TestRegistry,
     busybox_layer,
-    registry_server,
     tar_layer,
-    unavailable_reason,
     write_layout,
 )
-
-
-@pytest.fixture(scope="session")
-def registry() -> Iterator[TestRegistry]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with registry_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="session")
