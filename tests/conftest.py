@@ -14,12 +14,14 @@ from gpuyard.client import Client
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
+from gpuyard.models.image import ImageRef
 from gpuyard.server.app import create_app
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
+from gpuyard.testing import pyimage
 from gpuyard.testing.auth import AsUser, TokenFor, user_token
 from gpuyard.testing.postgres import PostgresServer, postgres_server, unavailable_reason
-from gpuyard.testing.registry import TestRegistry, registry_server
+from gpuyard.testing.registry import PushedImage, TestRegistry, registry_server
 from gpuyard.testing.registry import unavailable_reason as registry_unavailable
 from gpuyard.testing.server import serve
 
@@ -241,3 +243,18 @@ def registry() -> Iterator[TestRegistry]:
         pytest.skip(reason)
     with registry_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def python_image(registry: TestRegistry) -> PushedImage:
+    """``alice/pytorch:1``: Debian's Python with torch, numpy, mpi4py and Open MPI, built from
+    this machine's files (:mod:`gpuyard.testing.pyimage`; cached on disk under ``.cache/``) and
+    pushed once per test process."""
+    reason = pyimage.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    layout = pyimage.build_python_image(Path(__file__).resolve().parents[1] / ".cache/test-images")
+    ref = ImageRef.parse("alice/pytorch:1")
+    with registry.client("alice") as client:
+        digest = client.push(layout, ref)
+    return PushedImage(ref, digest, layout)

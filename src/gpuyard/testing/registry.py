@@ -36,6 +36,7 @@ __all__ = [
     "NODE_ARCH",
     "OS_RELEASE",
     "USERS",
+    "LayerBlob",
     "PushedImage",
     "TestRegistry",
     "busybox_layer",
@@ -43,6 +44,7 @@ __all__ = [
     "tar_layer",
     "unavailable_reason",
     "write_layout",
+    "write_layout_blobs",
 ]
 
 OS_RELEASE = b'ID=gpuyard-test\nPRETTY_NAME="gpuyard test image (busybox)"\n'
@@ -233,6 +235,16 @@ def _write_blob(layout: Path, data: bytes) -> dict[str, Any]:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
+@dataclass(frozen=True)
+class LayerBlob:
+    """A layer already written to a layout's blobs: its digest, size and uncompressed digest."""
+
+    digest: str
+    size: int
+    diff_id: str
+    compressed: bool = True
+
+
 def write_layout(
     layout: Path,
     layers: Sequence[bytes],
@@ -242,13 +254,32 @@ def write_layout(
 ) -> str:
     """Write an OCI image layout of gzip ``layers`` (bottom first); the manifest's digest."""
     (layout / "blobs/sha256").mkdir(parents=True, exist_ok=True)
+    blobs = [
+        LayerBlob(
+            **_write_blob(layout, layer),
+            diff_id="sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest(),
+        )
+        for layer in layers
+    ]
+    return write_layout_blobs(layout, blobs, architecture=architecture, config=config)
+
+
+def write_layout_blobs(
+    layout: Path,
+    layers: Sequence[LayerBlob],
+    *,
+    architecture: str,
+    config: dict[str, Any] | None = None,
+) -> str:
+    """Write an OCI image layout's config, manifest and index for layers whose blobs are in
+    ``layout`` already (bottom first); the manifest's digest."""
+    (layout / "blobs/sha256").mkdir(parents=True, exist_ok=True)
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    diff_ids = ["sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest() for layer in layers]
     image_config = {
         "architecture": architecture,
         "os": "linux",
         "config": config or {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
     }
     manifest = {
         "schemaVersion": 2,
@@ -258,7 +289,11 @@ def write_layout(
             **_write_blob(layout, json.dumps(image_config).encode()),
         },
         "layers": [
-            {"mediaType": MediaType.OCI_LAYER_GZIP, **_write_blob(layout, layer)}
+            {
+                "mediaType": MediaType.OCI_LAYER_GZIP if layer.compressed else MediaType.OCI_LAYER,
+                "digest": layer.digest,
+                "size": layer.size,
+            }
             for layer in layers
         ],
     }
