@@ -247,13 +247,17 @@ def registry() -> Iterator[TestRegistry]:
 
 @pytest.fixture(scope="session")
 def python_image(registry: TestRegistry) -> PushedImage:
-    """``alice/pytorch:1``: Debian's Python with torch, numpy, mpi4py and Open MPI, built from
+    """``alice/pytorch:1``: Debian's Python with torch, numpy, mpi4py, Open MPI and the
+    examples (in ``/opt/examples``), built from
     this machine's files (:mod:`gpuyard.testing.pyimage`; cached on disk under ``.cache/``) and
     pushed once per test process."""
     reason = pyimage.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    layout = pyimage.build_python_image(Path(__file__).resolve().parents[1] / ".cache/test-images")
+    root = Path(__file__).resolve().parents[1]
+    # The examples in the image too: an MPI job's ranks on every node find them at one path.
+    examples = {f"opt/examples/{p.name}": p for p in (root / "examples").glob("*.py")}
+    layout = pyimage.build_python_image(root / ".cache/test-images", examples)
     ref = ImageRef.parse("alice/pytorch:1")
     with registry.client("alice") as client:
         digest = client.push(layout, ref)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="workers in an image need a pool run by root"),
 ]
 
+ENDED = {"succeeded", "failed", "stopped", "expired"}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -37,14 +40,20 @@ def pool(
     }
     args = ("--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8")
     pool = ServerProcess(home, *args, settings=settings).start()
+    pool.cli("pools", "add", "default", "--preemption", "suspend", "--notice", "60s")
     yield pool
     pool.stop()
 
 
-def run(pool: ServerProcess, *args: str, timeout: float = 240) -> dict[str, object]:
-    job = pool.cli_json("submit", "--image", "alice/pytorch:1", "--algorithm", str(EXAMPLES), *args)
-    done = pool.wait_status(job["id"], {"succeeded", "failed", "stopped", "expired"}, timeout)
-    assert done["status"] == "succeeded", (done, pool.cli("logs", str(job["id"])).stdout[-3000:])
+def submit(pool: ServerProcess, *args: str) -> int:
+    image = ("--image", "alice/pytorch:1", "--algorithm", str(EXAMPLES))
+    return int(pool.cli_json("submit", *image, *args)["id"])
+
+
+def run(pool: ServerProcess, *args: str, timeout: float = 240) -> dict[str, Any]:
+    job_id = submit(pool, *args)
+    done: dict[str, Any] = pool.wait_status(job_id, ENDED, timeout)
+    assert done["status"] == "succeeded", (done, pool.cli("logs", str(job_id)).stdout[-3000:])
     return done
 
 
@@ -69,3 +78,49 @@ def test_ddp_two_nodes_by_two_processes_trains_in_the_image(pool: ServerProcess)
     assert {w["node"] for w in job["workers"]} == {"node0", "node1"}  # type: ignore[union-attr]
     log = pool.cli("logs", str(job["id"])).stdout
     assert "4 ranks on 2 nodes: weights identical" in log
+
+
+def test_an_mpi_job_runs_across_two_nodes_in_the_image(pool: ServerProcess) -> None:
+    """Open MPI's daemons start on the second node through gpuyard's rsh agent, whose server
+    runs in the image with the image's Python (no ssh, no host MPI). The script is the
+    image's: the ranks on the second node run in the launcher's working directory, and the
+    code directory is bound in the launcher's worker only."""
+    job = run(
+        pool, "--mode", "mpi", "--mpi", "openmpi", "--nodes", "2", "--gpus", "2",
+        "--workdir", "/opt/examples", "--max-runtime", "120s", "--graceful-shutdown", "5",
+        "--", "python mpi_test.py",
+    )  # fmt: skip
+    launcher = pool.cli("logs", str(job["id"]), "--worker", "0").stdout
+    target = pool.cli("logs", str(job["id"]), "--worker", "1").stdout
+    assert "mpi_test: 4 ranks on 2 nodes (node0: 0 1; node1: 2 3), Open MPI" in launcher
+    assert "mpi_test: allreduce over 4 ranks: sums [10, 30]: ok" in launcher
+    assert re.search(r"rexec: 127\.0\.0\.\d+:\d+ runs: .*prted", target), target
+    assert [w["node"] for w in job["workers"]] == ["node0", "node1"]
+
+
+def _digest(pool: ServerProcess, job_id: int) -> str:
+    outputs = pool.home / "jobs" / str(job_id) / "outputs"
+    digests = {json.loads((outputs / f"rank-{r}.json").read_text())["digest"] for r in (0, 1)}
+    assert len(digests) == 1  # both ranks end with the same weights
+    return digests.pop()
+
+
+def test_a_suspended_job_in_the_image_resumes_with_the_same_weights(pool: ServerProcess) -> None:
+    """gpuyard.runtime reaches the job through the pool's package mounted in the image."""
+    train = [
+        "--mode", "pytorch", "--nodes", "2", "--gpus", "1", "--priority", "low", "--",
+        "python", "algorithm/preemptible_train.py", "--steps", "160", "--step-time", "0.05",
+    ]  # fmt: skip
+    reference = run(pool, "--name", "reference", *train)["id"]
+    low = submit(pool, "--name", "low", *train)
+    pool.wait_for_step(low, 15)
+    high = submit(
+        pool, "--name", "high", "--priority", "high", "--nodes", "2", "--gpus", "2", "--",
+        "python", "-c", "print('high ran')",
+    )  # fmt: skip
+    assert pool.wait_status(high, ENDED, 180)["status"] == "succeeded"
+    done = pool.wait_status(low, ENDED, 180)
+    assert done["status"] == "succeeded", pool.cli("logs", str(low)).stdout[-3000:]
+    assert (done["attempt"], done["suspensions"]) == (1, 1)
+    assert _digest(pool, low) == _digest(pool, reference)
+    assert "attempt 1: resuming at step" in pool.cli("logs", str(low)).stdout

@@ -230,7 +230,8 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
         w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
         for s in w.compute
     }
-    python, rexec = shlex.quote(ctx.tools.python), shlex.quote(ctx.tools.rexec)
+    tools = _tools(w)
+    python, rexec = shlex.quote(tools.python), shlex.quote(tools.rexec)
     files = {
         hostfile: File(openmpi_hostfile(_hosts(w))),
         mpich_file: File(mpich_hostfile(_hosts(w))),
@@ -262,13 +263,13 @@ def _mpi(w: _Worker) -> tuple[list[str] | None, dict[str, str], dict[str, File]]
     }
     if ctx.mpi_interface == LOOPBACK:
         env.update(_one_host_env(w))
-    install = ctx.mpi.get(impl)
+    install = _mpi_install(w)
     if install is not None:
         env.update(install.env)
     if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = w.slot.address
         env["GPUYARD_REXEC_PORT"] = str(w.slot.port)
-        return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
+        return [tools.python, "-I", "-S", tools.rexec, "serve"], env, files
     if impl is MpiImplementation.OPENMPI:
         files[posixpath.join(mpirun_shim_dir(w.files_dir), "mpirun")] = File(MPIRUN_SHIM, 0o755)
     return None, env, files
@@ -351,13 +352,14 @@ and come from ``gpuyard slurm-shims``)."""
 def _slurm_files(w: _Worker) -> tuple[str, dict[str, File]]:
     """Where the batch step finds its nodes' ``rexec`` servers, and the Slurm commands of the
     job's ``slurm-bin`` directory (each runs the in-job ``slurm`` entry point)."""
-    ctx, files_dir = w.ctx, w.files_dir
+    files_dir = w.files_dir
     hosts_json = posixpath.join(files_dir, "rexec-hosts.json")
     rexec_hosts = {
         w.slot_of(s).node: {"address": w.slot_of(s).address, "port": w.slot_of(s).port}
         for s in w.compute
     }
-    python, tool = shlex.quote(ctx.tools.python), shlex.quote(ctx.tools.slurm)
+    tools = _tools(w)
+    python, tool = shlex.quote(tools.python), shlex.quote(tools.slurm)
     files = {hosts_json: File(json.dumps(rexec_hosts, sort_keys=True) + "\n")}
     for name in SLURM_TOOLS:
         files[posixpath.join(slurm_bin_dir(files_dir), name)] = File(
@@ -462,10 +464,12 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
     if w.seat.role is WorkerRole.MPI_TARGET:
         env["GPUYARD_REXEC_ADDRESS"] = slot.address
         env["GPUYARD_REXEC_PORT"] = str(slot.port)
-        return [ctx.tools.python, "-I", "-S", ctx.tools.rexec, "serve"], env, files
+        tools = _tools(w)
+        return [tools.python, "-I", "-S", tools.rexec, "serve"], env, files
     script = posixpath.join(files_dir, "slurm-script")
     files[script] = File(slurm.script, 0o755)
-    argv = [ctx.tools.python, "-I", "-S", ctx.tools.slurm, "batch", script, *slurm.script_args]
+    tools = _tools(w)
+    argv = [tools.python, "-I", "-S", tools.slurm, "batch", script, *slurm.script_args]
     return argv, env, files
 
 
@@ -524,6 +528,18 @@ class _ModeParts:
         self.files.update(files)
 
 
+def _tools(w: _Worker) -> Tools:
+    """gpuyard's in-job tools as the worker reaches them: the node's, or in an image the
+    image's Python running the pool's package mounted there (docs/images.md)."""
+    return w.ctx.tools if w.spec.image is None else w.ctx.tools.in_image()
+
+
+def _mpi_install(w: _Worker) -> MpiInstall | None:
+    """The node's installation of the job's MPI, none in an image (it brings its own MPI:
+    the node's paths are not there, and its ``OPAL_PREFIX`` would mislead the image's)."""
+    return w.ctx.mpi.get(w.spec.mpi) if w.spec.image is None else None
+
+
 def _job_env(w: _Worker, base_env: Mapping[str, str]) -> dict[str, str]:
     """The variables every worker of the job starts from: the pool's, the platform's
     defaults, the network's, the runtime listener's, then the spec's own."""
@@ -558,7 +574,7 @@ def _torch_parts(w: _Worker, parts: _ModeParts) -> None:
 def _mpi_parts(w: _Worker, env: dict[str, str], parts: _ModeParts) -> None:
     """An MPI job: its installation first on the paths, and the launcher's ``mpirun``."""
     spec, seat = w.spec, w.seat
-    install = w.ctx.mpi.get(spec.mpi)
+    install = _mpi_install(w)
     if install is not None:
         _prepend_path(env, "PATH", install.bin_dir)
         _prepend_path(env, "LD_LIBRARY_PATH", install.lib_dir)
@@ -641,6 +657,7 @@ def plan_worker(
     env.update(parts.env)
     env.update(contract_env(w, workspace=workspace, outputs=outputs))
     argv = parts.argv or parts.command.render(env)
+    image = _image(spec, env)
     return WorkerLaunch(
         key=WorkerKey(ctx.job_id, ctx.attempt, rank),
         node=w.slot.node,
@@ -655,7 +672,15 @@ def plan_worker(
         primary=seat.role.primary,
         limits=seat.member.need,
         run_as=ctx.run_as,
-        image=None
-        if spec.image is None
-        else WorkerImage(spec.image, shm_size=spec.shm_size, workdir=spec.workdir),
+        image=image,
     )
+
+
+def _image(spec: JobSpec, env: dict[str, str]) -> WorkerImage | None:
+    """The worker's image; in an image, the ``PATH`` entries the launch added (its own
+    directories) go before the image's ``PATH``, not instead of it, unless the job sets
+    ``PATH`` itself (then the job's, with them first, is the whole)."""
+    if spec.image is None:
+        return None
+    path = () if "PATH" in spec.env else tuple(p for p in env.pop("PATH", "").split(":") if p)
+    return WorkerImage(spec.image, shm_size=spec.shm_size, workdir=spec.workdir, path=path)

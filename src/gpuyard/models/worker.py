@@ -18,6 +18,7 @@ from gpuyard.errors import IllegalTransition
 from gpuyard.models.resources import ZERO, Resources
 
 __all__ = [
+    "IMAGE_LIBRARY",
     "POOL_ACCOUNT_PREFIX",
     "PREEMPT_SIGNAL",
     "WORKER_TRANSITIONS",
@@ -182,6 +183,9 @@ class WorkerImage:
     workdir: str | None = None
     """The job's own working directory (inside the image); None: the image's ``WorkingDir``,
     else the worker's workspace."""
+    path: tuple[str, ...] = ()
+    """gpuyard's own directories (the mpirun shim's, the Slurm commands'), to go before the
+    image's ``PATH`` when the job sets none (the launch cannot know the image's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,3 +297,20 @@ class Tools:
     """Path of gpuyard/slurm/step/entry.py (a Slurm batch job's batch step and srun)."""
     check: str = ""
     """Path of gpuyard/injob/nodecheck.py (the node check before a job's command)."""
+
+    def in_image(self) -> Tools:
+        """The tools as a worker in an image reaches them: the image's ``python3`` runs the
+        pool's package, mounted read-only at :data:`IMAGE_LIBRARY` (docs/images.md, "Launch
+        modes in an image"). The node check runs outside the image and keeps the host's."""
+        package = f"{IMAGE_LIBRARY}/gpuyard"
+        return Tools(
+            python="python3",
+            rexec=f"{package}/injob/rexec.py",
+            slurm=f"{package}/slurm/step/entry.py",
+            check=self.check,
+        )
+
+
+IMAGE_LIBRARY = "/.gpuyard/lib"
+"""Where a worker in an image finds the pool's own ``gpuyard`` package (read-only; the directory
+is on the worker's ``PYTHONPATH``): its in-job tools and :mod:`gpuyard.runtime`."""

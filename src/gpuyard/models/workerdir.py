@@ -267,6 +267,10 @@ class ImageSpec(_Record):
     devices present on the host), at the same path; no other device is there."""
     driver: list[InsidePath] = Field(default_factory=list)
     """Host paths (the GPU driver's user-space libraries) mounted read-only at the same path."""
+    library: list[ImageMountSpec] = Field(default_factory=list)
+    """The pool's own files its in-job tools need (its ``gpuyard`` package), opened as root
+    (the pool's installation may be in a home the job's account cannot enter) and mounted
+    read-only whatever ``readonly`` says."""
 
 
 class AccountSpec(_Record):

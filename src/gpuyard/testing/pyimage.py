@@ -14,7 +14,7 @@ The image is a closure of local files, not a distribution's packages:
 
 One uncompressed layer (the unpacker reads plain tar; gzip of torch would cost most of the
 build). The layout is cached on disk under ``.cache/test-images/<key>`` (ignored by git), keyed
-by every input file's path, size and mtime, so a test session builds it once per machine.
+by this module's source and every input file's path, size and mtime: built once per machine.
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 SHELL = Path("/usr/bin/dash")
 BUSYBOX = Path("/bin/busybox")
-APPLETS = ("cat", "ls", "echo", "id", "env", "hostname", "sleep", "mkdir", "rm", "cp", "pwd")
+APPLETS = (
+    *("cat", "ls", "echo", "id", "env", "hostname", "sleep", "mkdir", "rm", "cp", "mv", "pwd"),
+    *("sed", "grep", "awk", "head", "tail", "tr", "cut", "wc", "sort", "dirname", "basename"),
+    *("readlink", "realpath", "which", "xargs", "chmod", "touch", "true", "false", "uname"),
+    *("ps", "kill", "tee", "mktemp", "test", "printf", "ln", "du", "df", "stat", "find"),
+)
+"""A shell's usual tools (busybox's): gpuyard's in-job scripts and test jobs use them."""
 TARGET_SITE = "usr/local/lib/python3.11/dist-packages"
 TARGET_PREFIX = "usr/local"
 IMAGE_ENV = (
@@ -57,7 +63,6 @@ SKIPPED = re.compile(
 )
 """What no test job runs: torch's own tests, C++ headers and test programs (a third of it)."""
 ROOT_LINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
-VERSION = "1"  # of this builder: part of the cache key
 
 
 def unavailable_reason() -> str | None:
@@ -138,15 +143,16 @@ def _libraries(files: dict[str, Path]) -> dict[str, Path]:
     return found
 
 
-def _contents() -> dict[str, Path]:
+def _contents(extra: dict[str, Path]) -> dict[str, Path]:
     files = dict(_base_files())
+    files.update(extra)
     files.update(_python_files())
     files.update(_libraries(files))
     return files
 
 
 def _key(files: dict[str, Path]) -> str:
-    digest = hashlib.sha256(VERSION.encode())
+    digest = hashlib.sha256(Path(__file__).read_bytes())  # this builder's rules, too
     for target, source in sorted(files.items()):
         stat = source.stat()
         digest.update(f"{target}\0{source}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
@@ -190,10 +196,11 @@ def _write_tar(path: Path, files: dict[str, Path]) -> None:
             tar.addfile(info)
 
 
-def build_python_image(cache_root: Path) -> Path:
+def build_python_image(cache_root: Path, extra: dict[str, Path] | None = None) -> Path:
     """The image's OCI layout, built under ``cache_root`` unless a build of the same inputs is
-    there already; returns the layout directory."""
-    files = _contents()
+    there already; returns the layout directory. ``extra``: more files, by their path in the
+    image (relative), such as a job's code that every node must find at the same path."""
+    files = _contents({k.lstrip("/"): v for k, v in (extra or {}).items()})
     layout = cache_root / _key(files)
     if (layout / "index.json").exists():
         return layout

@@ -14,7 +14,7 @@ from gpuyard.launch.network import Network, NetworkPreset
 from gpuyard.launch.plan import MPIRUN_SHIM, JobContext, MpiInstall, plan_worker
 from gpuyard.launch.topology import seats
 from gpuyard.models import JobSpec, MpiImplementation, Slot
-from gpuyard.models.worker import Bind, File, Tools, WorkerImage
+from gpuyard.models.worker import IMAGE_LIBRARY, Bind, File, Tools, WorkerImage
 
 TOOLS = Tools(python="/pool/bin/python", rexec="/pool/rexec.py")
 
@@ -571,3 +571,29 @@ def test_a_job_in_an_image_keeps_its_image_and_not_the_nodes_paths() -> None:
     launch = plan(spec)
     assert launch.env["PATH"] == "/opt/bin" and launch.image.workdir == "/srv"
     assert plan(JobSpec(command="x")).image is None
+
+
+def test_an_mpi_job_in_an_image_runs_the_pools_tools_with_the_images_python_and_mpi() -> None:
+    """docs/images.md, "Launch modes in an image": the node's MPI and Python are not in the
+    image; the pool's package is, at IMAGE_LIBRARY, and the mpirun shim goes before the
+    image's PATH (which only the node knows), not instead of it."""
+    spec = JobSpec(
+        command="python t.py", mode="mpi", nodes=2, resources={"gpus": 2}, image="team/mpi:1"
+    )
+    install = MpiInstall(bin_dir="/opt/ompi/bin", lib_dir="/opt/ompi/lib", env={"X_MPI": "1"})
+    launcher = plan(spec, 0, mpi={MpiImplementation.OPENMPI: install})
+    target = plan(spec, 1, mpi={MpiImplementation.OPENMPI: install})
+    tool = f"{IMAGE_LIBRARY}/gpuyard/injob/rexec.py"
+    assert target.argv == ["python3", "-I", "-S", tool, "serve"]
+    files = "/pool/jobs/42/attempts/1/task-0"
+    agent = launcher.files[f"{files}/rsh-agent"].content
+    assert agent == f'#!/bin/sh\nexec python3 -I -S {tool} agent "$@"\n'
+    for launch in (launcher, target):
+        assert "PATH" not in launch.env and "LD_LIBRARY_PATH" not in launch.env
+        assert "X_MPI" not in launch.env  # the node's installation stays out
+    assert launcher.image.path == (f"{files}/bin",)  # the shim's directory, for the node
+    assert target.image.path == ()
+    # A job that sets PATH keeps it whole, the shim first.
+    spec = spec.model_copy(update={"env": {"PATH": "/opt/bin"}})
+    launcher = plan(spec, 0)
+    assert launcher.env["PATH"] == f"{files}/bin:/opt/bin" and launcher.image.path == ()

@@ -157,6 +157,8 @@ class NativeRuntime(ContainerRuntime):
         dev += [(path, _open_host(path), False) for path in self.image.get("devices") or []]
         binds = [(path, _open_host(path), True) for path in HOST_FILES if os.path.exists(path)]
         binds += [(path, _open_host(path), True) for path in self.image.get("driver") or []]
+        for mount in self.image.get("library") or []:
+            binds.append((mount["target"], _open_host(mount["source"]), True))
         if self.account is not None:
             _become(self.account)
         try:

@@ -130,6 +130,8 @@ REXEC = Path(rexec_module.__file__).resolve()
 SLURMSTEP = Path(slurmstep_module.__file__).resolve().with_name("entry.py")
 """Run, never imported: it imports the step's main.py, whose bytecode the import above caches."""
 NODECHECK = REXEC.with_name("nodecheck.py")
+PACKAGE = REXEC.parents[1]
+"""This gpuyard package: a worker in an image gets it read-only (docs/images.md)."""
 DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_LOG_MAX = 64 << 20
 """Bytes a worker's log may have before its oldest part is dropped (docs/security.md)."""
@@ -693,9 +695,10 @@ class LocalExecutor:
         try:
             spec = ImageSpec(
                 rootfs=str(cached.rootfs),
-                env=cached.config.environment(),
+                env=node_images.image_env(cached.config.environment(), wanted.path),
                 workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
                 mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
+                library=[ImageMountSpec(source=str(PACKAGE), target=node_images.LIBRARY_PACKAGE)],
                 shm_size=node_images.shm_size(wanted.shm_size, memory),
                 devices=self._visible_devices(request),
             )

@@ -8,15 +8,27 @@ key), so a running worker's image is never evicted; the pin goes when the worker
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuyard.executors.local.container import DEFAULT_PATH
 from gpuyard.images.access import RegistryAccess
 from gpuyard.images.cache import CachedImage, ImageCache
 from gpuyard.images.registry import RegistryClient
 from gpuyard.models.image import ImageRef
-from gpuyard.models.worker import WorkerKey
+from gpuyard.models.worker import IMAGE_LIBRARY, WorkerKey
 
-__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "shm_size"]
+__all__ = [
+    "DEFAULT_SHM",
+    "LIBRARY_PACKAGE",
+    "NodeImages",
+    "holder",
+    "image_env",
+    "shm_size",
+]
+
+LIBRARY_PACKAGE = f"{IMAGE_LIBRARY}/gpuyard"
+"""Where the pool's own package is mounted in a worker's image."""
 
 DEFAULT_SHM = 1 << 30
 """A worker's /dev/shm in an image when its job names no size and it has no memory limit."""
@@ -26,6 +38,20 @@ MIN_SHM = 64 << 20
 def holder(key: WorkerKey) -> str:
     """The name a worker pins its image under."""
     return f"{key.job_id}-{key.attempt}-{key.rank}"
+
+
+def image_env(config_env: dict[str, str], path: Sequence[str]) -> dict[str, str]:
+    """The environment a worker starts from in an image (the job's goes on top): the image's
+    ``Env``, with gpuyard's own directories ``path`` before its ``PATH`` (the default one when
+    it has none) and the pool's package first on ``PYTHONPATH``, so ``import gpuyard.runtime``
+    works in the image. A job that sets either variable itself replaces the whole
+    (docs/images.md, "Launch modes in an image")."""
+    env = dict(config_env)
+    own = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{IMAGE_LIBRARY}:{own}" if own else IMAGE_LIBRARY
+    if path:
+        env["PATH"] = ":".join([*path, env.get("PATH") or DEFAULT_PATH])
+    return env
 
 
 def shm_size(asked: int, memory_limit: int) -> int:
