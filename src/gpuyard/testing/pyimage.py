@@ -14,7 +14,8 @@ The image is a closure of local files, not a distribution's packages:
 
 One uncompressed layer (the unpacker reads plain tar; gzip of torch would cost most of the
 build). The layout is cached on disk under ``.cache/test-images/<key>`` (ignored by git), keyed
-by this module's source and every input file's path, size and mtime: built once per machine.
+by this module's source, every input file's path, size and mtime and the host's
+``/etc/ld.so.cache``: built once per machine.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 SHELL = Path("/usr/bin/dash")
 BUSYBOX = Path("/bin/busybox")
+LD_CACHE = Path("/etc/ld.so.cache")
 APPLETS = (
     *("cat", "ls", "echo", "id", "env", "hostname", "sleep", "mkdir", "rm", "cp", "mv", "pwd"),
     *("sed", "grep", "awk", "head", "tail", "tr", "cut", "wc", "sort", "dirname", "basename"),
@@ -145,17 +147,22 @@ def _libraries(files: dict[str, Path]) -> dict[str, Path]:
     return found
 
 
-def _contents(extra: dict[str, Path]) -> dict[str, Path]:
+def _direct(extra: dict[str, Path]) -> dict[str, Path]:
+    """The image's files but the libraries they load."""
     files = dict(_base_files())
     files.update(extra)
     files.update(_python_files())
-    files.update(_libraries(files))
     return files
 
 
 def _key(files: dict[str, Path]) -> str:
-    digest = hashlib.sha256(Path(__file__).read_bytes())  # this builder's rules, too
-    for target, source in sorted(files.items()):
+    """The inputs' key: this builder's rules, the files and the host's libraries (ldconfig
+    rewrites its cache whenever a package adds or updates one), without running ``ldd``."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    inputs = dict(files)
+    if LD_CACHE.exists():
+        inputs[str(LD_CACHE)] = LD_CACHE
+    for target, source in sorted(inputs.items()):
         stat = source.stat()
         digest.update(f"{target}\0{source}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:24]
@@ -202,10 +209,11 @@ def build_python_image(cache_root: Path, extra: dict[str, Path] | None = None) -
     """The image's OCI layout, built under ``cache_root`` unless a build of the same inputs is
     there already; returns the layout directory. ``extra``: more files, by their path in the
     image (relative), such as a job's code that every node must find at the same path."""
-    files = _contents({k.lstrip("/"): v for k, v in (extra or {}).items()})
+    files = _direct({k.lstrip("/"): v for k, v in (extra or {}).items()})
     layout = cache_root / _key(files)
     if (layout / "index.json").exists():
         return layout
+    files.update(_libraries(files))
     building = layout.with_name(f"{layout.name}.tmp-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     (building / "blobs/sha256").mkdir(parents=True)
@@ -220,6 +228,9 @@ def build_python_image(cache_root: Path, extra: dict[str, Path] | None = None) -
         building.rename(layout)
     except OSError:  # another session built it meanwhile
         shutil.rmtree(building, ignore_errors=True)
+    for old in cache_root.iterdir():  # builds of older inputs: most of a GB each
+        if old.name != layout.name and ".tmp-" not in old.name:
+            shutil.rmtree(old, ignore_errors=True)
     return layout
 
 
