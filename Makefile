@@ -48,8 +48,10 @@ chromium:
 # bcrypt htpasswd users (apache2-utils), and build their images from busybox-static: no
 # internet; the tests of workers in an image (tests/integration/executors/test_worker_image.py)
 # need that busybox static (its rootfs has no libc). Installed only when missing; where that
-# cannot be done the image tests skip, saying which packages are missing.
-IMAGE_TOOLS := docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static openssl:openssl
+# cannot be done the image tests skip, saying which packages are missing. The image of the
+# launch modes (gpuyard/testing/pyimage.py) carries Debian's own Python 3.11 and dash.
+IMAGE_TOOLS := docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static openssl:openssl \
+	/usr/bin/python3.11:python3.11 /usr/bin/dash:dash
 image-tools:
 	@missing=""; for pair in $(IMAGE_TOOLS); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \

@@ -57,26 +57,30 @@ def run(pool: ServerProcess, *args: str, timeout: float = 240) -> dict[str, Any]
     return done
 
 
-def test_ddp_two_nodes_by_two_processes_trains_in_the_image(pool: ServerProcess) -> None:
-    job = run(
-        pool,
-        "--mode",
-        "pytorch",
-        "--nodes",
-        "2",
-        "--gpus",
-        "2",
-        "--",
-        "python",
-        "algorithm/ddp_train.py",
-    )
+def _ranks(pool: ServerProcess, job: dict[str, Any]) -> list[dict[str, Any]]:
     outputs = pool.home / "jobs" / str(job["id"]) / "outputs"
-    results = [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(4)]
-    assert len({r["digest"] for r in results}) == 1  # every rank: identical weights
-    losses = results[0]["losses"]
-    assert isinstance(losses, list) and losses[-1] < losses[0] / 100
-    assert {w["node"] for w in job["workers"]} == {"node0", "node1"}  # type: ignore[union-attr]
-    log = pool.cli("logs", str(job["id"])).stdout
+    return [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(4)]
+
+
+def test_ddp_two_nodes_by_two_processes_trains_in_the_image(pool: ServerProcess) -> None:
+    """Wrapped by the pool (``python -m torch.distributed.run``) and the user's own
+    ``torchrun`` (the image's console script): the same model, identical on every rank."""
+    ddp = ("--mode", "pytorch", "--nodes", "2", "--gpus", "2", "--")
+    wrapped = run(pool, *ddp, "python", "algorithm/ddp_train.py")
+    explicit = run(
+        pool,
+        *ddp,
+        "torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS} --node_rank ${RANK} "
+        "--master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} algorithm/ddp_train.py",
+    )
+    for job in (wrapped, explicit):
+        results = _ranks(pool, job)
+        assert len({r["digest"] for r in results}) == 1  # every rank: identical weights
+        losses = results[0]["losses"]
+        assert isinstance(losses, list) and losses[-1] < losses[0] / 100
+        assert {w["node"] for w in job["workers"]} == {"node0", "node1"}
+    assert _ranks(pool, wrapped)[0]["digest"] == _ranks(pool, explicit)[0]["digest"]
+    log = pool.cli("logs", str(wrapped["id"])).stdout
     assert "4 ranks on 2 nodes: weights identical" in log
 
 

@@ -180,6 +180,17 @@ def _data(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+def image_script(data: bytes) -> bytes:
+    """A console script of the environment (``torchrun``) as the image runs it: its ``#!``
+    names this environment's Python, which the image does not have; the image's instead."""
+    if not data.startswith(b"#!"):
+        return data
+    first, _, rest = data.partition(b"\n")
+    if Path(first[2:].decode(errors="replace").strip()).parent != Path(sys.prefix) / "bin":
+        return data
+    return b"#!/usr/bin/python3\n" + rest
+
+
 def _write_tar(path: Path, files: dict[str, Path]) -> None:
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
         for name, target in ROOT_LINKS.items():
@@ -189,8 +200,13 @@ def _write_tar(path: Path, files: dict[str, Path]) -> None:
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             info.mode = 0o755 if info.mode & 0o111 else 0o644
-            with source.open("rb") as data:
-                tar.addfile(info, data)
+            if target.startswith(f"{TARGET_PREFIX}/bin/"):
+                data = image_script(source.read_bytes())
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            with source.open("rb") as file:
+                tar.addfile(info, file)
         _link(tar, "usr/bin/python3", "python3.11")
         _link(tar, "usr/bin/python", "python3.11")
         _link(tar, "usr/bin/sh", "dash")

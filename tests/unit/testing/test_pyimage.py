@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,10 @@ def test_the_cache_key_follows_the_inputs(tmp_path: Path) -> None:
     assert pyimage._key({"opt/other.py": source}) != key  # another place
     os.utime(source, ns=(0, 0))
     assert pyimage._key(files) != key  # the file changed
+
+
+def test_the_environments_console_scripts_run_with_the_images_python() -> None:
+    script = f"#!{sys.prefix}/bin/python\nimport sys\n".encode()
+    assert pyimage.image_script(script) == b"#!/usr/bin/python3\nimport sys\n"
+    for kept in (b"#!/bin/sh\necho\n", b"\x7fELF...", b"#!/usr/bin/env python3\nx\n"):
+        assert pyimage.image_script(kept) == kept
