@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import gpuyard
 from gpuyard.testing.process import ServerProcess
 from gpuyard.testing.registry import PushedImage, TestRegistry
 
@@ -128,3 +130,15 @@ def test_a_suspended_job_in_the_image_resumes_with_the_same_weights(pool: Server
     assert (done["attempt"], done["suspensions"]) == (1, 1)
     assert _digest(pool, low) == _digest(pool, reference)
     assert "attempt 1: resuming at step" in pool.cli("logs", str(low)).stdout
+
+
+def test_the_pools_package_is_in_the_image_read_only(pool: ServerProcess) -> None:
+    script = (
+        "cat /etc/os-release; python -c 'import gpuyard.runtime, sys; print(sys.executable)'; "
+        "touch /.gpuyard/lib/gpuyard/planted 2>/dev/null && echo written || echo refused"
+    )
+    job = run(pool, "--", f"sh -c {shlex.quote(script)}")
+    out = pool.cli("logs", str(job["id"])).stdout.splitlines()
+    assert out[0] == "ID=gpuyard-pytest"  # the image's, not this machine's
+    assert out[2:] == ["/usr/bin/python", "refused"]
+    assert not (Path(gpuyard.__file__).parent / "planted").exists()
