@@ -182,6 +182,11 @@ class WorkerImage:
     workdir: str | None = None
     """The job's own working directory (inside the image); None: the image's ``WorkingDir``,
     else the worker's workspace."""
+    mounts: tuple[Bind, ...] = ()
+    """Host paths bind-mounted at paths of the image (``target``: inside the image)."""
+    weak_env: frozenset[str] = frozenset()
+    """Names of the job's own variables whose value the image's ``Env`` replaces when it
+    sets them (sbatch's pyxis default; empty: the job's values win)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -695,7 +695,13 @@ class LocalExecutor:
                 rootfs=str(cached.rootfs),
                 env=cached.config.environment(),
                 workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
-                mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
+                mounts=[
+                    ImageMountSpec(source=job_dir, target=job_dir),
+                    *(
+                        ImageMountSpec(source=m.source, target=m.target, readonly=m.readonly)
+                        for m in wanted.mounts
+                    ),
+                ],
                 shm_size=node_images.shm_size(wanted.shm_size, memory),
                 devices=self._visible_devices(request),
             )
@@ -703,7 +709,8 @@ class LocalExecutor:
         except ValueError as exc:  # the image's config (a relative WorkingDir, say)
             self.images.release(cached.digest, request.key)
             raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
-        return _ImageLaunch(spec, argv, cached.digest)
+        yields = wanted.weak_env.intersection(spec.env)
+        return _ImageLaunch(spec, argv, cached.digest, frozenset(yields))
 
     def _visible_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the GPUs ``request`` was given, and the shared ones, that
@@ -1239,11 +1246,14 @@ class _ImageLaunch:
     spec: ImageSpec
     argv: list[str]
     digest: str
+    yields: frozenset[str] = frozenset()
+    """The job's variables that give way to the image's ``Env`` (which sets them)."""
 
     def applied(self, spec: SupervisorSpec) -> SupervisorSpec:
         """``spec`` run in the image: its command with the image's ENTRYPOINT, its GPUs
-        numbered from 0 (only their device files are there)."""
-        env = dict(spec.env)
+        numbered from 0 (only their device files are there), the job's variables that give
+        way to the image's left out (the supervisor sets the image's below the rest)."""
+        env = {k: v for k, v in spec.env.items() if k not in self.yields}
         if self.spec.devices and env.get("CUDA_VISIBLE_DEVICES"):
             env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
         return spec.model_copy(update={"image": self.spec, "argv": self.argv, "env": env})
