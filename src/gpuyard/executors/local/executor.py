@@ -80,6 +80,7 @@ from gpuyard.images.errors import ImageError
 from gpuyard.injob import rexec as rexec_module
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.image import ImageRef
 from gpuyard.models.node import CONTROLLERS, IsolationMode, KillMethod, NodeIsolation
 from gpuyard.models.sandbox import (
     DEFAULT_GPU_DEVICE_FILES,
@@ -747,6 +748,8 @@ class LocalExecutor:
             "boot_id": self._boot,
             "cgroup": None if cgroup is None else cgroup.to_json(),
             "spawned_at": time.time(),
+            # The cache's pin of its image (on disk since its launch) goes when it ends.
+            "image": _adopted_pin(request),
             **_placed(request),
         }
 
@@ -1263,6 +1266,16 @@ def _placed(request: WorkerLaunch) -> Handle:
     """Where the worker runs, for its usage: its node and the GPUs it was given."""
     visible = request.env.get("CUDA_VISIBLE_DEVICES", "")
     return {"node": request.node, "gpus": [d for d in visible.split(",") if d]}
+
+
+def _adopted_pin(request: WorkerLaunch) -> list[str | int] | None:
+    """The image pin of a worker launched before this executor started: its image was pinned
+    to a digest at submission, and the node's cache pinned that digest for it at launch."""
+    if request.image is None:
+        return None
+    digest = ImageRef.parse(request.image.ref).digest
+    key = request.key
+    return None if digest is None else [digest, key.job_id, key.attempt, key.rank]
 
 
 def _marker(handle: Handle) -> str:
