@@ -65,6 +65,8 @@ def test_a_job_in_an_image_runs_on_the_images_files_pinned_to_its_digest(
     assert out[2:] == ["hello from the image", "/srv/app", "hi /bin"]
     shown = pool.cli("show", str(job["id"])).stdout
     assert " image " in shown and "alice/busybox:1@sha256:" in shown.replace("\n", "")
+    header, row = pool.cli("ls").stdout.splitlines()[:2]
+    assert header.split()[-2:] == ["IMAGE", "REASON"] and "alice/busybox:1" in row.split()
     # A second job of the image finds it in the node's cache (one image there).
     again = pool.cli_json("submit", "--image", f"alice/busybox@{image.digest}", "--", "cat motd")
     pool.cli("wait", str(again["id"]))
