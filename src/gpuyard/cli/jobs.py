@@ -306,7 +306,7 @@ def ls(
         return
     page = scrubbed(page)  # names and reasons are others' text: no escapes reach the terminal
     headers: tuple[str, ...] = ("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             str(job.id),
             job.name,
