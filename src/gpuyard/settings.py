@@ -15,6 +15,7 @@ from platformdirs import user_config_dir, user_data_dir
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpuyard.models.cdi import CDI_DIRS
 from gpuyard.models.environment import parse_allowlist
 from gpuyard.models.node import Network
 from gpuyard.models.sandbox import (
@@ -302,6 +303,12 @@ class Settings(BaseSettings):
         description="Device files every GPU job needs (comma-separated); hidden from jobs "
         "given no GPU.",
     )
+    gpu_cdi_dirs: Annotated[tuple[str, ...], NoDecode] = Field(
+        CDI_DIRS,
+        description="Where each node looks for the CDI spec of its GPUs (comma-separated; "
+        "`nvidia-ctk cdi generate` writes one): a GPU job in an image gets the driver's "
+        "libraries and tools it lists (docs/images.md).",
+    )
     run_as: RunAs = Field(
         RunAs.OWNER,
         description="Which OS account runs jobs: 'owner' runs each job as its owner's account "
@@ -311,7 +318,7 @@ class Settings(BaseSettings):
         "'pool' and says so once at start (docs/security.md).",
     )
 
-    @field_validator("job_env_allow", "gpu_shared_device_files", mode="before")
+    @field_validator("job_env_allow", "gpu_shared_device_files", "gpu_cdi_dirs", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return parse_allowlist(value) if isinstance(value, str) else value

@@ -34,7 +34,7 @@ from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
-from gpuyard.executors.local.node_images import NodeImages
+from gpuyard.executors.local.node_images import NodeImages, load_cdi
 from gpuyard.images.cache import ImageCache
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
@@ -330,7 +330,7 @@ def _node_images(settings: Settings) -> NodeImages | None:
     if access is None:
         return None
     cache = ImageCache(settings.home / "images", max_bytes=settings.image_cache_max)
-    return NodeImages(cache, access)
+    return NodeImages(cache, access, driver=load_cdi(settings.gpu_cdi_dirs))
 
 
 OWNER_TOKEN_LIFE = 366 * 86400.0

@@ -7,19 +7,30 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuyard.executors.local.executor import LocalExecutor
-from gpuyard.executors.local.node_images import NodeImages
+from gpuyard.executors.local.gpumeter import NoGpus
+from gpuyard.executors.local.machine import GpuDevice, Machine
+from gpuyard.executors.local.node_images import NodeImages, load_cdi
 from gpuyard.images.access import RegistryAccess
 from gpuyard.images.cache import ImageCache
+from gpuyard.models.cdi import parse_cdi
 from gpuyard.models.worker import Bind, WorkerImage, WorkerLaunch, WorkerState
 from gpuyard.testing.conformance import Harness, cleanup
 from gpuyard.testing.registry import PushedImage, TestRegistry
 
+TWO_GPUS = Machine(
+    hostname="local",
+    cpus=4,
+    memory=8 << 30,
+    gpus=(GpuDevice(0, "Fake GPU", "GPU-aaaa"), GpuDevice(1, "Fake GPU", "GPU-bbbb")),
+)
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="workers in an image are mounted by supervisors run by root"
 )
@@ -96,3 +107,93 @@ def test_container_mounts_and_the_variables_that_give_way_to_the_images(
     assert lines[:2] == ["from the host", "read-only"]
     # PATH gave way to the image's; LANG stayed (the image sets none), as did KEEP (not weak).
     assert lines[2] == "/bin C kept"
+
+
+@pytest.fixture
+def fake_dev() -> Iterator[Path]:
+    """Two fake GPUs' device files and the shared ones, below /dev (where a worker in an image
+    gets its devices), as regular files standing in for them."""
+    dev = Path(tempfile.mkdtemp(prefix="gpuyard-test-", dir="/dev"))
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text(f"{name}\n")
+        (dev / name).chmod(0o666)
+    yield dev
+    shutil.rmtree(dev, ignore_errors=True)
+
+
+def test_a_gpu_worker_gets_the_driver_its_nodes_cdi_spec_lists_and_only_its_gpus(
+    registry: TestRegistry, busybox_image: PushedImage, tmp_path: Path, fake_dev: Path
+) -> None:
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.535").write_text("the driver\n")
+    (driver / "nvidia-smi").write_text("a tool\n")
+    lib = "/usr/lib/x86_64-linux-gnu"
+    cdi = parse_cdi(
+        {
+            "kind": "nvidia.com/gpu",
+            "devices": [
+                {"name": str(i), "containerEdits": {"deviceNodes": [{"path": f"{fake_dev}/nvidia{i}"}]}}
+                for i in (0, 1)
+            ],
+            "containerEdits": {
+                "mounts": [
+                    {"hostPath": f"{driver}/libcuda.so.535", "containerPath": f"{lib}/libcuda.so.535"},
+                    {"hostPath": f"{driver}/nvidia-smi", "containerPath": f"{driver}/nvidia-smi"},
+                ],
+                "hooks": [{"args": ["nvidia-ctk", "hook", "create-symlinks", "--link",
+                                    f"libcuda.so.535::{lib}/libcuda.so.1"]}],
+            },
+        }
+    )  # fmt: skip
+    access = RegistryAccess.of(registry.url, registry.ca_file, "alice", registry.users["alice"])
+    assert access is not None
+    executor = LocalExecutor(
+        tmp_path / "home",
+        machine=TWO_GPUS,
+        gpu_meter=NoGpus(),
+        gpu_device_files=f"{fake_dev}/nvidia{{index}}",
+        gpu_shared_files=(f"{fake_dev}/nvidiactl",),
+        images=NodeImages(ImageCache(tmp_path / "images", max_bytes=1 << 30), access, cdi),
+    )
+    node = executor.nodes()[0].name
+    harness = Harness("local", executor, [node], lambda: executor, lambda _node: None)
+    probe = (
+        f"for f in nvidia0 nvidia1 nvidiactl; do cat {fake_dev}/$f 2>/dev/null || echo no $f; "
+        f"done; cat {lib}/libcuda.so.1 {driver}/nvidia-smi; echo $CUDA_VISIBLE_DEVICES; "
+        f"{{ echo x > {lib}/libcuda.so.535; }} 2>/dev/null || echo read-only"
+    )
+    request = harness.request(probe)
+    request = dataclasses.replace(request, env={**request.env, "CUDA_VISIBLE_DEVICES": "1"})
+    try:
+        handle = harness.launch(_in_image(request, busybox_image))
+        assert harness.wait(handle).exit_code == 0, harness.log(handle)
+        assert harness.log(handle).splitlines() == [
+            "no nvidia0",  # not given: not there at all
+            "nvidia1",
+            "nvidiactl",
+            "the driver",  # through the link the CDI spec's hook names
+            "a tool",
+            "0",  # numbered from 0 inside
+            "read-only",
+        ]
+        # A worker without GPUs gets none of the driver.
+        bare = harness.launch(
+            _in_image(harness.request(f"ls {lib} 2>&1; ls {fake_dev}"), busybox_image)
+        )
+        harness.wait(bare)
+        assert "libcuda" not in harness.log(bare) and "nvidia" not in harness.log(bare)
+    finally:
+        cleanup(executor, harness.launched)
+
+
+def test_a_node_reads_the_first_usable_cdi_spec_of_its_gpus(tmp_path: Path) -> None:
+    (tmp_path / "a-broken.yaml").write_text("kind: [")
+    (tmp_path / "b-fpga.json").write_text('{"kind": "vendor.com/fpga"}')
+    (tmp_path / "c-nvidia.yaml").write_text(
+        "kind: nvidia.com/gpu\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n"
+    )
+    (tmp_path / "notes.txt").write_text("not a spec")
+    spec = load_cdi([str(tmp_path / "missing"), str(tmp_path)])
+    assert spec is not None and spec.common.device_nodes == ("/dev/nvidiactl",)
+    assert load_cdi([str(tmp_path / "missing")]) is None

@@ -706,12 +706,37 @@ class LocalExecutor:
                 shm_size=node_images.shm_size(wanted.shm_size, memory),
                 devices=self._visible_devices(request),
             )
+            spec = self._with_driver(spec, request)
             argv = cached.config.argv(list(request.argv))
         except ValueError as exc:  # the image's config (a relative WorkingDir, say)
             self.images.release(cached.digest, request.key)
             raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
         yields = wanted.weak_env.intersection(spec.env)
         return _ImageLaunch(spec, argv, cached.digest, frozenset(yields))
+
+    def _with_driver(self, spec: ImageSpec, request: WorkerLaunch) -> ImageSpec:
+        """``spec`` with the GPU driver's files the node's CDI spec lists for the worker's GPUs
+        (docs/images.md, "GPUs in an image"): none for a worker without GPUs or on virtual ones."""
+        cdi = self.images.driver if self.images is not None else None
+        gpus = _placed(request)["gpus"]
+        if cdi is None or not gpus or not spec.devices:
+            return spec
+        edits = cdi.edits_for(gpus)
+        same = [host for host, inside in edits.mounts if host == inside and os.path.exists(host)]
+        moved = [
+            ImageMountSpec(source=host, target=inside, readonly=True)
+            for host, inside in edits.mounts
+            if host != inside and os.path.exists(host)
+        ]
+        nodes = [n for n in edits.device_nodes if n not in spec.devices and os.path.exists(n)]
+        return spec.model_copy(
+            update={
+                "driver": [*spec.driver, *same],
+                "mounts": [*spec.mounts, *moved],
+                "links": [*spec.links, *edits.links],
+                "devices": [*spec.devices, *nodes],
+            }
+        )
 
     def _visible_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the GPUs ``request`` was given, and the shared ones, that

@@ -7,16 +7,24 @@ key), so a running worker's image is never evicted; the pin goes when the worker
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from gpuyard.images.access import RegistryAccess
 from gpuyard.images.cache import CachedImage, ImageCache
 from gpuyard.images.registry import RegistryClient
+from gpuyard.models.cdi import CDI_DIRS, CdiError, CdiSpec, parse_cdi
 from gpuyard.models.image import ImageRef
 from gpuyard.models.worker import WorkerKey
 
-__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "shm_size"]
+__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "load_cdi", "shm_size"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHM = 1 << 30
 """A worker's /dev/shm in an image when its job names no size and it has no memory limit."""
@@ -42,6 +50,8 @@ class NodeImages:
 
     cache: ImageCache
     access: RegistryAccess
+    driver: CdiSpec | None = None
+    """The host's GPU driver as its CDI spec lists it (None: no spec on this node)."""
 
     def __post_init__(self) -> None:
         self._client: RegistryClient | None = None
@@ -66,3 +76,20 @@ class NodeImages:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+def load_cdi(directories: Sequence[str] = CDI_DIRS) -> CdiSpec | None:
+    """The first CDI spec of NVIDIA GPUs in ``directories`` (files in name order); a spec that
+    cannot be read is logged and skipped."""
+    for directory in directories:
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            try:
+                return parse_cdi(yaml.safe_load(path.read_text()))
+            except (OSError, yaml.YAMLError, CdiError) as exc:
+                log.warning("CDI spec %s not used: %s", path, exc)
+    return None
