@@ -133,12 +133,13 @@ def test_a_gpu_worker_gets_the_driver_its_nodes_cdi_spec_lists_and_only_its_gpus
         {
             "kind": "nvidia.com/gpu",
             "devices": [
-                {"name": str(i), "containerEdits": {"deviceNodes": [{"path": f"{fake_dev}/nvidia{i}"}]}}
-                for i in (0, 1)
+                {"name": str(i), "containerEdits": {"deviceNodes": [{"path": node}]}}
+                for i, node in enumerate((f"{fake_dev}/nvidia0", f"{fake_dev}/nvidia1"))
             ],
             "containerEdits": {
                 "mounts": [
-                    {"hostPath": f"{driver}/libcuda.so.535", "containerPath": f"{lib}/libcuda.so.535"},
+                    {"hostPath": f"{driver}/libcuda.so.535",
+                     "containerPath": f"{lib}/libcuda.so.535"},
                     {"hostPath": f"{driver}/nvidia-smi", "containerPath": f"{driver}/nvidia-smi"},
                 ],
                 "hooks": [{"args": ["nvidia-ctk", "hook", "create-symlinks", "--link",
