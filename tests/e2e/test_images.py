@@ -5,7 +5,9 @@ the image's root filesystem."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,45 @@ def test_an_image_the_registry_lacks_is_refused_at_submission_naming_it(
         assert wanted in refused.stderr, refused.stderr
     listed = pool.cli_json("ls")
     assert (listed["items"] if isinstance(listed, dict) else listed) == []  # nothing stored
+
+
+def test_exec_in_a_held_job_runs_in_its_image_without_the_entrypoint(
+    pool_factory: type[ServerProcess],
+    tmp_path: Path,
+    registry: TestRegistry,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    layout = tmp_path_factory.mktemp("entry-layout")
+    config = {"Env": ["PATH=/bin"], "Entrypoint": ["env", "FROM_ENTRYPOINT=yes"]}
+    write_layout(layout, [busybox_layer()], architecture=NODE_ARCH, config=config)
+    with registry.client("alice") as client:
+        client.push(layout, ImageRef.parse("alice/entry:1"))
+    pool = _pool(pool_factory, tmp_path / "home", registry)
+    script = "echo main $FROM_ENTRYPOINT; exec sleep 600"
+    job_id = str(
+        pool.cli_json("submit", "--image", "alice/entry:1", "--", f"sh -c '{script}'")["id"]
+    )
+    deadline = time.monotonic() + 60
+    while "main" not in pool.cli("logs", job_id).stdout:
+        assert time.monotonic() < deadline, pool.log_tail()
+        time.sleep(0.1)
+    assert pool.cli("logs", job_id).stdout == "main yes\n"  # the job's command: after it
+
+    pool.cli("exec", job_id, "stop", "--hold", "10m")
+    pool.wait_status(int(job_id), {"running"})
+    while pool.cli_json("show", job_id).get("held_until") is None:
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.2)
+    ran = json.loads(
+        pool.cli(
+            "exec", job_id, "run", "--json", "--", "sh", "-c",
+            "echo run ${FROM_ENTRYPOINT:-none}; cat /etc/os-release",
+        ).stdout
+    )  # fmt: skip
+    rank = str(ran["ranks"][0])
+    deadline = time.monotonic() + 60
+    while "ID=" not in (log := pool.cli("logs", job_id, "--worker", rank).stdout):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.2)
+    assert log.splitlines()[:2] == ["run none", "ID=gpuyard-test"]  # in the image, no ENTRYPOINT
+    pool.cli("stop", job_id)

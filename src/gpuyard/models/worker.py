@@ -111,6 +111,13 @@ class WorkerRole(StrEnum):
         """Whether this worker's exit decides the job."""
         return self in (WorkerRole.WORKER, WorkerRole.LAUNCHER)
 
+    @property
+    def runs_job_command(self) -> bool:
+        """Whether this worker runs the job's own command: in an image, only such a worker
+        gets the image's ENTRYPOINT in front (a command run in a held job, or a shell, is
+        entered as ``docker exec`` enters a container: without it)."""
+        return self in (WorkerRole.WORKER, WorkerRole.LAUNCHER, WorkerRole.PS)
+
 
 Handle = dict[str, Any]
 

@@ -707,7 +707,9 @@ class LocalExecutor:
                 devices=self._visible_devices(request),
             )
             spec = self._with_driver(spec, request)
-            argv = cached.config.argv(list(request.argv))
+            argv = list(request.argv)
+            if request.role.runs_job_command:
+                argv = cached.config.argv(argv)
         except ValueError as exc:  # the image's config (a relative WorkingDir, say)
             self.images.release(cached.digest, request.key)
             raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
