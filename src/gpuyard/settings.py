@@ -159,6 +159,13 @@ class Settings(BaseSettings):
     registry_password: SecretStr | None = Field(
         None, description="The password or token of registry_user; never logged or shown."
     )
+    image_pull_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a starting job waits for its image's registry to answer (tried "
+        "again every few seconds, the job's reason saying why) before it fails "
+        "(docs/images.md#pulling).",
+    )
     image_cache_max: int = Field(
         100 << 30,
         ge=64 << 20,

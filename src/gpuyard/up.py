@@ -150,7 +150,9 @@ def launch_config(
     )
     if who is None:
         who, _warning = run_as(settings, euid=os.geteuid() if euid is None else euid)
-    return LaunchConfig(mpi=mpi, network=network, run_as=who)
+    return LaunchConfig(
+        mpi=mpi, network=network, run_as=who, image_pull_timeout=settings.image_pull_timeout
+    )
 
 
 def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:

@@ -145,6 +145,19 @@ class ImageCache:
             raise KeyError(digest) from None
         return CachedImage(digest, directory / "rootfs", ImageConfig.from_json(meta["config"]))
 
+    def holds(self, ref: ImageRef) -> bool:
+        """Whether the image a pinned ``ref`` names is built here (a tag alone: False, as
+        only the registry can say which image it names now)."""
+        return ref.digest is not None and self._built(ref.digest)
+
+    def image_bytes(self, digest: str) -> int:
+        """The bytes a built image's root filesystem takes (``KeyError`` if not here)."""
+        try:
+            meta = json.loads((self._image_dir(digest) / "meta.json").read_text())
+        except FileNotFoundError:
+            raise KeyError(digest) from None
+        return int(meta["bytes"])
+
     def release(self, digest: str, *, holder: str) -> None:
         """Drop ``holder``'s pin; the image stays cached, evictable once no pin is left."""
         with self._cache_lock():

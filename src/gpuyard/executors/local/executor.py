@@ -50,13 +50,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpuyard.executors.base import LaunchError
+from gpuyard.executors.base import LaunchDeferred, LaunchError
 from gpuyard.executors.local import cgroups, logcap, node_images, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
@@ -76,7 +76,7 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
-from gpuyard.images.errors import ImageError
+from gpuyard.images.errors import ImageError, RegistryUnavailable
 from gpuyard.injob import rexec as rexec_module
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
@@ -675,20 +675,9 @@ class LocalExecutor:
         """The image ``request`` runs in, pulled and pinned, and how its worker runs there."""
         wanted = request.image
         assert wanted is not None
-        if self.images is None:
-            raise LaunchError(
-                f"node {request.node} cannot pull image {wanted.ref}: it has no image registry "
-                "(GPUYARD_REGISTRY; the Ray executor's nodes cannot run jobs in images yet)"
-            )
-        if not self._can_sandbox():
-            raise LaunchError(
-                f"node {request.node} cannot run jobs in images: the pool must run as root "
-                "with the right to mount (docs/images.md)"
-            )
-        try:
-            cached = self.images.acquire(wanted.ref, request.key)
-        except ImageError as exc:
-            raise LaunchError(f"cannot get image {wanted.ref} on {request.node}: {exc}") from None
+        images = self._node_images(request.node, wanted.ref)
+        with _image_errors(request.node, wanted.ref):
+            cached = images.acquire(wanted.ref, request.key)
         memory = request.limits.memory or self._default_memory(request.node)
         job_dir = self.job_dir(request.key.job_id)
         try:
@@ -711,7 +700,7 @@ class LocalExecutor:
             if request.role.runs_job_command:
                 argv = cached.config.argv(argv)
         except ValueError as exc:  # the image's config (a relative WorkingDir, say)
-            self.images.release(cached.digest, request.key)
+            images.release(cached.digest, request.key)
             raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
         yields = wanted.weak_env.intersection(spec.env)
         return _ImageLaunch(spec, argv, cached.digest, frozenset(yields))
@@ -739,6 +728,25 @@ class LocalExecutor:
                 "devices": [*spec.devices, *nodes],
             }
         )
+
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        images = self._node_images(node, ref)
+        with _image_errors(node, ref):
+            return images.pull(ref, pulling=pulling)
+
+    def _node_images(self, node: str, ref: str) -> NodeImages:
+        """The node's image cache, if it can run jobs in images at all."""
+        if self.images is None:
+            raise LaunchError(
+                f"node {node} cannot pull image {ref}: it has no image registry "
+                "(GPUYARD_REGISTRY; the Ray executor's nodes cannot run jobs in images yet)"
+            )
+        if not self._can_sandbox():
+            raise LaunchError(
+                f"node {node} cannot run jobs in images: the pool must run as root "
+                "with the right to mount (docs/images.md)"
+            )
+        return self.images
 
     def _visible_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the GPUs ``request`` was given, and the shared ones, that
@@ -1317,3 +1325,15 @@ def _cause(record: ExitRecord) -> str:
     if record.pids_limit_hits:
         return f"reached its limit of {record.pids_limit} processes (a fork failed)"
     return ""
+
+
+@contextlib.contextmanager
+def _image_errors(node: str, ref: str) -> Iterator[None]:
+    """An image that cannot be had as a launch error; a registry that cannot be reached as
+    one that may pass (the job waits; docs/images.md#pulling)."""
+    try:
+        yield
+    except RegistryUnavailable as exc:
+        raise LaunchDeferred(f"waiting to pull image {ref} on {node}: {exc}") from None
+    except ImageError as exc:
+        raise LaunchError(f"cannot get image {ref} on {node}: {exc}") from None

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,21 @@ class NodeImages:
         """The image ``ref`` names, pulled if this node lacks it, pinned for worker ``key``
         (a pinned reference already here asks the registry nothing)."""
         return self.cache.acquire(self._registry(), ImageRef.parse(ref), holder=holder(key))
+
+    def pull(self, ref: str, *, pulling: Callable[[], None]) -> int:
+        """Have the image ``ref`` names here before any worker asks for it: ``pulling`` is
+        called first when it must be pulled; the bytes it takes once pulled (0: it was here).
+        Pinned only while it is pulled: the workers pin it themselves."""
+        parsed = ImageRef.parse(ref)
+        if self.cache.holds(parsed):
+            return 0
+        pulling()
+        holder = f"pull-{uuid.uuid4().hex}"
+        cached = self.cache.acquire(self._registry(), parsed, holder=holder)
+        try:
+            return self.cache.image_bytes(cached.digest)
+        finally:
+            self.cache.release(cached.digest, holder=holder)
 
     def release(self, digest: str, key: WorkerKey) -> None:
         self.cache.release(digest, holder=holder(key))
