@@ -25,7 +25,10 @@ from gpuyard.models.sandbox import (
 )
 from gpuyard.models.worker import RunAs
 
-__all__ = ["Settings"]
+__all__ = ["LOCAL_REGISTRY", "Settings"]
+
+LOCAL_REGISTRY = "local"
+"""``GPUYARD_REGISTRY`` that asks `gpuyard up` to run the pool's own registry."""
 
 
 def _default_home() -> Path:
@@ -148,7 +151,16 @@ class Settings(BaseSettings):
     registry: str | None = Field(
         None,
         description="The URL of the pool's OCI image registry (https://host:port), where the "
-        "images jobs name live (docs/images.md). None: jobs cannot name an image.",
+        "images jobs name live (docs/images.md). 'local': `gpuyard up` runs the pool's own "
+        "(Debian's docker-registry on 127.0.0.1, TLS, the pool's credential; its files under "
+        "<home>/registry). None: jobs cannot name an image.",
+    )
+    registry_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="The port of the pool's own registry (GPUYARD_REGISTRY=local); 0: a free "
+        "one at each start.",
     )
     registry_ca: Path | None = Field(
         None, description="The CA certificate (PEM) the registry's TLS certificate is checked with."
