@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,20 @@ def test_a_layer_whose_digest_does_not_match_fails_the_launch(
         assert not isinstance(refused.value, LaunchDeferred)
     finally:
         shutil.copy(tmp_path / "original", blob)
+
+
+def test_concurrent_requests_of_one_image_pull_it_once(
+    registry: TestRegistry, make_executor: MakeExecutor, tmp_path: Path
+) -> None:
+    ref = str(_push(registry, tmp_path / "layout", "alice/pull-together:1", b"together\n"))
+    executor = make_executor(images=_images(registry, tmp_path / "cache"))
+    said: list[str] = []
+    with ThreadPoolExecutor(8) as pool:
+        pulled = list(
+            pool.map(
+                lambda _i: executor.pull_image("n0", ref, pulling=lambda: said.append("pulling")),
+                range(8),
+            )
+        )
+    assert said == ["pulling"]  # only the request that pulled says so
+    assert pulled.count(0) == 7

@@ -64,17 +64,24 @@ class NodeImages:
         return self.cache.acquire(self._registry(), ImageRef.parse(ref), holder=holder(key))
 
     def pull(self, ref: str, *, pulling: Callable[[], None]) -> int:
-        """Have the image ``ref`` names here before any worker asks for it: ``pulling`` is
-        called first when it must be pulled; the bytes it takes once pulled (0: it was here).
+        """Have the image ``ref`` names here before any worker asks for it; the bytes it
+        takes once pulled, or 0 when this call did not pull it (it was here, or another
+        request pulled it meanwhile). ``pulling`` is called first by the request that pulls.
         Pinned only while it is pulled: the workers pin it themselves."""
         parsed = ImageRef.parse(ref)
         if self.cache.holds(parsed):
             return 0
-        pulling()
+        pulled = False
+
+        def started() -> None:
+            nonlocal pulled
+            pulled = True
+            pulling()
+
         holder = f"pull-{uuid.uuid4().hex}"
-        cached = self.cache.acquire(self._registry(), parsed, holder=holder)
+        cached = self.cache.acquire(self._registry(), parsed, holder=holder, pulling=started)
         try:
-            return self.cache.image_bytes(cached.digest)
+            return self.cache.image_bytes(cached.digest) if pulled else 0
         finally:
             self.cache.release(cached.digest, holder=holder)
 
