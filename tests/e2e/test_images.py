@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from gpuyard.testing.registry import (
     PushedImage,
     TestRegistry,
     busybox_layer,
+    registry_server,
     tar_layer,
     write_layout,
 )
@@ -127,3 +129,42 @@ def test_exec_in_a_held_job_runs_in_its_image_without_the_entrypoint(
         time.sleep(0.2)
     assert log.splitlines()[:2] == ["run none", "ID=gpuyard-test"]  # in the image, no ENTRYPOINT
     pool.cli("stop", job_id)
+
+
+def test_a_job_waits_for_a_registry_that_went_away_then_fails_after_the_timeout(
+    pool_factory: type[ServerProcess], tmp_path: Path, image: PushedImage
+) -> None:
+    """docs/images.md#pulling: submitted (and pinned) while its registry answered, released
+    once it is gone, the job waits with that reason, then fails after the admin's timeout."""
+    with registry_server() as gone:
+        layout = image.layout
+        with gone.client("alice") as client:
+            client.push(layout, image.ref)
+        ca_file = Path(shutil.copy(gone.ca_file, tmp_path / "ca.pem"))
+        pool = pool_factory(
+            tmp_path / "home",
+            settings={
+                "GPUYARD_REGISTRY": gone.url,
+                "GPUYARD_REGISTRY_CA": str(ca_file),
+                "GPUYARD_REGISTRY_USER": "alice",
+                "GPUYARD_REGISTRY_PASSWORD": gone.users["alice"],
+                "GPUYARD_IMAGE_PULL_TIMEOUT": "8",
+            },
+        ).start()
+        job = pool.cli_json("submit", "--hold", "--image", str(image.ref), "--", "true")
+    pool.cli("release", str(job["id"]))
+    waiting = pool.wait_status(job["id"], {"running"}, timeout=30)
+    deadline = time.monotonic() + 30
+    while "cannot be reached" not in (waiting.get("reason") or ""):
+        assert time.monotonic() < deadline, waiting
+        time.sleep(0.1)
+        waiting = pool.cli_json("show", str(job["id"]))
+    assert waiting["state"] == "starting"
+    assert "waiting to pull image alice/busybox:1@sha256:" in waiting["reason"]
+    shown = " ".join(pool.cli("show", str(job["id"])).stdout.split())
+    assert "waiting to pull image" in shown and "retrying every 5 s" in shown
+    ended = pool.wait_status(job["id"], {"failed"}, timeout=60)
+    assert "cannot be reached" in ended["reason"]
+    assert "GPUYARD_IMAGE_PULL_TIMEOUT" in ended["reason"]
+    kinds = [e["kind"] for e in pool.cli_json("events", str(job["id"]))]
+    assert "image" in kinds

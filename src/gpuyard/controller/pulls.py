@@ -17,12 +17,13 @@ Pulls run in the launcher's threads (:mod:`gpuyard.controller.launcher`), never 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
+
+from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.errors import StaleWrite
@@ -75,22 +76,37 @@ class ImagePulls:
         """Have every one of ``nodes`` hold the image ``ref``. Raises :class:`PullWaiting`
         while its registry cannot be reached, :class:`LaunchError` (its message the job's
         reason) when the image cannot be had or the wait has lasted past the timeout."""
+        cleared = False
         for node in dict.fromkeys(nodes):
-            began = time.monotonic()
-            pulling = functools.partial(self._note, job, f"pulling image {ref} on {node}")
-            try:
-                pulled = self.executor.pull_image(node, ref, pulling=pulling)
-            except LaunchDeferred as exc:
-                self._wait(job, str(exc))
-            if pulled:
-                took = time.monotonic() - began
-                self._note(job, _pulled(ref, node, pulled, took), reason="")
+            cleared = self._pull_on(job, ref, node) or cleared
         with self._lock:
-            self._waiting.pop((job.id, job.attempt), None)
+            waited = self._waiting.pop((job.id, job.attempt), None)
+        if waited is not None and not cleared:  # another job pulled it meanwhile
+            self._set_reason(job, "")
+
+    def _pull_on(self, job: JobRow, ref: str, node: str) -> bool:
+        """Whether ``node`` pulled the image now (and said so), rather than had it."""
+        began: list[float] = []
+
+        def pulling() -> None:
+            began.append(time.monotonic())
+            self._note(job, f"pulling image {ref} on {node}")
+
+        try:
+            pulled = self.executor.pull_image(node, ref, pulling=pulling)
+        except LaunchDeferred as exc:
+            self._wait(job, str(exc))
+        if not pulled:
+            return False
+        took = time.monotonic() - (began[0] if began else time.monotonic())
+        self._note(job, _pulled(ref, node, pulled, took), reason="")
+        return True
 
     def _wait(self, job: JobRow, reason: str) -> NoReturn:
         now = self.clock.now()
         with self._lock:
+            for key in [k for k, w in self._waiting.items() if w.retry_at < now - self.timeout]:
+                del self._waiting[key]  # jobs stopped while they waited
             waiting = self._waiting.setdefault((job.id, job.attempt), _Waiting(now, "", now))
             waited, news = now - waiting.since, reason != waiting.reason
             waiting.reason, waiting.retry_at = reason, now + RETRY_EVERY
@@ -108,12 +124,21 @@ class ImagePulls:
 
     def _note(self, job: JobRow, what: str, *, reason: str | None = None) -> None:
         """An ``image`` event, and the job's reason (``what`` unless given) while it starts."""
-        now = self.clock.now()
         with self.store.write() as session:
-            record_event(session, job, kind=EventKind.IMAGE, actor=ACTOR, reason=what, time=now)
-            # Stopped meanwhile: the event stays, and the loop sees the change.
-            with contextlib.suppress(StaleWrite):
-                guarded_update(session, job, reason=what if reason is None else reason)
+            record_event(
+                session, job, kind=EventKind.IMAGE, actor=ACTOR, reason=what, time=self.clock.now()
+            )
+            self._reason_in(session, job, what if reason is None else reason)
+
+    def _set_reason(self, job: JobRow, reason: str) -> None:
+        with self.store.write() as session:
+            self._reason_in(session, job, reason)
+
+    @staticmethod
+    def _reason_in(session: Session, job: JobRow, reason: str) -> None:
+        # Stopped meanwhile: the event stays, and the loop sees the change.
+        with contextlib.suppress(StaleWrite):
+            guarded_update(session, job, reason=reason)
 
 
 def _pulled(ref: str, node: str, size: int, seconds: float) -> str:
