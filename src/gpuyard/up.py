@@ -35,8 +35,7 @@ from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
-from gpuyard.executors.local.node_images import NodeImages, load_cdi
-from gpuyard.images.cache import ImageCache
+from gpuyard.executors.local.node_images import ImagesConfig, NodeImages
 from gpuyard.images.local_registry import (
     SupervisedRegistry,
     free_port,
@@ -48,7 +47,7 @@ from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
 from gpuyard.private_files import write_private
-from gpuyard.server.app import create_app, registry_access
+from gpuyard.server.app import create_app
 from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
 from gpuyard.settings import LOCAL_REGISTRY, Settings
@@ -352,6 +351,7 @@ def make_executor(settings: Settings) -> Executor:
             namespace=settings.ray_namespace,
             node_home=str(settings.ray_node_home or settings.home / "node"),
             interface=settings.ray_interface,
+            images=images_config(settings),
         )
     return LocalExecutor(
         settings.home,
@@ -376,11 +376,23 @@ def make_executor(settings: Settings) -> Executor:
 def _node_images(settings: Settings) -> NodeImages | None:
     """This machine's image cache (``<home>/images``) and the registry it pulls from; None
     when the pool has no registry."""
-    access = registry_access(settings)
-    if access is None:
+    config = images_config(settings)
+    return None if config is None else config.node_images(settings.home)
+
+
+def images_config(settings: Settings) -> ImagesConfig | None:
+    """What a node needs to run jobs in images, from the pool's settings (None: no registry)."""
+    if not settings.registry:
         return None
-    cache = ImageCache(settings.home / "images", max_bytes=settings.image_cache_max)
-    return NodeImages(cache, access, driver=load_cdi(settings.gpu_cdi_dirs))
+    password = settings.registry_password
+    return ImagesConfig(
+        url=settings.registry,
+        ca_pem=settings.registry_ca.read_text() if settings.registry_ca else None,
+        user=settings.registry_user,
+        password=password.get_secret_value() if password is not None else None,
+        cache_max=settings.image_cache_max,
+        cdi_dirs=tuple(settings.gpu_cdi_dirs),
+    )
 
 
 OWNER_TOKEN_LIFE = 366 * 86400.0

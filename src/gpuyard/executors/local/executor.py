@@ -734,12 +734,16 @@ class LocalExecutor:
         with _image_errors(node, ref):
             return images.pull(ref, pulling=pulling)
 
+    def holds_image(self, node: str, ref: str) -> bool:
+        """Whether ``node`` has the image of the pinned ``ref`` already."""
+        images = self._node_images(node, ref)
+        return images.cache.holds(ImageRef.parse(ref))
+
     def _node_images(self, node: str, ref: str) -> NodeImages:
         """The node's image cache, if it can run jobs in images at all."""
         if self.images is None:
             raise LaunchError(
-                f"node {node} cannot pull image {ref}: it has no image registry "
-                "(GPUYARD_REGISTRY; the Ray executor's nodes cannot run jobs in images yet)"
+                f"node {node} cannot pull image {ref}: it has no image registry (GPUYARD_REGISTRY)"
             )
         if not self._can_sandbox():
             raise LaunchError(

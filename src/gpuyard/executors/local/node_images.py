@@ -11,7 +11,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -23,7 +23,7 @@ from gpuyard.models.cdi import CDI_DIRS, CdiError, CdiSpec, parse_cdi
 from gpuyard.models.image import ImageRef
 from gpuyard.models.worker import WorkerKey
 
-__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "load_cdi", "shm_size"]
+__all__ = ["DEFAULT_SHM", "ImagesConfig", "NodeImages", "holder", "load_cdi", "shm_size"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,34 @@ class NodeImages:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+@dataclass(frozen=True)
+class ImagesConfig:
+    """What a node needs to pull and run jobs' images, as the pool's settings give it: built
+    into a :class:`NodeImages` by the pool for its own machine, and handed to each Ray node's
+    agent with the calls that need it (the agents may outlive a pool, or serve another)."""
+
+    url: str
+    ca_pem: str | None = None
+    """The registry's CA certificate (PEM text: the agents' machines lack the pool's file)."""
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    cache_max: int = 100 << 30
+    cdi_dirs: tuple[str, ...] = CDI_DIRS
+
+    def node_images(self, home: Path) -> NodeImages:
+        """This node's images under ``home`` (the cache at ``home/images``)."""
+        ca_file = None
+        if self.ca_pem:
+            ca_file = home / "registry-ca.pem"
+            if not ca_file.exists() or ca_file.read_text() != self.ca_pem:
+                home.mkdir(parents=True, exist_ok=True)
+                ca_file.write_text(self.ca_pem)
+        access = RegistryAccess.of(self.url, ca_file, self.user, self.password)
+        assert access is not None  # a config has a URL
+        cache = ImageCache(home / "images", max_bytes=self.cache_max)
+        return NodeImages(cache, access, driver=load_cdi(self.cdi_dirs))
 
 
 def load_cdi(directories: Sequence[str] = CDI_DIRS) -> CdiSpec | None:
