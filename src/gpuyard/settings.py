@@ -164,6 +164,12 @@ class Settings(BaseSettings):
         description="Bytes of images each node keeps (unpacked); past them the least recently "
         "used image no worker runs in is evicted.",
     )
+    image_upload_max: int = Field(
+        16 << 30,
+        ge=1 << 20,
+        description="Bytes an image archive uploaded with `gpuyard images push` may have, and "
+        "may unpack to; a larger upload is refused (413) as it arrives.",
+    )
     log_max: int = Field(
         64 << 20,
         ge=1 << 20,
