@@ -22,7 +22,7 @@ import json
 import os
 import tarfile
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any
 
 from gpuyard.errors import InvalidSpec
 from gpuyard.images.errors import ImageError
@@ -44,9 +44,7 @@ _CHUNK = 1 << 20
 
 
 class BadArchive(InvalidSpec, ImageError):
-    """An upload that is not a safe, whole image archive."""
-
-    code: ClassVar[str] = "bad_image_archive"
+    """An upload that is not a safe, whole image archive (an ``invalid_spec``, 422)."""
 
 
 class LayoutImage:
