@@ -5,8 +5,13 @@ the image's root filesystem."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -81,3 +86,57 @@ def test_an_image_the_registry_lacks_is_refused_at_submission_naming_it(
         assert wanted in refused.stderr, refused.stderr
     listed = pool.cli_json("ls")
     assert (listed["items"] if isinstance(listed, dict) else listed) == []  # nothing stored
+
+
+def _as_user(pool: ServerProcess, name: str, home: Path) -> Callable[..., CompletedProcess[str]]:
+    """The CLI of user ``name`` (made by the pool's admin), on a machine of its own."""
+    pool.cli("users", "add", name)
+    token = json.loads(pool.cli("tokens", "create", name, "--json").stdout)["token"]
+    env = {
+        **{k: v for k, v in pool.env.items() if k != "GPUYARD_HOME"},
+        "GPUYARD_HOME": str(home),
+        "GPUYARD_URL": pool.url,
+        "GPUYARD_TOKEN": token,
+    }
+
+    def run(*args: str) -> CompletedProcess[str]:
+        command = [sys.executable, "-m", "gpuyard", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+    return run
+
+
+def test_another_users_private_image_is_a_404_until_shared(
+    pool_factory: type[ServerProcess], tmp_path: Path, registry: TestRegistry, image: PushedImage
+) -> None:
+    """Issue 26's acceptance: alice pushes a private image with `gpuyard images push`; bob's
+    `images show` and `submit --image` get word for word what a missing image gets; once alice
+    shares it, bob's job runs in it."""
+    pool = _pool(pool_factory, tmp_path / "home", registry)
+    alice = _as_user(pool, "alice", tmp_path / "alice")
+    bob = _as_user(pool, "bob", tmp_path / "bob")
+    pushed = alice("images", "push", str(image.layout), "x:1", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    assert json.loads(pushed.stdout)["name"] == "alice/x:1"
+    assert "alice/x:1" in alice("images", "ls").stdout
+
+    def refusals(*args: str) -> tuple[str, str]:
+        """bob's stderr for ``args`` naming alice's image, and naming a missing one."""
+        answers = []
+        for name in ("alice/x:1", "alice/none:1"):
+            done = bob(*(name if a == "NAME" else a for a in args))
+            assert done.returncode != 0, done.stdout
+            answers.append(done.stderr.replace(name, "NAME"))
+        return answers[0], answers[1]
+
+    shown, shown_missing = refusals("images", "show", "NAME")
+    assert shown == shown_missing and "is not in the catalogue" in shown
+    submitted, submitted_missing = refusals("submit", "--image", "NAME", "--", "true")
+    assert submitted == submitted_missing and "is not in the pool's registry" in submitted
+    assert "alice/x:1" not in bob("images", "ls").stdout
+
+    assert alice("images", "share", "alice/x:1", "public").returncode == 0
+    job = json.loads(bob("submit", "--json", "--image", "alice/x:1", "--", "cat motd").stdout)
+    assert job["spec"]["image"] == f"alice/x:1@{image.digest}"
+    pool.cli("wait", str(job["id"]))
+    assert bob("logs", str(job["id"])).stdout == "hello from the image\n"
