@@ -569,7 +569,7 @@ class Client:
         params["description"] = description
         if visibility:
             params["visibility"] = str(visibility)
-        headers = {"Content-Type": "application/x-tar"}
+        headers = {"Content-Type": "application/octet-stream"}
         headers["Content-Length"] = str(archive.stat().st_size)
         response = self._request(
             "POST",

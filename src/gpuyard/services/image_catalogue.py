@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -238,7 +239,11 @@ class ImageCatalogue:
                 archive.unlink(missing_ok=True)
                 with self._access().client() as client:
                     digest = client.push(image.layout, target)
-            return self._record(caller, target, digest, image.manifest.size, wanted)
+            try:
+                return self._record(caller, target, digest, image.manifest.size, wanted)
+            except IntegrityError:
+                # A push of the same new name recorded it meanwhile: this one updates it.
+                return self._record(caller, target, digest, image.manifest.size, wanted)
         finally:
             archive.unlink(missing_ok=True)
 

@@ -34,7 +34,17 @@ def list_images(
     return services.images.list_images(actor=user, scope=scope, accelerator=accelerator)
 
 
-@router.post("/images", status_code=201)
+_ARCHIVE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The image archive: an OCI layout as a tar, an OCI archive, or the tar "
+        "`docker save` writes (optionally gzip-compressed).",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.post("/images", status_code=201, openapi_extra=_ARCHIVE_BODY)
 async def push_image(
     request: Request,
     services: ServicesDep,
