@@ -103,13 +103,14 @@ def push_repository(caller: Caller, ref: ImageRef) -> ImageRef:
         )
     namespace, sep, _ = ref.repository.partition("/")
     if not sep:
-        return ImageRef(repository=f"{caller.name}/{ref.repository}", tag=ref.tag)
-    if namespace == caller.name:
-        return ref
-    if namespace == OFFICIAL_NAMESPACE:
+        ref = ImageRef(repository=f"{caller.name}/{ref.repository}", tag=ref.tag)
+        namespace = caller.name
+    if namespace == OFFICIAL_NAMESPACE:  # before the caller's own: a user named "official"
         if caller.admin:
             return ref
         raise ValueError("only admins push official/… images; push it as your own and share it")
+    if namespace == caller.name:
+        return ref
     raise ValueError(
         f"you push into your own namespace: write {caller.name}/NAME:TAG, not {ref.repository}"
     )

@@ -234,6 +234,7 @@ class ImageCatalogue:
             with self.store.read() as session:
                 caller = self.policy.caller(session, actor)
             target = self._target(caller, wanted)
+            self._check_replace(caller, target)
             with tempfile.TemporaryDirectory(dir=self.upload_dir) as work:
                 image = read_archive(archive, Path(work), max_bytes=self.upload_max)
                 archive.unlink(missing_ok=True)
@@ -246,6 +247,19 @@ class ImageCatalogue:
                 return self._record(caller, target, digest, image.manifest.size, wanted)
         finally:
             archive.unlink(missing_ok=True)
+
+    def _check_replace(self, caller: Caller, target: ImageRef) -> None:
+        """Refuse, before its bytes are pushed, a push over another's catalogued image."""
+        with self.store.read() as session:
+            row = session.scalars(
+                select(ImageRow).where(
+                    ImageRow.repository == target.repository, ImageRow.tag == target.tag
+                )
+            ).first()
+            if row is not None and not may_change(caller, _entry(row)):
+                raise PermissionDenied(
+                    f"image {target} is {row.owner}'s: only its owner or an admin replaces it"
+                )
 
     def _access(self) -> RegistryAccess:
         if self.access is None:

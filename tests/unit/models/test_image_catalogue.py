@@ -103,3 +103,9 @@ def test_a_push_lands_in_the_callers_namespace(caller: Caller, name: str, lands:
 def test_a_push_elsewhere_is_refused_saying_where(name: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         push_repository(ALICE, ImageRef.parse(name))
+
+
+@pytest.mark.parametrize("name", ["official/pytorch:2.13", "pytorch:2.13"])
+def test_a_user_named_official_does_not_own_the_official_namespace(name: str) -> None:
+    with pytest.raises(ValueError, match="only admins push official"):
+        push_repository(Caller("official"), ImageRef.parse(name))
