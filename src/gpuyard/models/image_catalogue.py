@@ -103,7 +103,15 @@ def push_repository(caller: Caller, ref: ImageRef) -> ImageRef:
         )
     namespace, sep, _ = ref.repository.partition("/")
     if not sep:
-        ref = ImageRef(repository=f"{caller.name}/{ref.repository}", tag=ref.tag)
+        try:
+            ref = ImageRef.parse(f"{caller.name}/{ref.repository}:{ref.tag}")
+        except ValueError:
+            ref = ImageRef(repository="", registry="?")
+        if ref.registry is not None:  # not a name, or one that reads as a registry host
+            raise ValueError(
+                f"user name {caller.name!r} cannot name a repository (lowercase letters, digits "
+                "and separators only); an admin pushes the image for you"
+            )
         namespace = caller.name
     if namespace == OFFICIAL_NAMESPACE:  # before the caller's own: a user named "official"
         if caller.admin:

@@ -109,3 +109,8 @@ def test_a_push_elsewhere_is_refused_saying_where(name: str, says: str) -> None:
 def test_a_user_named_official_does_not_own_the_official_namespace(name: str) -> None:
     with pytest.raises(ValueError, match="only admins push official"):
         push_repository(Caller("official"), ImageRef.parse(name))
+
+
+def test_a_user_name_that_cannot_be_a_namespace_is_told_so() -> None:
+    with pytest.raises(ValueError, match="cannot name a repository"):
+        push_repository(Caller("Alice.Smith"), ImageRef.parse("x:1"))
