@@ -61,19 +61,28 @@ class PushRequest:
         self.visibility = visibility
 
 
-async def receive_upload(chunks: AsyncIterator[bytes], dest: Path, *, limit: int) -> None:
-    """Write an upload to ``dest`` as it arrives; past ``limit`` bytes it is refused (413)
-    and the partial file deleted, so an upload is never whole in memory nor unbounded."""
+def _too_large(limit: int) -> TooLarge:
+    return TooLarge(
+        f"the image archive is larger than {limit} bytes (GPUYARD_IMAGE_UPLOAD_MAX); push a "
+        "smaller image or ask an admin"
+    )
+
+
+async def receive_upload(
+    chunks: AsyncIterator[bytes], dest: Path, *, limit: int, declared: int | None = None
+) -> None:
+    """Write an upload to ``dest`` as it arrives; past ``limit`` bytes (or a ``declared``
+    Content-Length over it) it is refused (413) and the partial file deleted, so an upload
+    is never whole in memory nor unbounded."""
+    if declared is not None and declared > limit:
+        raise _too_large(limit)
     size = 0
     try:
         with dest.open("wb") as out:
             async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
-                    raise TooLarge(
-                        f"the image archive is larger than {limit} bytes "
-                        "(GPUYARD_IMAGE_UPLOAD_MAX); push a smaller image or ask an admin"
-                    )
+                    raise _too_large(limit)
                 await run_in_threadpool(out.write, chunk)
     except BaseException:
         dest.unlink(missing_ok=True)

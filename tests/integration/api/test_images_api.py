@@ -8,8 +8,10 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpuyard.errors import GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
@@ -152,7 +154,18 @@ def test_hostile_and_oversized_uploads_are_refused_and_nothing_is_recorded(
         info.size = UPLOAD_MAX + 1
         tar.addfile(info, io.BytesIO(os.urandom(info.size)))
     with pytest.raises(TooLarge, match="GPUYARD_IMAGE_UPLOAD_MAX"):
-        alice.push_image(big, "big:1")
+        alice.push_image(big, "big:1")  # its Content-Length says so: refused before reading
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused as the bytes arrive
+        for _ in range(4):
+            yield b"\0" * (UPLOAD_MAX // 2)
+
+    headers = {"Authorization": f"Bearer {alice.token}"}
+    streamed = httpx.post(
+        f"{alice.url}/api/v1/images", params={"name": "big:2"}, content=chunks(), headers=headers
+    )
+    assert streamed.status_code == 413, streamed.text
+    assert "GPUYARD_IMAGE_UPLOAD_MAX" in streamed.json()["detail"]
     assert alice.images() == []
     uploads = settings.home / "uploads"
     assert not uploads.exists() or list(uploads.iterdir()) == []

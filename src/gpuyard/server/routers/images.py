@@ -58,7 +58,9 @@ async def push_image(
     """Push an image: the body is an OCI layout as a tar, an OCI archive or a docker archive."""
     catalogue = services.images
     archive = catalogue.upload_path()
-    await receive_upload(request.stream(), archive, limit=catalogue.upload_max)
+    length = request.headers.get("content-length", "")
+    declared = int(length) if length.isdigit() else None
+    await receive_upload(request.stream(), archive, limit=catalogue.upload_max, declared=declared)
     wanted = PushRequest(
         name, scope=scope, accelerator=accelerator, description=description, visibility=visibility
     )
