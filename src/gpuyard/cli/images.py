@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -102,11 +103,11 @@ def images_show(name: NameArg, as_json: JsonOpt = False) -> None:
 
 @images_app.command("push")
 def images_push(
-    archive: Annotated[
-        Path,
+    source: Annotated[
+        str,
         typer.Argument(
-            help="An OCI layout directory, an OCI archive, or a docker archive (docker save).",
-            exists=True,
+            help="An OCI layout directory, an OCI archive, a docker archive (docker save), or "
+            "HOST/REPO:TAG of a registry the pool copies from."
         ),
     ],
     name: NameArg,
@@ -116,19 +117,39 @@ def images_push(
     visibility: Annotated[
         str | None, typer.Option(help="private (default), group, public; official for admins.")
     ] = None,
+    username: Annotated[
+        str | None, typer.Option(help="Your user name at the registry copied from.")
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read that registry's password from stdin.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Push an image into the pool's registry as yours (NAME:TAG lands at YOU/NAME:TAG)."""
     from gpuyard.cli.output import print_json
 
-    with _Archive(archive) as tar:
-        image = _client().push_image(
-            tar,
+    path = Path(source)
+    if path.exists():
+        with _Archive(path) as tar:
+            image = _client().push_image(
+                tar,
+                name,
+                scope=scope,
+                accelerator=accelerator,
+                description=description,
+                visibility=visibility,
+            )
+    else:
+        password = sys.stdin.readline().rstrip("\n") if password_stdin else None
+        image = _client().copy_image(
+            source,
             name,
             scope=scope,
             accelerator=accelerator,
             description=description,
             visibility=visibility,
+            username=username,
+            password=password,
         )
     if as_json:
         print_json(image)

@@ -581,6 +581,29 @@ class Client:
         )
         return ImageView.model_validate(response.json())
 
+    def copy_image(
+        self,
+        source: str,
+        name: str,
+        *,
+        scope: ImageScope | str = ImageScope.TRAINING,
+        accelerator: str = "",
+        description: str = "",
+        visibility: ImageVisibility | str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 3600.0,
+    ) -> ImageView:
+        """Push ``source`` (HOST/REPO:TAG of a registry the pool copies from) as ``name``;
+        ``username``/``password`` are that registry's, used for this copy only."""
+        body: dict[str, str | None] = {"source": source, "name": name, "scope": str(scope)}
+        body["accelerator"] = accelerator
+        body |= {"description": description, "username": username, "password": password}
+        if visibility:
+            body["visibility"] = str(visibility)
+        response = self._request("POST", "/images/copy", json=body, timeout=timeout)
+        return ImageView.model_validate(response.json())
+
     def share_image(self, name: str, visibility: ImageVisibility | str) -> ImageView:
         body = {"visibility": str(visibility)}
         response = self._request("POST", _image_path(name) + "/share", json=body)

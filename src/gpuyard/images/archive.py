@@ -36,7 +36,7 @@ from gpuyard.models.image import (
     parse_manifest,
 )
 
-__all__ = ["MAX_MEMBERS", "BadArchive", "LayoutImage", "read_archive"]
+__all__ = ["MAX_MEMBERS", "BadArchive", "LayoutImage", "check_layout", "read_archive"]
 
 MAX_MEMBERS = 10_000
 _MAX_JSON = 8 << 20
@@ -67,7 +67,7 @@ def read_archive(archive: Path, dest: Path, *, max_bytes: int) -> LayoutImage:
                 "manifest.json (docker save): upload one of those"
             )
         _docker_to_layout(dest)
-    return _check_layout(dest)
+    return check_layout(dest)
 
 
 def _member_path(member: tarfile.TarInfo) -> PurePosixPath | None:
@@ -207,7 +207,7 @@ def _check_blob(layout: Path, descriptor: Descriptor) -> Path:
     return path
 
 
-def _check_layout(layout: Path) -> LayoutImage:
+def check_layout(layout: Path) -> LayoutImage:
     """The first image of the layout, with every blob it names verified."""
     index = _json(layout / "index.json", "index.json")
     entries = index.get("manifests") if isinstance(index, dict) else None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from gpuyard.models.access import Caller
 from gpuyard.models.image import ImageRef
@@ -28,6 +28,7 @@ from gpuyard.models.image import ImageRef
 __all__ = [
     "OFFICIAL_NAMESPACE",
     "CatalogueEntry",
+    "ImageCopy",
     "ImageScope",
     "ImageShare",
     "ImageView",
@@ -147,3 +148,18 @@ class ImageShare(BaseModel):
     """A change of an image's visibility."""
 
     visibility: ImageVisibility
+
+
+class ImageCopy(BaseModel):
+    """A push of an image copied from another registry (one the pool's admin listed)."""
+
+    source: str = Field(max_length=512, description="HOST[:PORT]/REPO:TAG in that registry.")
+    name: str = Field(max_length=512, description="Where it lands, e.g. train:3 (yours).")
+    scope: ImageScope = ImageScope.TRAINING
+    accelerator: str = Field("", max_length=64)
+    description: str = Field("", max_length=2000)
+    visibility: ImageVisibility | None = None
+    username: str | None = Field(None, max_length=256, description="For that registry.")
+    password: SecretStr | None = Field(
+        None, max_length=4096, description="For that registry: used for this copy, never kept."
+    )

@@ -118,6 +118,8 @@ def _services(
         access=access,
         upload_dir=settings.home / "uploads",
         upload_max=settings.image_upload_max,
+        sources=settings.image_sources,
+        sources_ca=settings.image_sources_ca,
     )
     jobs = JobService(
         store,

@@ -19,13 +19,16 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.clock import Clock
 from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied, TooLarge
 from gpuyard.images.access import RegistryAccess
-from gpuyard.images.archive import read_archive
+from gpuyard.images.archive import LayoutImage, read_archive
+from gpuyard.images.copy import check_source, copy_to_layout
+from gpuyard.images.registry import Credentials, RegistryClient
 from gpuyard.models.access import Caller
 from gpuyard.models.actor import Actor
 from gpuyard.models.image import ImageRef
 from gpuyard.models.image_catalogue import (
     OFFICIAL_NAMESPACE,
     CatalogueEntry,
+    ImageCopy,
     ImageScope,
     ImageView,
     ImageVisibility,
@@ -137,6 +140,8 @@ class ImageCatalogue:
         access: RegistryAccess | None,
         upload_dir: Path,
         upload_max: int,
+        sources: list[str] | None = None,
+        sources_ca: Path | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -144,6 +149,9 @@ class ImageCatalogue:
         self.access = access
         self.upload_dir = upload_dir
         self.upload_max = upload_max
+        self.sources = list(sources or [])
+        """Registries images may be copied from (GPUYARD_IMAGE_SOURCES)."""
+        self.sources_ca = sources_ca
 
     # -- seeing ---------------------------------------------------------------------------
 
@@ -240,22 +248,57 @@ class ImageCatalogue:
         """Check ``archive``, push its image to the pool's registry under the caller's
         namespace and record it; the archive is deleted whatever happens."""
         try:
-            with self.store.read() as session:
-                caller = self.policy.caller(session, actor)
-            target = self._target(caller, wanted)
-            self._check_replace(caller, target)
+            caller, target = self._start(wanted, actor)
             with tempfile.TemporaryDirectory(dir=self.upload_dir) as work:
                 image = read_archive(archive, Path(work), max_bytes=self.upload_max)
                 archive.unlink(missing_ok=True)
-                with self._access().client() as client:
-                    digest = client.push(image.layout, target)
-            try:
-                return self._record(caller, target, digest, image.manifest.size, wanted)
-            except IntegrityError:
-                # A push of the same new name recorded it meanwhile: this one updates it.
-                return self._record(caller, target, digest, image.manifest.size, wanted)
+                return self._push_layout(caller, target, image, wanted)
         finally:
             archive.unlink(missing_ok=True)
+
+    def copy(self, wanted: ImageCopy, *, actor: str) -> ImageView:
+        """Copy ``wanted.source`` from a registry the admin listed, as :meth:`push` does an
+        archive; the credentials given reach that registry only and are not kept."""
+        source = _parse(wanted.source)
+        host = check_source(source, self.sources)
+        request = PushRequest(
+            wanted.name,
+            scope=wanted.scope,
+            accelerator=wanted.accelerator,
+            description=wanted.description,
+            visibility=wanted.visibility,
+        )
+        caller, target = self._start(request, actor)
+        password = wanted.password.get_secret_value() if wanted.password else ""
+        credentials = Credentials(wanted.username, password) if wanted.username else None
+        self.upload_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (
+            tempfile.TemporaryDirectory(dir=self.upload_dir) as work,
+            RegistryClient(
+                f"https://{host}", credentials=credentials, ca_file=self.sources_ca
+            ) as client,
+        ):
+            image = copy_to_layout(client, source, Path(work), max_bytes=self.upload_max)
+            return self._push_layout(caller, target, image, request)
+
+    def _start(self, wanted: PushRequest, actor: str) -> tuple[Caller, ImageRef]:
+        with self.store.read() as session:
+            caller = self.policy.caller(session, actor)
+        target = self._target(caller, wanted)
+        self._check_replace(caller, target)
+        return caller, target
+
+    def _push_layout(
+        self, caller: Caller, target: ImageRef, image: LayoutImage, wanted: PushRequest
+    ) -> ImageView:
+        with self._access().client() as client:
+            digest = client.push(image.layout, target)
+        size = image.manifest.size
+        try:
+            return self._record(caller, target, digest, size, wanted)
+        except IntegrityError:
+            # A push of the same new name recorded it meanwhile: this one updates it.
+            return self._record(caller, target, digest, size, wanted)
 
     def _check_replace(self, caller: Caller, target: ImageRef) -> None:
         """Refuse, before its bytes are pushed, a push over another's catalogued image."""

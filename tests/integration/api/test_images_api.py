@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from gpuyard.errors import GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
+from gpuyard.models.image import ImageRef
 from gpuyard.models.image_catalogue import ImageVisibility
 from gpuyard.models.job import JobSpec
 from gpuyard.settings import Settings
@@ -52,7 +53,13 @@ def settings(tmp_path: Path, registry: TestRegistry) -> Settings:
         registry_user="alice",
         registry_password=registry.users["alice"],
         image_upload_max=UPLOAD_MAX,
+        image_sources=[_host(registry)],
+        image_sources_ca=registry.ca_file,
     )
+
+
+def _host(registry: TestRegistry) -> str:
+    return httpx.URL(registry.url).netloc.decode()
 
 
 def _same_answer(hidden: GpuyardError, missing: GpuyardError, name: str, other: str) -> None:
@@ -169,3 +176,36 @@ def test_hostile_and_oversized_uploads_are_refused_and_nothing_is_recorded(
     assert alice.images() == []
     uploads = settings.home / "uploads"
     assert not uploads.exists() or list(uploads.iterdir()) == []
+
+
+def test_an_image_is_copied_from_a_listed_registry_with_credentials_not_kept(
+    as_user: AsUser, registry: TestRegistry, archives: dict[str, Path], tmp_path: Path
+) -> None:
+    """The source registry is the test registry itself, read as bob: the copy lands in
+    alice's namespace with the same layers; a host not listed is never contacted."""
+    layout = tmp_path / "source"
+    layers = [tar_layer([("etc/source", b"copied\n")])]
+    write_layout(layout, layers, architecture=NODE_ARCH)
+    with registry.client("bob") as client:
+        client.push(layout, ImageRef.parse("ext/src:1"))
+        source = client.image(ImageRef.parse("ext/src:1")).manifest
+    alice = as_user("alice")  # type: ignore[operator]
+    host = _host(registry)
+    password = registry.users["bob"]
+    copied = alice.copy_image(f"{host}/ext/src:1", "copy:1", username="bob", password=password)
+    assert (copied.name, copied.owner, copied.visibility) == ("alice/copy:1", "alice", "private")
+    with registry.client("alice") as client:
+        landed = client.image(ImageRef.parse("alice/copy:1"))
+    assert landed.digest == copied.digest
+    assert landed.manifest.layers == source.layers and copied.size == source.size
+    job = alice.submit(JobSpec(command="true", image="alice/copy:1"))
+    assert job.spec.image == f"alice/copy:1@{copied.digest}"
+
+    with pytest.raises(GpuyardError) as refused:
+        alice.copy_image(f"{host}/ext/src:1", "copy:2", username="bob", password="wrong-pw")
+    assert refused.value.status_code == 403 and "wrong-pw" not in refused.value.detail
+    with pytest.raises(InvalidSpec, match="not one this pool copies images from"):
+        alice.copy_image("elsewhere.example:5000/x:1", "copy:3")
+    with pytest.raises(InvalidSpec, match="names no registry host"):
+        alice.copy_image("ext/src:1", "copy:4")
+    assert [i.name for i in alice.images()] == ["alice/copy:1"]

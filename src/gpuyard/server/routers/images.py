@@ -12,7 +12,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from gpuyard.models.image_catalogue import ImageScope, ImageShare, ImageView, ImageVisibility
+from gpuyard.models.image_catalogue import (
+    ImageCopy,
+    ImageScope,
+    ImageShare,
+    ImageView,
+    ImageVisibility,
+)
 from gpuyard.server.deps import ServicesDep, UserDep
 from gpuyard.services.image_catalogue import PushRequest, receive_upload
 
@@ -65,6 +71,12 @@ async def push_image(
         name, scope=scope, accelerator=accelerator, description=description, visibility=visibility
     )
     return await run_in_threadpool(catalogue.push, archive, wanted, actor=user)
+
+
+@router.post("/images/copy", status_code=201)
+def copy_image(wanted: ImageCopy, services: ServicesDep, user: UserDep) -> ImageView:
+    """Push an image copied from another registry (one the pool's admin listed)."""
+    return services.images.copy(wanted, actor=user)
 
 
 @router.post("/images/{name:path}/share")
