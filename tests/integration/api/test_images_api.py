@@ -19,6 +19,7 @@ from gpuyard.models.image import ImageRef
 from gpuyard.models.image_catalogue import ImageVisibility
 from gpuyard.models.job import JobSpec
 from gpuyard.settings import Settings
+from gpuyard.testing.auth import AsUser
 from gpuyard.testing.registry import (
     NODE_ARCH,
     TestRegistry,
@@ -28,7 +29,6 @@ from gpuyard.testing.registry import (
     write_layout,
 )
 
-AsUser = "Callable[..., Client]"
 UPLOAD_MAX = 1 << 20
 
 
@@ -70,8 +70,8 @@ def _same_answer(hidden: GpuyardError, missing: GpuyardError, name: str, other: 
 def test_a_private_image_is_hidden_as_a_missing_one_until_shared(
     as_user: AsUser, archives: dict[str, Path]
 ) -> None:
-    alice = as_user("alice", group="lab")  # type: ignore[operator]
-    bob = as_user("bob", group="ops")  # type: ignore[operator]
+    alice = as_user("alice", group="lab")
+    bob = as_user("bob", group="ops")
     pushed = alice.push_image(archives["oci"], "x:1", description="a test image")
     assert (pushed.name, pushed.owner, pushed.visibility) == ("alice/x:1", "alice", "private")
     assert pushed.digest.startswith("sha256:") and pushed.size > 0
@@ -116,9 +116,9 @@ def test_a_private_image_is_hidden_as_a_missing_one_until_shared(
 def test_group_visibility_reaches_the_owners_group(
     as_user: AsUser, archives: dict[str, Path]
 ) -> None:
-    alice = as_user("alice", group="lab")  # type: ignore[operator]
-    gina = as_user("gina", group="lab")  # type: ignore[operator]
-    otto = as_user("otto", group="ops")  # type: ignore[operator]
+    alice = as_user("alice", group="lab")
+    gina = as_user("gina", group="lab")
+    otto = as_user("otto", group="ops")
     alice.push_image(archives["oci"], "alice/team:2", visibility="group", scope="development")
     assert [i.name for i in gina.images()] == ["alice/team:2"]
     assert gina.images(scope="training") == []
@@ -128,8 +128,8 @@ def test_group_visibility_reaches_the_owners_group(
 def test_a_docker_archive_is_pushed_and_official_images_are_for_admins(
     as_user: AsUser, archives: dict[str, Path]
 ) -> None:
-    alice = as_user("alice")  # type: ignore[operator]
-    admin = as_user("ada", admin=True)  # type: ignore[operator]
+    alice = as_user("alice")
+    admin = as_user("ada", admin=True)
     with pytest.raises(InvalidSpec, match="only admins push official"):
         alice.push_image(archives["docker"], "official/x:1")
     with pytest.raises(InvalidSpec, match="write alice/NAME:TAG, not bob/x"):
@@ -147,7 +147,7 @@ def test_a_docker_archive_is_pushed_and_official_images_are_for_admins(
 def test_hostile_and_oversized_uploads_are_refused_and_nothing_is_recorded(
     as_user: AsUser, tmp_path: Path, settings: Settings
 ) -> None:
-    alice = as_user("alice")  # type: ignore[operator]
+    alice = as_user("alice")
     evil = tmp_path / "evil.tar"
     with tarfile.open(evil, "w") as tar:
         info = tarfile.TarInfo("../../escape")
@@ -189,7 +189,7 @@ def test_an_image_is_copied_from_a_listed_registry_with_credentials_not_kept(
     with registry.client("bob") as client:
         client.push(layout, ImageRef.parse("ext/src:1"))
         source = client.image(ImageRef.parse("ext/src:1")).manifest
-    alice = as_user("alice")  # type: ignore[operator]
+    alice = as_user("alice")
     host = _host(registry)
     password = registry.users["bob"]
     copied = alice.copy_image(f"{host}/ext/src:1", "copy:1", username="bob", password=password)
