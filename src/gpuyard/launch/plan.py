@@ -46,6 +46,7 @@ from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slo
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
+    Bind,
     File,
     Tools,
     WorkerImage,
@@ -540,6 +541,21 @@ def _job_env(w: _Worker, base_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _worker_image(spec: JobSpec) -> WorkerImage | None:
+    """The image the job's workers run in, with its mounts and which of the job's variables
+    give way to the image's own (docs/images.md, "Mounts and environment in the image")."""
+    if spec.image is None:
+        return None
+    over = spec.env_over_image
+    return WorkerImage(
+        spec.image,
+        shm_size=spec.shm_size,
+        workdir=spec.workdir,
+        mounts=tuple(Bind(m.target, m.source, m.readonly) for m in spec.container_mounts),
+        weak_env=frozenset() if over is None else frozenset(spec.env).difference(over),
+    )
+
+
 def _torch_parts(w: _Worker, parts: _ModeParts) -> None:
     """A torch job's Python command under the torch launcher, one process per slot."""
     wrapped = wrap_python(
@@ -655,7 +671,5 @@ def plan_worker(
         primary=seat.role.primary,
         limits=seat.member.need,
         run_as=ctx.run_as,
-        image=None
-        if spec.image is None
-        else WorkerImage(spec.image, shm_size=spec.shm_size, workdir=spec.workdir),
+        image=_worker_image(spec),
     )

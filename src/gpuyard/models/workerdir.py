@@ -267,6 +267,11 @@ class ImageSpec(_Record):
     devices present on the host), at the same path; no other device is there."""
     driver: list[InsidePath] = Field(default_factory=list)
     """Host paths (the GPU driver's user-space libraries) mounted read-only at the same path."""
+    links: list[tuple[Annotated[str, Field(min_length=1, max_length=4096)], InsidePath]] = Field(
+        default_factory=list
+    )
+    """(target, link): links made in the image where it has none (the driver's, from its CDI
+    spec: ``libcuda.so.1`` to the versioned file)."""
 
 
 class AccountSpec(_Record):

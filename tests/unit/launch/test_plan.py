@@ -571,3 +571,20 @@ def test_a_job_in_an_image_keeps_its_image_and_not_the_nodes_paths() -> None:
     launch = plan(spec)
     assert launch.env["PATH"] == "/opt/bin" and launch.image.workdir == "/srv"
     assert plan(JobSpec(command="x")).image is None
+
+
+def test_a_jobs_container_mounts_and_the_variables_that_give_way_to_the_images() -> None:
+    spec = JobSpec(
+        command="x",
+        image="team/train:3",
+        env={"PATH": "/host/bin", "WANDB_MODE": "offline"},
+        container_mounts=[{"source": "/data", "target": "/mnt/data", "readonly": True}],
+        env_over_image=["WANDB_MODE"],
+    )
+    image = plan(spec).image
+    assert image is not None
+    assert image.mounts == (Bind("/mnt/data", "/data", True),)
+    # The image's PATH wins over the submitter's; the name given overrides the image's.
+    assert image.weak_env == frozenset({"PATH"})
+    everything = plan(spec.model_copy(update={"env_over_image": None})).image
+    assert everything is not None and everything.weak_env == frozenset()

@@ -7,16 +7,25 @@ key), so a running worker's image is never evicted; the pin goes when the worker
 
 from __future__ import annotations
 
+import logging
 import threading
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from gpuyard.images.access import RegistryAccess
 from gpuyard.images.cache import CachedImage, ImageCache
 from gpuyard.images.registry import RegistryClient
+from gpuyard.models.cdi import CDI_DIRS, CdiError, CdiSpec, parse_cdi
 from gpuyard.models.image import ImageRef
 from gpuyard.models.worker import WorkerKey
 
-__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "shm_size"]
+__all__ = ["DEFAULT_SHM", "NodeImages", "holder", "load_cdi", "shm_size"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHM = 1 << 30
 """A worker's /dev/shm in an image when its job names no size and it has no memory limit."""
@@ -42,6 +51,8 @@ class NodeImages:
 
     cache: ImageCache
     access: RegistryAccess
+    driver: CdiSpec | None = None
+    """The host's GPU driver as its CDI spec lists it (None: no spec on this node)."""
 
     def __post_init__(self) -> None:
         self._client: RegistryClient | None = None
@@ -51,6 +62,28 @@ class NodeImages:
         """The image ``ref`` names, pulled if this node lacks it, pinned for worker ``key``
         (a pinned reference already here asks the registry nothing)."""
         return self.cache.acquire(self._registry(), ImageRef.parse(ref), holder=holder(key))
+
+    def pull(self, ref: str, *, pulling: Callable[[], None]) -> int:
+        """Have the image ``ref`` names here before any worker asks for it; the bytes it
+        takes once pulled, or 0 when this call did not pull it (it was here, or another
+        request pulled it meanwhile). ``pulling`` is called first by the request that pulls.
+        Pinned only while it is pulled: the workers pin it themselves."""
+        parsed = ImageRef.parse(ref)
+        if self.cache.holds(parsed):
+            return 0
+        pulled = False
+
+        def started() -> None:
+            nonlocal pulled
+            pulled = True
+            pulling()
+
+        holder = f"pull-{uuid.uuid4().hex}"
+        cached = self.cache.acquire(self._registry(), parsed, holder=holder, pulling=started)
+        try:
+            return self.cache.image_bytes(cached.digest) if pulled else 0
+        finally:
+            self.cache.release(cached.digest, holder=holder)
 
     def release(self, digest: str, key: WorkerKey) -> None:
         self.cache.release(digest, holder=holder(key))
@@ -66,3 +99,20 @@ class NodeImages:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+def load_cdi(directories: Sequence[str] = CDI_DIRS) -> CdiSpec | None:
+    """The first CDI spec of NVIDIA GPUs in ``directories`` (files in name order); a spec that
+    cannot be read is logged and skipped."""
+    for directory in directories:
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            try:
+                return parse_cdi(yaml.safe_load(path.read_text()))
+            except (OSError, yaml.YAMLError, CdiError) as exc:
+                log.warning("CDI spec %s not used: %s", path, exc)
+    return None

@@ -283,6 +283,12 @@ class RayExecutor:
 
     # -- launch ------------------------------------------------------------------------------
 
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        raise LaunchError(
+            f"node {node} cannot pull image {ref}: the Ray executor's nodes cannot run jobs "
+            "in images yet (docs/images.md)"
+        )
+
     def launch(self, request: WorkerLaunch) -> Handle:
         node_id = self._node_id(request.node)
         agent = self._agent(node_id)
