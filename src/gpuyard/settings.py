@@ -184,6 +184,22 @@ class Settings(BaseSettings):
         description="Bytes of images each node keeps (unpacked); past them the least recently "
         "used image no worker runs in is evicted.",
     )
+    image_upload_max: int = Field(
+        16 << 30,
+        ge=1 << 20,
+        description="Bytes an image archive uploaded with `gpuyard images push` may have, and "
+        "may unpack to; a larger upload is refused (413) as it arrives.",
+    )
+    image_sources: list[str] = Field(
+        default_factory=list,
+        description="Registries (host[:port]) users may copy images from with `gpuyard images "
+        "push HOST/REPO:TAG NAME`; the server connects only to these (empty: no copying).",
+    )
+    image_sources_ca: Path | None = Field(
+        None,
+        description="The CA certificates (PEM) those registries are checked with "
+        "(default: the system's).",
+    )
     log_max: int = Field(
         64 << 20,
         ge=1 << 20,

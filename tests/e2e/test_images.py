@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -168,3 +172,57 @@ def test_a_job_waits_for_a_registry_that_went_away_then_fails_after_the_timeout(
     assert "GPUYARD_IMAGE_PULL_TIMEOUT" in ended["reason"]
     kinds = [e["kind"] for e in pool.cli_json("events", str(job["id"]))]
     assert "image" in kinds
+
+
+def _as_user(pool: ServerProcess, name: str, home: Path) -> Callable[..., CompletedProcess[str]]:
+    """The CLI of user ``name`` (made by the pool's admin), on a machine of its own."""
+    pool.cli("users", "add", name)
+    token = json.loads(pool.cli("tokens", "create", name, "--json").stdout)["token"]
+    env = {
+        **{k: v for k, v in pool.env.items() if k != "GPUYARD_HOME"},
+        "GPUYARD_HOME": str(home),
+        "GPUYARD_URL": pool.url,
+        "GPUYARD_TOKEN": token,
+    }
+
+    def run(*args: str) -> CompletedProcess[str]:
+        command = [sys.executable, "-m", "gpuyard", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+    return run
+
+
+def test_another_users_private_image_is_a_404_until_shared(
+    pool_factory: type[ServerProcess], tmp_path: Path, registry: TestRegistry, image: PushedImage
+) -> None:
+    """Issue 26's acceptance: alice pushes a private image with `gpuyard images push`; bob's
+    `images show` and `submit --image` get word for word what a missing image gets; once alice
+    shares it, bob's job runs in it."""
+    pool = _pool(pool_factory, tmp_path / "home", registry)
+    alice = _as_user(pool, "alice", tmp_path / "alice")
+    bob = _as_user(pool, "bob", tmp_path / "bob")
+    pushed = alice("images", "push", str(image.layout), "x:1", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    assert json.loads(pushed.stdout)["name"] == "alice/x:1"
+    assert "alice/x:1" in alice("images", "ls").stdout
+
+    def refusals(*args: str) -> tuple[str, str]:
+        """bob's stderr for ``args`` naming alice's image, and naming a missing one."""
+        answers = []
+        for name in ("alice/x:1", "alice/none:1"):
+            done = bob(*(name if a == "NAME" else a for a in args))
+            assert done.returncode != 0, done.stdout
+            answers.append(done.stderr.replace(name, "NAME"))
+        return answers[0], answers[1]
+
+    shown, shown_missing = refusals("images", "show", "NAME")
+    assert shown == shown_missing and "is not in the catalogue" in shown
+    submitted, submitted_missing = refusals("submit", "--image", "NAME", "--", "true")
+    assert submitted == submitted_missing and "is not in the pool's registry" in submitted
+    assert "alice/x:1" not in bob("images", "ls").stdout
+
+    assert alice("images", "share", "alice/x:1", "public").returncode == 0
+    job = json.loads(bob("submit", "--json", "--image", "alice/x:1", "--", "cat motd").stdout)
+    assert job["spec"]["image"] == f"alice/x:1@{image.digest}"
+    pool.cli("wait", str(job["id"]))
+    assert bob("logs", str(job["id"])).stdout == "hello from the image\n"

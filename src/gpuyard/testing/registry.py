@@ -42,6 +42,8 @@ __all__ = [
     "PushedImage",
     "TestRegistry",
     "busybox_layer",
+    "docker_archive",
+    "layout_archive",
     "registry_server",
     "tar_layer",
     "unavailable_reason",
@@ -200,3 +202,42 @@ def write_layout(
     }
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
     return str(entry["digest"])
+
+
+def layout_archive(layout: Path, dest: Path) -> Path:
+    """``layout`` as one tar (an OCI archive), at ``dest``."""
+    with tarfile.open(dest, "w") as tar:
+        for path in sorted(layout.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(layout)), recursive=False)
+    return dest
+
+
+def docker_archive(dest: Path, layers: Sequence[bytes], *, architecture: str) -> Path:
+    """What ``docker save`` writes for an image of gzip ``layers`` (stored uncompressed, one
+    ``<n>/layer.tar`` each, with ``manifest.json`` and the config), at ``dest``."""
+    plain = [gzip.decompress(layer) for layer in layers]
+    config = {
+        "architecture": architecture,
+        "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": ["sha256:" + hashlib.sha256(p).hexdigest() for p in plain],
+        },
+    }
+    files = {"config.json": json.dumps(config).encode()}
+    files.update({f"{n}/layer.tar": data for n, data in enumerate(plain)})
+    manifest = [
+        {
+            "Config": "config.json",
+            "RepoTags": ["x:1"],
+            "Layers": [f"{n}/layer.tar" for n in range(len(plain))],
+        }
+    ]
+    files["manifest.json"] = json.dumps(manifest).encode()
+    with tarfile.open(dest, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dest

@@ -31,7 +31,7 @@ NODES = [
 class _AlreadyPinned(ImagePinner):
     """The tests' references name their digest already: nothing to ask a registry."""
 
-    def pinned(self, specs: Sequence[JobSpec]) -> list[JobSpec]:
+    def pinned(self, specs: Sequence[JobSpec], *, owner: str) -> list[JobSpec]:
         return list(specs)
 
 
@@ -45,7 +45,10 @@ class Pool:
         )
         self.controller.register_nodes()
         self.jobs = JobService(
-            store, clock=clock, notify=self.controller.notify, images=_AlreadyPinned(None)
+            store,
+            clock=clock,
+            notify=self.controller.notify,
+            images=_AlreadyPinned(None, lambda _user, _ref: True),
         )
         ensure_ops(store)
 
