@@ -64,3 +64,18 @@ def test_the_images_page_shows_what_the_caller_may_use(
     mine = web.get("/images").text
     assert _names(mine) == ["alice/mine:1", "alice/shared:1", "official/base:1"]
     assert "&lt;b&gt;x&lt;/b&gt;" in mine and "<b>x</b>" not in mine
+
+
+def test_the_job_forms_image_picker_offers_the_training_images_the_caller_may_use(
+    web: httpx.Client, store: Store, token_for: TokenFor
+) -> None:
+    _add(store, "alice/mine:1", "alice", ImageVisibility.PRIVATE, description="<i>y</i>")
+    _add(store, "alice/dev:1", "alice", ImageVisibility.PUBLIC, scope=ImageScope.DEVELOPMENT)
+    _add(store, "official/base:1", "root", ImageVisibility.OFFICIAL, accelerator="H200")
+    assert web.post("/login", data={"token": token_for("bob"), "next": "/jobs/new"}).is_redirect
+    offered = re.findall(r'<option value="([^"]+)">', web.get("/jobs/new").text)
+    assert offered == ["official/base:1"]  # not alice's private one, not a development image
+    assert web.post("/login", data={"token": token_for("alice"), "next": "/jobs/new"}).is_redirect
+    form = web.get("/jobs/new").text
+    assert re.findall(r'<option value="([^"]+)">', form) == ["alice/mine:1", "official/base:1"]
+    assert "&lt;i&gt;y&lt;/i&gt;" in form and "<i>y</i>" not in form
