@@ -63,11 +63,14 @@ class ImagePinner:
             )
         self.access.check_own(ref)
         missing = InvalidSpec(f"image {ref} is not in the pool's registry: check its name and tag")
-        if not self.may_use(owner, ref):
-            raise missing  # another user's private image: the same answer as a missing one
         try:
             with self.access.client() as client:
-                return client.resolve(ref)
+                digest = client.resolve(ref)
         except (ImageNotFound, Unauthorized):
             # The same answer for an image that is not there and one the pool may not read.
             raise missing from None
+        # Asked after the registry, so that another user's private image is refused as a
+        # missing one is, in words and in time (a registry round trip either way).
+        if not self.may_use(owner, ref):
+            raise missing
+        return digest
