@@ -15,6 +15,7 @@ from platformdirs import user_config_dir, user_data_dir
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpuyard.models.cdi import CDI_DIRS
 from gpuyard.models.environment import parse_allowlist
 from gpuyard.models.node import Network
 from gpuyard.models.sandbox import (
@@ -24,7 +25,10 @@ from gpuyard.models.sandbox import (
 )
 from gpuyard.models.worker import RunAs
 
-__all__ = ["Settings"]
+__all__ = ["LOCAL_REGISTRY", "Settings"]
+
+LOCAL_REGISTRY = "local"
+"""``GPUYARD_REGISTRY`` that asks `gpuyard up` to run the pool's own registry."""
 
 
 def _default_home() -> Path:
@@ -147,7 +151,16 @@ class Settings(BaseSettings):
     registry: str | None = Field(
         None,
         description="The URL of the pool's OCI image registry (https://host:port), where the "
-        "images jobs name live (docs/images.md). None: jobs cannot name an image.",
+        "images jobs name live (docs/images.md). 'local': `gpuyard up` runs the pool's own "
+        "(Debian's docker-registry on 127.0.0.1, TLS, the pool's credential; its files under "
+        "<home>/registry). None: jobs cannot name an image.",
+    )
+    registry_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="The port of the pool's own registry (GPUYARD_REGISTRY=local); 0: a free "
+        "one at each start.",
     )
     registry_ca: Path | None = Field(
         None, description="The CA certificate (PEM) the registry's TLS certificate is checked with."
@@ -158,11 +171,34 @@ class Settings(BaseSettings):
     registry_password: SecretStr | None = Field(
         None, description="The password or token of registry_user; never logged or shown."
     )
+    image_pull_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a starting job waits for its image's registry to answer (tried "
+        "again every few seconds, the job's reason saying why) before it fails "
+        "(docs/images.md#pulling).",
+    )
     image_cache_max: int = Field(
         100 << 30,
         ge=64 << 20,
         description="Bytes of images each node keeps (unpacked); past them the least recently "
         "used image no worker runs in is evicted.",
+    )
+    image_upload_max: int = Field(
+        16 << 30,
+        ge=1 << 20,
+        description="Bytes an image archive uploaded with `gpuyard images push` may have, and "
+        "may unpack to; a larger upload is refused (413) as it arrives.",
+    )
+    image_sources: list[str] = Field(
+        default_factory=list,
+        description="Registries (host[:port]) users may copy images from with `gpuyard images "
+        "push HOST/REPO:TAG NAME`; the server connects only to these (empty: no copying).",
+    )
+    image_sources_ca: Path | None = Field(
+        None,
+        description="The CA certificates (PEM) those registries are checked with "
+        "(default: the system's).",
     )
     log_max: int = Field(
         64 << 20,
@@ -302,6 +338,12 @@ class Settings(BaseSettings):
         description="Device files every GPU job needs (comma-separated); hidden from jobs "
         "given no GPU.",
     )
+    gpu_cdi_dirs: Annotated[tuple[str, ...], NoDecode] = Field(
+        CDI_DIRS,
+        description="Where each node looks for the CDI spec of its GPUs (comma-separated; "
+        "`nvidia-ctk cdi generate` writes one): a GPU job in an image gets the driver's "
+        "libraries and tools it lists (docs/images.md).",
+    )
     run_as: RunAs = Field(
         RunAs.OWNER,
         description="Which OS account runs jobs: 'owner' runs each job as its owner's account "
@@ -311,7 +353,7 @@ class Settings(BaseSettings):
         "'pool' and says so once at start (docs/security.md).",
     )
 
-    @field_validator("job_env_allow", "gpu_shared_device_files", mode="before")
+    @field_validator("job_env_allow", "gpu_shared_device_files", "gpu_cdi_dirs", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return parse_allowlist(value) if isinstance(value, str) else value

@@ -27,6 +27,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.controller.alerts import WebhookAlerts
@@ -34,17 +35,22 @@ from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
-from gpuyard.executors.local.node_images import NodeImages
-from gpuyard.images.cache import ImageCache
+from gpuyard.executors.local.node_images import ImagesConfig, NodeImages
+from gpuyard.images.local_registry import (
+    SupervisedRegistry,
+    free_port,
+    missing_tools,
+    pool_registry_files,
+)
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
 from gpuyard.private_files import write_private
-from gpuyard.server.app import create_app, registry_access
+from gpuyard.server.app import create_app
 from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
-from gpuyard.settings import Settings
+from gpuyard.settings import LOCAL_REGISTRY, Settings
 from gpuyard.store.engine import Store
 
 __all__ = [
@@ -52,6 +58,7 @@ __all__ = [
     "ensure_owner_token",
     "launch_config",
     "make_executor",
+    "own_registry",
     "read_server_file",
     "run_as",
     "run_server",
@@ -150,7 +157,9 @@ def launch_config(
     )
     if who is None:
         who, _warning = run_as(settings, euid=os.geteuid() if euid is None else euid)
-    return LaunchConfig(mpi=mpi, network=network, run_as=who)
+    return LaunchConfig(
+        mpi=mpi, network=network, run_as=who, image_pull_timeout=settings.image_pull_timeout
+    )
 
 
 def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _url: None) -> None:
@@ -159,41 +168,81 @@ def run_server(settings: Settings, *, on_ready: Callable[[str], None] = lambda _
     # Python's default 5 ms switch interval it waits behind a busy controller pass that long
     # each time. 1 ms cut the p99 of submissions during a burst (bench/control_plane.py).
     sys.setswitchinterval(SWITCH_INTERVAL)
-    with server_lock(settings.home):
-        reserve = DiskReserve(settings.home, settings.disk_reserve)
-        reserve.start()
-        store = _open_store(settings, reserve)
-        tls = check_exposure(settings)
-        sock, url = _listen(settings, tls=tls)
-        executor = make_executor(settings)
-        _log_isolation(executor)
-        clock = SystemClock()
-        controller = _make_controller(settings, store, executor, clock=clock, url=url)
-        app = create_app(
-            settings,
-            store=store,
-            executor=executor,
-            clock=clock,
-            notify=controller.notify,
-            controller_health=controller.health,
-            plan_shell=controller.lifecycle.hold.plan_shell,
-            disk_health=reserve.state,
+    with server_lock(settings.home), own_registry(settings) as serving:
+        _serve(serving, on_ready, own=settings.registry == LOCAL_REGISTRY)
+
+
+def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) -> None:
+    """Run the pool on ``settings`` (``own``: its registry is the pool's own, whose URL
+    ``server.json`` records for those who push to it)."""
+    reserve = DiskReserve(settings.home, settings.disk_reserve)
+    reserve.start()
+    store = _open_store(settings, reserve)
+    tls = check_exposure(settings)
+    sock, url = _listen(settings, tls=tls)
+    executor = make_executor(settings)
+    _log_isolation(executor)
+    clock = SystemClock()
+    controller = _make_controller(settings, store, executor, clock=clock, url=url)
+    app = create_app(
+        settings,
+        store=store,
+        executor=executor,
+        clock=clock,
+        notify=controller.notify,
+        controller_health=controller.health,
+        plan_shell=controller.lifecycle.hold.plan_shell,
+        disk_health=reserve.state,
+    )
+    ensure_owner_token(settings, app.state.services.tokens)
+    controller.start()
+    own_url = settings.registry if own else None
+    _write_server_file(
+        settings.server_file,
+        {"url": url, "pid": os.getpid(), "started_at": time.time(), "registry": own_url},
+    )
+    server = uvicorn.Server(_uvicorn_config(app, settings, tls=tls))
+    on_ready(url)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        controller.stop()
+        executor.close()
+        store.close()
+        reserve.stop()
+        _remove_server_file(settings)
+
+
+@contextlib.contextmanager
+def own_registry(settings: Settings) -> Iterator[Settings]:
+    """The settings as they are, or, with ``GPUYARD_REGISTRY=local``, with the pool's own
+    registry run for as long as this lasts (docs/images.md#the-pools-own-registry): its URL,
+    CA and the pool's credential filled in."""
+    if settings.registry != LOCAL_REGISTRY:
+        yield settings
+        return
+    if missing := missing_tools():
+        raise InvalidSpec(
+            f"GPUYARD_REGISTRY=local runs Debian's docker-registry, but {', '.join(missing)} "
+            "is missing: install it (apt-get install, or `make setup`), or name a registry"
         )
-        ensure_owner_token(settings, app.state.services.tokens)
-        controller.start()
-        _write_server_file(
-            settings.server_file, {"url": url, "pid": os.getpid(), "started_at": time.time()}
+    files = pool_registry_files(settings.home, port=settings.registry_port or free_port())
+    registry = SupervisedRegistry(
+        files.config, url=files.url, ca_file=files.ca_file, log_file=files.directory / "log"
+    )
+    registry.start()
+    log.info("the pool's own registry serves at %s (pid %s)", files.url, registry.pid)
+    try:
+        yield settings.model_copy(
+            update={
+                "registry": files.url,
+                "registry_ca": files.ca_file,
+                "registry_user": files.user,
+                "registry_password": SecretStr(files.password),
+            }
         )
-        server = uvicorn.Server(_uvicorn_config(app, settings, tls=tls))
-        on_ready(url)
-        try:
-            server.run(sockets=[sock])
-        finally:
-            controller.stop()
-            executor.close()
-            store.close()
-            reserve.stop()
-            _remove_server_file(settings)
+    finally:
+        registry.stop()
 
 
 def _open_store(settings: Settings, reserve: DiskReserve) -> Store:
@@ -302,6 +351,7 @@ def make_executor(settings: Settings) -> Executor:
             namespace=settings.ray_namespace,
             node_home=str(settings.ray_node_home or settings.home / "node"),
             interface=settings.ray_interface,
+            images=images_config(settings),
         )
     return LocalExecutor(
         settings.home,
@@ -326,11 +376,23 @@ def make_executor(settings: Settings) -> Executor:
 def _node_images(settings: Settings) -> NodeImages | None:
     """This machine's image cache (``<home>/images``) and the registry it pulls from; None
     when the pool has no registry."""
-    access = registry_access(settings)
-    if access is None:
+    config = images_config(settings)
+    return None if config is None else config.node_images(settings.home)
+
+
+def images_config(settings: Settings) -> ImagesConfig | None:
+    """What a node needs to run jobs in images, from the pool's settings (None: no registry)."""
+    if not settings.registry:
         return None
-    cache = ImageCache(settings.home / "images", max_bytes=settings.image_cache_max)
-    return NodeImages(cache, access)
+    password = settings.registry_password
+    return ImagesConfig(
+        url=settings.registry,
+        ca_pem=settings.registry_ca.read_text() if settings.registry_ca else None,
+        user=settings.registry_user,
+        password=password.get_secret_value() if password is not None else None,
+        cache_max=settings.image_cache_max,
+        cdi_dirs=tuple(settings.gpu_cdi_dirs),
+    )
 
 
 OWNER_TOKEN_LIFE = 366 * 86400.0

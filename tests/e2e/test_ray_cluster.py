@@ -22,7 +22,9 @@ from typing import Any
 import psutil
 import pytest
 
+from gpuyard.models.image import ImageRef
 from gpuyard.testing.process import ServerProcess
+from gpuyard.testing.registry import NODE_ARCH, TestRegistry, busybox_layer, write_layout
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
@@ -34,7 +36,10 @@ ENDED = {"succeeded", "failed", "stopped", "expired"}
 
 @pytest.fixture(scope="module")
 def ray_pool(
-    ray_cluster: Any, ray_agents: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+    ray_cluster: Any,
+    ray_agents: tuple[str, Path],
+    registry: TestRegistry,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
     ray_cluster.ensure_nodes()
     home = tmp_path_factory.mktemp("raypool") / "home"
@@ -50,6 +55,10 @@ def ray_pool(
             "GPUYARD_RAY_NODE_HOME": str(node_home),
             "GPUYARD_RAY_INTERFACE": "lo",
             "GPUYARD_INSPECT_INTERVAL": "0",
+            "GPUYARD_REGISTRY": registry.url,
+            "GPUYARD_REGISTRY_CA": str(registry.ca_file),
+            "GPUYARD_REGISTRY_USER": "alice",
+            "GPUYARD_REGISTRY_PASSWORD": registry.users["alice"],
         },
     ).start(timeout=90)
     yield pool
@@ -264,3 +273,26 @@ def test_a_batch_job_runs_its_sub_tasks_on_ray_nodes(
     for rank, worker in enumerate(done["workers"]):
         log = ray_pool.cli("logs", str(job["id"]), "--worker", str(rank)).stdout
         assert f"task {rank} on {worker['node']}" in log, log
+
+
+def test_a_job_in_an_image_runs_on_ray_nodes_pulled_by_their_agents(
+    ray_pool: ServerProcess, registry: TestRegistry, tmp_path: Path
+) -> None:
+    write_layout(tmp_path, [busybox_layer()], architecture=NODE_ARCH)
+    with registry.client("alice") as client:
+        client.push(tmp_path, ImageRef.parse("alice/ray-busybox:1"))
+    job = ray_pool.cli_json(
+        "submit", "--image", "alice/ray-busybox:1", "--nodes", "2", "--gpus", "1", "--cpus", "1",
+        "--", "sh -c 'cat /etc/os-release; echo rank $GPUYARD_NODE_RANK'",
+    )  # fmt: skip
+    done = ray_pool.wait_status(job["id"], ENDED, 120)
+    assert done["status"] == "succeeded", done
+    assert len({w["node"] for w in done["workers"]}) == 2
+    for worker in range(2):
+        log = ray_pool.cli("logs", str(job["id"]), "--worker", str(worker)).stdout
+        assert log.splitlines()[0] == "ID=gpuyard-test"  # the image's, on a Ray node
+        assert log.splitlines()[-1] == f"rank {worker}"
+    pulls = [
+        e["reason"] for e in ray_pool.cli_json("events", str(job["id"])) if e["kind"] == "image"
+    ]
+    assert any(p.startswith("pulled image alice/ray-busybox:1@sha256:") for p in pulls), pulls

@@ -305,8 +305,8 @@ def ls(
         print_json(page)
         return
     page = scrubbed(page)  # names and reasons are others' text: no escapes reach the terminal
-    headers = ("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE")
-    rows = [
+    headers: tuple[str, ...] = ("ID", "NAME", "STATUS", "PRIO", "OWNER", "NODES", "GPUS", "AGE")
+    rows: list[tuple[str, ...]] = [
         (
             str(job.id),
             job.name,
@@ -316,9 +316,14 @@ def ls(
             _nodes_text(job),
             str(job.spec.resources.gpus * job.spec.nodes) if job.spec else "?",
             age(job.created_at),
+            _image_text(job),
         )
         for job in page.items
     ]
+    if any(row[-1] for row in rows):  # the column only where some job runs in an image
+        headers += ("IMAGE",)
+    else:
+        rows = [row[:-1] for row in rows]
     out = console()
     # One line per job: the reason gets the width the other columns leave, cut short if it
     # must be (`gpuyard show` has all of it); the other columns are never squeezed.
@@ -336,6 +341,15 @@ def ls(
     out.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}" if page.items else "0"
     out.print(f"[dim]{shown} of {page.total}[/]")
+
+
+def _image_text(job: JobView) -> str:
+    """The job's image for a listing (``show`` prints its pinned digest)."""
+    from gpuyard.models.image import ImageRef
+
+    if job.spec is None or job.spec.image is None:
+        return ""
+    return ImageRef.parse(job.spec.image).short
 
 
 def show(job_id: int, as_json: JsonOpt = False) -> None:

@@ -9,6 +9,7 @@ import typer
 from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
+from gpuyard.cli import images as images_cli
 from gpuyard.cli import job_exec as exec_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import server as server_cli
@@ -28,6 +29,7 @@ exec_cli.register(app)
 server_cli.register(app)
 admin_cli.register(app)
 access_cli.register(app)
+images_cli.register(app)
 simulate_cli.register(app)
 slurm_cli.register(app)
 top_cli.register(app)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -39,6 +39,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.models.image_catalogue import ImageScope, ImageView, ImageVisibility
 from gpuyard.models.job_query import JobQuery
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
@@ -538,6 +539,81 @@ class Client:
         body = _given(group=group, role=role, share=share, os_user=os_user)
         return UserView.model_validate(self._request("PATCH", f"/users/{name}", json=body).json())
 
+    # -- images -----------------------------------------------------------------------------
+
+    def images(
+        self, *, scope: ImageScope | str | None = None, accelerator: str | None = None
+    ) -> list[ImageView]:
+        """The catalogue's images you may see (docs/images.md)."""
+        params = {k: str(v) for k, v in (("scope", scope), ("accelerator", accelerator)) if v}
+        found = self._request("GET", "/images", params=params).json()
+        return [ImageView.model_validate(i) for i in found]
+
+    def image(self, name: str) -> ImageView:
+        return ImageView.model_validate(self._request("GET", _image_path(name)).json())
+
+    def push_image(
+        self,
+        archive: Path,
+        name: str,
+        *,
+        scope: ImageScope | str = ImageScope.TRAINING,
+        accelerator: str = "",
+        description: str = "",
+        visibility: ImageVisibility | str | None = None,
+        timeout: float = 3600.0,
+    ) -> ImageView:
+        """Push ``archive`` (an OCI layout tar, OCI archive or ``docker save`` tar) as
+        ``name``; it is streamed from disk, never read whole."""
+        params = {"name": name, "scope": str(scope), "accelerator": accelerator}
+        params["description"] = description
+        if visibility:
+            params["visibility"] = str(visibility)
+        headers = {"Content-Type": "application/octet-stream"}
+        headers["Content-Length"] = str(archive.stat().st_size)
+        response = self._request(
+            "POST",
+            "/images",
+            params=params,
+            content=_file_chunks(archive),
+            headers=headers,
+            timeout=timeout,
+        )
+        return ImageView.model_validate(response.json())
+
+    def copy_image(
+        self,
+        source: str,
+        name: str,
+        *,
+        scope: ImageScope | str = ImageScope.TRAINING,
+        accelerator: str = "",
+        description: str = "",
+        visibility: ImageVisibility | str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 3600.0,
+    ) -> ImageView:
+        """Push ``source`` (HOST/REPO:TAG of a registry the pool copies from) as ``name``;
+        ``username``/``password`` are that registry's, used for this copy only."""
+        body: dict[str, str | None] = {"source": source, "name": name, "scope": str(scope)}
+        body["accelerator"] = accelerator
+        body |= {"description": description, "username": username, "password": password}
+        if visibility:
+            body["visibility"] = str(visibility)
+        response = self._request("POST", "/images/copy", json=body, timeout=timeout)
+        return ImageView.model_validate(response.json())
+
+    def share_image(self, name: str, visibility: ImageVisibility | str) -> ImageView:
+        body = {"visibility": str(visibility)}
+        response = self._request("POST", _image_path(name) + "/share", json=body)
+        return ImageView.model_validate(response.json())
+
+    def delete_image(self, name: str) -> None:
+        self._request("DELETE", _image_path(name))
+
+    # -- accounts ---------------------------------------------------------------------------
+
     def groups(self) -> list[GroupView]:
         return [GroupView.model_validate(g) for g in self._request("GET", "/groups").json()]
 
@@ -646,3 +722,13 @@ def _raise_for_error(response: httpx.Response) -> None:
         detail, code, extra = response.text or response.reason_phrase, "", {}
     cls = error_for_code(code) if code else GpuyardError
     raise cls(detail, extra=extra)
+
+
+def _image_path(name: str) -> str:
+    return "/images/" + quote(name, safe="/:@")
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as data:
+        while chunk := data.read(1 << 20):
+            yield chunk

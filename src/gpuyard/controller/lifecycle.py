@@ -32,6 +32,7 @@ from sqlalchemy import select, update
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec, worker_rows
 from gpuyard.controller.hold import Hold
+from gpuyard.controller.pulls import ImagePulls, PullWaiting
 from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
 from gpuyard.controller.suspension import Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, Verdict, WorkerFacts, settle
@@ -87,6 +88,8 @@ class LaunchConfig:
     run_as: RunAs = RunAs.POOL
     """Whose OS account runs the workers. The composition root sets OWNER from the setting
     when the pool can switch users (it runs as root); tests of the loop keep the pool's."""
+    image_pull_timeout: float = 600.0
+    """Seconds a job waits for its image's registry before it fails (docs/images.md#pulling)."""
 
 
 class Lifecycle:
@@ -115,6 +118,7 @@ class Lifecycle:
         self._backstop_kills: set[int] = set()
         """Workers this controller SIGKILLed itself (to record the event once)."""
         self.suspender = Suspender(store, executor, clock, self)
+        self.pulls = ImagePulls(store, executor, clock, timeout=launch_config.image_pull_timeout)
         self.hold = Hold(
             store,
             executor,
@@ -170,6 +174,14 @@ class Lifecycle:
             run_as = self._account(job)
         except AccountRefused as exc:
             refused = str(exc)  # the job fails with it, as if its first worker had
+        if spec.image is not None and not refused:
+            try:
+                self._pull(job, spec.image, workers)
+            except PullWaiting:
+                return  # tried again once the pulls say it is due
+            except LaunchError as exc:
+                self._launched(job, workers, {}, (_first_unlaunched(workers), str(exc)))
+                return
         ctx = self._context(job, placement, run_as)
         handles: dict[int, Handle] = {}
         failure: tuple[WorkerRow, str] | None = None
@@ -200,6 +212,12 @@ class Lifecycle:
             self._record_handles(workers, handles)
             raise
         self._launched(job, workers, handles, failure)
+
+    def _pull(self, job: JobRow, image: str, workers: list[WorkerRow]) -> None:
+        """The job's image on each node of its workers still to launch (a node check runs
+        on the node itself, outside any image, and needs none)."""
+        nodes = [w.node for w in workers if w.handle is None and not is_check(w)]
+        self.pulls.pull(job, image, nodes)
 
     def _context(self, job: JobRow, placement: list[Slot], run_as: str | None) -> JobContext:
         """What the launch of a worker of the job's current attempt needs beyond its spec."""
@@ -624,3 +642,8 @@ def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -
     if status.signal:
         return f"{who} was ended by {status.signal} (exit code {code})"
     return f"{who} exited with code {code}"
+
+
+def _first_unlaunched(workers: list[WorkerRow]) -> WorkerRow:
+    """The worker a job's failure to start is recorded against."""
+    return next((w for w in workers if w.handle is None and not is_check(w)), workers[0])

@@ -499,7 +499,8 @@ class Controller:
         if self.launcher.claimed(job.id):
             return  # being launched: looked at again once that is done
         if job.state is JobState.STARTING and any(w.handle is None for w in workers):
-            self.launcher.submit([job.id])  # launched beside the loop, not in it
+            if self.lifecycle.pulls.due(job):  # not while its image waits for its registry
+                self.launcher.submit([job.id])  # launched beside the loop, not in it
             return
         if self.errors.exhausted(job.id):
             self._give_up(job, workers)

@@ -30,11 +30,17 @@ from gpuyard.models.worker import (
     WorkerStatus,
 )
 
-__all__ = ["Executor", "LaunchError", "Terminal"]
+__all__ = ["Executor", "LaunchDeferred", "LaunchError", "Terminal"]
 
 
 class LaunchError(Exception):
     """A worker could not be launched; the message says why."""
+
+
+class LaunchDeferred(LaunchError):
+    """A worker cannot be launched yet, for a reason that may pass (its image's registry
+    cannot be reached): its job waits with the message as its reason and is tried again,
+    failing only once the admin's timeout has passed (docs/images.md#pulling)."""
 
 
 class Terminal(Protocol):
@@ -70,6 +76,13 @@ class Executor(Protocol):
 
     def job_dir(self, job_id: int) -> str:
         """The job's directory (outputs, checkpoints) as workers see it."""
+        ...
+
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        """Have ``node`` hold the image ``ref`` (a pinned reference) before its workers
+        start: calls ``pulling`` first when it must be pulled, and returns the bytes it
+        pulled (0: it was already there). Raises :class:`LaunchDeferred` while its registry
+        cannot be reached, :class:`LaunchError` when the image cannot be had at all."""
         ...
 
     def launch(self, request: WorkerLaunch) -> Handle: ...

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuyard.executors.base import LaunchError
+from gpuyard.executors.base import LaunchDeferred, LaunchError
 from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.usage import NodeUsage, WorkerUsage
@@ -85,6 +85,14 @@ class FakeExecutor:
         """Seconds ``inspect`` takes (an agent that answers late)."""
         self.nodes_used: dict[str, NodeUsage] = {}
         """What ``node_usage`` reports (:meth:`use_node`)."""
+        self.images: dict[tuple[str, str], int] = {}
+        """The images each node holds, by (node, reference): their size in bytes."""
+        self.image_size = 1 << 20
+        """What a pull of an image the node lacks pulls."""
+        self.registry_down = ""
+        """While set, a pull of an image a node lacks is deferred with it as the reason."""
+        self.pulls: list[tuple[str, str]] = []
+        """Each pull asked of a node that lacked the image, in order."""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[NodeInfo]:
@@ -98,6 +106,16 @@ class FakeExecutor:
 
     def job_dir(self, job_id: int) -> str:
         return f"/fake/jobs/{job_id}"
+
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        if (node, ref) in self.images:
+            return 0
+        pulling()
+        self.pulls.append((node, ref))
+        if self.registry_down:
+            raise LaunchDeferred(f"cannot pull image {ref} on {node}: {self.registry_down}")
+        self.images[node, ref] = self.image_size
+        return self.image_size
 
     def launch(self, request: WorkerLaunch) -> Handle:
         self.before_launch(request)

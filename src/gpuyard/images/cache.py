@@ -115,9 +115,18 @@ class ImageCache:
 
     # -- getting an image ------------------------------------------------------------------
 
-    def acquire(self, client: RegistryClient, ref: ImageRef, *, holder: str) -> CachedImage:
+    def acquire(
+        self,
+        client: RegistryClient,
+        ref: ImageRef,
+        *,
+        holder: str,
+        pulling: Callable[[], None] = lambda: None,
+    ) -> CachedImage:
         """The image ``ref`` names, pulled if missing, pinned for ``holder`` until
-        ``release``. A pinned reference found in the cache needs no registry at all."""
+        ``release``. A pinned reference found in the cache needs no registry at all.
+        ``pulling`` is called by the one request that pulls it, before it downloads (the
+        others wait for that pull and find the image built)."""
         _holder(holder)
         resolved: ResolvedImage | None = None
         if ref.digest and self._built(ref.digest):
@@ -128,6 +137,7 @@ class ImageCache:
         with _flock(self.root / "locks" / f"{_hex(digest)}.lock"):
             if not self._pin_if_built(digest, holder):
                 pinned = ref.pinned(digest)
+                pulling()
                 self._pull(client, pinned, resolved or client.image(pinned))
                 if not self._pin_if_built(digest, holder):
                     raise ImageTooLarge(
@@ -144,6 +154,19 @@ class ImageCache:
         except FileNotFoundError:
             raise KeyError(digest) from None
         return CachedImage(digest, directory / "rootfs", ImageConfig.from_json(meta["config"]))
+
+    def holds(self, ref: ImageRef) -> bool:
+        """Whether the image a pinned ``ref`` names is built here (a tag alone: False, as
+        only the registry can say which image it names now)."""
+        return ref.digest is not None and self._built(ref.digest)
+
+    def image_bytes(self, digest: str) -> int:
+        """The bytes a built image's root filesystem takes (``KeyError`` if not here)."""
+        try:
+            meta = json.loads((self._image_dir(digest) / "meta.json").read_text())
+        except FileNotFoundError:
+            raise KeyError(digest) from None
+        return int(meta["bytes"])
 
     def release(self, digest: str, *, holder: str) -> None:
         """Drop ``holder``'s pin; the image stays cached, evictable once no pin is left."""

@@ -46,6 +46,7 @@ from gpuyard.models.job import JobMode, JobSpec, JobType, MpiImplementation, Slo
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.worker import (
     PREEMPT_SIGNAL,
+    Bind,
     File,
     Tools,
     WorkerImage,
@@ -556,6 +557,26 @@ def _job_env(w: _Worker, base_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _worker_image(spec: JobSpec, env: dict[str, str]) -> WorkerImage | None:
+    """The image the job's workers run in, with its mounts and which of the job's variables
+    give way to the image's own (docs/images.md, "Mounts and environment in the image").
+    The ``PATH`` entries the launch added to ``env`` (its own directories) move to the image's
+    ``path``, to go before the image's ``PATH``, not instead of it, unless the job sets
+    ``PATH`` itself (then the job's, with them first, is the whole)."""
+    if spec.image is None:
+        return None
+    over = spec.env_over_image
+    path = () if "PATH" in spec.env else tuple(p for p in env.pop("PATH", "").split(":") if p)
+    return WorkerImage(
+        spec.image,
+        shm_size=spec.shm_size,
+        workdir=spec.workdir,
+        path=path,
+        mounts=tuple(Bind(m.target, m.source, m.readonly) for m in spec.container_mounts),
+        weak_env=frozenset() if over is None else frozenset(spec.env).difference(over),
+    )
+
+
 def _torch_parts(w: _Worker, parts: _ModeParts) -> None:
     """A torch job's Python command under the torch launcher, one process per slot."""
     wrapped = wrap_python(
@@ -657,7 +678,7 @@ def plan_worker(
     env.update(parts.env)
     env.update(contract_env(w, workspace=workspace, outputs=outputs))
     argv = parts.argv or parts.command.render(env)
-    image = _image(spec, env)
+    image = _worker_image(spec, env)
     return WorkerLaunch(
         key=WorkerKey(ctx.job_id, ctx.attempt, rank),
         node=w.slot.node,
@@ -674,13 +695,3 @@ def plan_worker(
         run_as=ctx.run_as,
         image=image,
     )
-
-
-def _image(spec: JobSpec, env: dict[str, str]) -> WorkerImage | None:
-    """The worker's image; in an image, the ``PATH`` entries the launch added (its own
-    directories) go before the image's ``PATH``, not instead of it, unless the job sets
-    ``PATH`` itself (then the job's, with them first, is the whole)."""
-    if spec.image is None:
-        return None
-    path = () if "PATH" in spec.env else tuple(p for p in env.pop("PATH", "").split(":") if p)
-    return WorkerImage(spec.image, shm_size=spec.shm_size, workdir=spec.workdir, path=path)

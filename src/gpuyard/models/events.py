@@ -51,6 +51,9 @@ class EventKind(StrEnum):
     """An entry was added to its fault-tolerance log."""
     DIAGNOSIS = "diagnosis"
     """A diagnosis of why it failed."""
+    IMAGE = "image"
+    """Its image is being pulled on a node, was pulled (size and time), or waits for its
+    registry (docs/images.md#pulling)."""
     GPU_XID = "gpu_xid"
     """A GPU it runs on reported an Xid error."""
 

@@ -170,6 +170,13 @@ class ImageRef:
         """What goes after ``/manifests/`` in the registry API: the digest if pinned."""
         return self.digest or self.tag or "latest"
 
+    @property
+    def short(self) -> str:
+        """For a listing: the name and tag, or the name and the digest's first 12 digits."""
+        if self.tag:
+            return f"{self.name}:{self.tag}"
+        return f"{self.name}@{(self.digest or '')[:19]}"
+
     def __str__(self) -> str:
         text = self.name
         if self.tag:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -167,6 +168,31 @@ class Mount(BaseModel):
     @classmethod
     def _absolute_path(cls, value: str) -> str:
         return _absolute(value, "a mount path")
+
+
+class ContainerMount(BaseModel):
+    """A host path bind-mounted at a path of the job's image (Slurm's pyxis
+    ``--container-mounts``; docs/images.md, "Mounts in the image")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(max_length=MAX_PATH, description="Absolute host path to mount.")
+    target: str = Field(max_length=MAX_PATH, description="Absolute path inside the image.")
+    readonly: bool = Field(False, description="Mount read-only.")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute_paths(cls, value: str) -> str:
+        return _absolute(value, "a container mount path")
+
+    @field_validator("target")
+    @classmethod
+    def _not_the_root(cls, value: str) -> str:
+        if posixpath.normpath(value) == "/" or ".." in value.split("/"):
+            raise ValueError(
+                f"a container mount goes below the image's root, without '..' (got {value!r})"
+            )
+        return value
 
 
 class Mounts(BaseModel):
@@ -410,6 +436,18 @@ class JobSpec(BaseModel):
         "and NCCL need more than a container's usual 64M); 0: half of the worker's memory "
         "limit, 1G without one. Only with an image.",
     )
+    container_mounts: list[ContainerMount] = Field(
+        default_factory=list,
+        max_length=MAX_MOUNTS,
+        description="Only with an image: host paths bind-mounted at paths of the image.",
+    )
+    env_over_image: list[str] | None = Field(
+        None,
+        max_length=MAX_ENV,
+        description="Only with an image: which of `env` override the image's own ENV. "
+        "Omitted: all of them; a list (sbatch --container-env): only these, the image's "
+        "values win for the others (Slurm's pyxis).",
+    )
     slurm: SlurmBatch | None = Field(
         None, description="mode slurm only: the batch script and what sbatch was told."
     )
@@ -479,7 +517,21 @@ class JobSpec(BaseModel):
             )
         self._check_elastic()
         self._check_slurm()
+        self._check_image()
         return self
+
+    def _check_image(self) -> None:
+        if self.image is not None:
+            return
+        for name, given in (
+            ("container_mounts", self.container_mounts),
+            ("env_over_image", self.env_over_image is not None),
+            ("shm_size", self.shm_size),
+        ):
+            if given:
+                raise ValueError(
+                    f"{name}: only a job in an image has it; give the job an image or remove it"
+                )
 
     def _check_slurm(self) -> None:
         if (self.mode is JobMode.SLURM) != (self.slurm is not None):
@@ -555,6 +607,17 @@ class JobSpec(BaseModel):
                 "in a file the job reads)"
             )
         for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name; use letters, digits and '_', "
+                    "not starting with a digit"
+                )
+        return value
+
+    @field_validator("env_over_image")
+    @classmethod
+    def _over_names(cls, value: list[str] | None) -> list[str] | None:
+        for key in value or []:
             if not _ENV_NAME.match(key):
                 raise ValueError(
                     f"{key!r} is not an environment variable name; use letters, digits and '_', "

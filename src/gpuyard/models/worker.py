@@ -112,6 +112,13 @@ class WorkerRole(StrEnum):
         """Whether this worker's exit decides the job."""
         return self in (WorkerRole.WORKER, WorkerRole.LAUNCHER)
 
+    @property
+    def runs_job_command(self) -> bool:
+        """Whether this worker runs the job's own command: in an image, only such a worker
+        gets the image's ENTRYPOINT in front (a command run in a held job, or a shell, is
+        entered as ``docker exec`` enters a container: without it)."""
+        return self in (WorkerRole.WORKER, WorkerRole.LAUNCHER, WorkerRole.PS)
+
 
 Handle = dict[str, Any]
 
@@ -186,6 +193,11 @@ class WorkerImage:
     path: tuple[str, ...] = ()
     """gpuyard's own directories (the mpirun shim's, the Slurm commands'), to go before the
     image's ``PATH`` when the job sets none (the launch cannot know the image's)."""
+    mounts: tuple[Bind, ...] = ()
+    """Host paths bind-mounted at paths of the image (``target``: inside the image)."""
+    weak_env: frozenset[str] = frozenset()
+    """Names of the job's own variables whose value the image's ``Env`` replaces when it
+    sets them (sbatch's pyxis default; empty: the job's values win)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,6 +271,11 @@ class ImageSpec(_Record):
     """The pool's own files its in-job tools need (its ``gpuyard`` package), opened as root
     (the pool's installation may be in a home the job's account cannot enter) and mounted
     read-only whatever ``readonly`` says."""
+    links: list[tuple[Annotated[str, Field(min_length=1, max_length=4096)], InsidePath]] = Field(
+        default_factory=list
+    )
+    """(target, link): links made in the image where it has none (the driver's, from its CDI
+    spec: ``libcuda.so.1`` to the versioned file)."""
 
 
 class AccountSpec(_Record):

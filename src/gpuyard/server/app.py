@@ -19,6 +19,7 @@ from gpuyard.server.routers import (
     accounts,
     auth,
     health,
+    images,
     job_exec,
     jobs,
     metrics,
@@ -29,6 +30,7 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.images import ImagePinner
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
@@ -108,6 +110,17 @@ def _services(
     policy = Policy(store, clock, audit, admin_exec=settings.admin_exec)
     accounts = _account_service(settings, store, clock=clock, notify=notify, policy=policy)
     on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
+    access = registry_access(settings)
+    catalogue = ImageCatalogue(
+        store,
+        clock=clock,
+        policy=policy,
+        access=access,
+        upload_dir=settings.home / "uploads",
+        upload_max=settings.image_upload_max,
+        sources=settings.image_sources,
+        sources_ca=settings.image_sources_ca,
+    )
     jobs = JobService(
         store,
         clock=clock,
@@ -115,7 +128,7 @@ def _services(
         on_delete=on_delete,
         accounts=accounts,
         policy=policy,
-        images=ImagePinner(registry_access(settings)),
+        images=ImagePinner(access, catalogue.may_use),
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     return Services(
@@ -139,6 +152,7 @@ def _services(
         ),
         search=JobSearch(store, policy),
         slurm_steps=SlurmStepService(store, executor, policy),
+        images=catalogue,
     )
 
 
@@ -176,6 +190,6 @@ def _install_routes(app: FastAPI) -> None:
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage):
+    for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage, images):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")

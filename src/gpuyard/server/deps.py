@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, SignedIn, TokenService
+from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -51,6 +52,7 @@ class Services:
     shells: ShellService
     search: JobSearch
     slurm_steps: SlurmStepService
+    images: ImageCatalogue
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

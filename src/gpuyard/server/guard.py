@@ -3,7 +3,9 @@ route fails unexpectedly.
 
 :class:`RequestGuard` is a plain ASGI middleware:
 
-- a request body larger than :data:`MAX_BODY` is refused with 413 before it is read whole;
+- a request body larger than :data:`MAX_BODY` is refused with 413 before it is read whole
+  (except on :data:`STREAMED` routes, which stream their body to disk under a cap of their
+  own: an image upload);
 - a JSON body is read strictly: no ``NaN``/``Infinity``, no duplicate keys, at most
   :data:`MAX_DEPTH` levels, no string with a NUL character or an unpaired surrogate (neither
   can be stored, passed to a process or printed), no integer outside 64 bits (the databases'
@@ -26,7 +28,7 @@ from urllib.parse import parse_qsl
 from gpuyard.errors import StorageFull
 from gpuyard.store.full import is_storage_full
 
-__all__ = ["MAX_BODY", "RequestGuard", "check_value"]
+__all__ = ["MAX_BODY", "STREAMED", "RequestGuard", "check_value"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 4 * 1024 * 1024
 """Bytes a request body may have (a batch of 5,000 typical specs is about 1 MiB)."""
+STREAMED = frozenset({("POST", "/api/v1/images")})
+"""Routes whose body this guard passes on unread: they stream it to disk and cap it
+themselves (``GPUYARD_IMAGE_UPLOAD_MAX``)."""
 MAX_DEPTH = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
 FULL = "the pool's storage is full, so nothing was changed; it works again once space is freed"
@@ -145,7 +150,8 @@ class RequestGuard:
 
         try:
             refused = self._check_query(scope)
-            if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            streamed = (scope["method"], scope.get("path")) in STREAMED
+            if refused is None and scope["method"] in ("POST", "PUT", "PATCH") and not streamed:
                 refused, receive = await self._check_body(scope, receive)
             if refused is not None:
                 await _answer(send, *refused)

@@ -80,7 +80,7 @@ class JobService:
         images: ImagePinner | None = None,
     ) -> None:
         self.store = store
-        self.images = images or ImagePinner(None)
+        self.images = images or ImagePinner(None, lambda _user, _ref: False)
         """Pins each submitted job's image to its digest (a call to the pool's registry)."""
         self.clock = clock
         self.notify = notify
@@ -132,7 +132,7 @@ class JobService:
             raise InvalidSpec(
                 f"{len(specs)} jobs in one request; submit at most {MAX_BATCH} at a time"
             )
-        specs = self.images.pinned(specs)
+        specs = self.images.pinned(specs, owner=owner)
         return self._intake.submit(_Submission(tuple(specs), owner, self.clock.now()))
 
     def _notify_all(self) -> None:

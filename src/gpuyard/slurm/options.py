@@ -125,6 +125,21 @@ _OPTIONS: dict[str, tuple[str | None, bool]] = {
     "bbf": (None, True),
     "cpu-freq": (None, True),
     "ignore-pbs": (None, False),
+    # pyxis (NVIDIA's container plugin for Slurm): docs/slurm.md, "Containers"
+    "container-image": (None, True),
+    "container-mounts": (None, True),
+    "container-workdir": (None, True),
+    "container-env": (None, True),
+    "container-name": (None, True),
+    "container-save": (None, True),
+    "container-mount-home": (None, False),
+    "no-container-mount-home": (None, False),
+    "container-remap-root": (None, False),
+    "no-container-remap-root": (None, False),
+    "container-entrypoint": (None, False),
+    "no-container-entrypoint": (None, False),
+    "container-writable": (None, False),
+    "container-readonly": (None, False),
 }
 _SHORT = {short: long for long, (short, _) in _OPTIONS.items() if short}
 _ALIASES = {"tasks-per-node": "ntasks-per-node", "cpu_bind": "cpu-bind", "mem_bind": "mem-bind"}
@@ -179,6 +194,10 @@ KEPT = frozenset(
         "cpus-per-gpu",
         "ntasks-per-gpu",
         "priority",
+        "no-container-mount-home",
+        "no-container-remap-root",
+        "container-entrypoint",
+        "container-writable",
     }
 )
 """Options kept with the job and without effect here: they cannot change what it computes."""
@@ -199,6 +218,15 @@ REFUSED = {
     "input": "a batch job reads no standard input here; remove --input",
     "gres": "",
     "ntasks-per-gpu": "",
+    "container-name": "named containers are not kept between steps here; the job's own "
+    "writable layer lasts as long as each worker",
+    "container-save": "saving a container is not supported; push an image with "
+    "`gpuyard images push`",
+    "container-mount-home": "the home directory is not mounted into images here; mount it "
+    "with --container-mounts=$HOME",
+    "container-remap-root": "jobs run as their owner inside images, never as root",
+    "no-container-entrypoint": "the image's ENTRYPOINT always runs here (docs/images.md)",
+    "container-readonly": "the image's root is writable here, in a layer of the worker's own",
 }
 """Options refused with the reason (an empty reason: refused only for some values)."""
 

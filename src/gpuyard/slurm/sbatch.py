@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuyard.hostlist import expand_hostlist
+from gpuyard.slurm.containers import container_fields
 from gpuyard.slurm.options import (
     KEPT,
     REFUSED,
@@ -402,11 +403,25 @@ def build_specs(
         **({"max_runtime": max_runtime} if max_runtime is not None else {}),
     }
     spec |= _placement(pool=pool, node_names=node_names, excluded=excluded, priority=priority)
+    spec |= _container(options, cwd)
     if "dependency" in values:
         spec["after"] = parse_dependency(values["dependency"])
     if "hold" in values:
         spec["hold"] = True
     return [spec] if array is None else _array_specs(spec, slurm, array)
+
+
+def _container(options: SbatchOptions, cwd: str) -> dict[str, Any]:
+    """The image the job runs in (pyxis's options): one for the whole job."""
+    fields = container_fields(options.values, cwd)
+    for component in options.components[1:]:
+        given = any(name.startswith("container-") for name in component)
+        if given and container_fields(component, cwd) != fields:
+            raise OptionError(
+                "--container-*: a heterogeneous job runs in one image; give its container "
+                "options on the first component only"
+            )
+    return fields
 
 
 def _array_specs(

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from gpuyard.models.accounts import TokenKind
+from gpuyard.models.image_catalogue import ImageScope, ImageVisibility
 from gpuyard.models.job import JobSpec
 from gpuyard.models.node import NodeState
 from gpuyard.models.request import JobRequest
@@ -37,6 +38,7 @@ __all__ = [
     "EventRow",
     "FaultRow",
     "GroupRow",
+    "ImageRow",
     "JobRow",
     "NodeRow",
     "NodeUsageRow",
@@ -512,6 +514,34 @@ class TokenRow(Base):
     __table_args__ = (
         Index("ix_api_tokens_user", "user_name"),
         Index("ix_api_tokens_parent", "parent_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class ImageRow(Base):
+    """An image of the catalogue: a repository and tag of the pool's registry pushed through
+    the pool, whose visibility says who may see and run it (models/image_catalogue.py)."""
+
+    __tablename__ = "images"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repository: Mapped[str] = mapped_column(String(255))
+    tag: Mapped[str] = mapped_column(String(128))
+    digest: Mapped[str] = mapped_column(String(71))
+    owner: Mapped[str] = mapped_column(String(64))
+    group_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """The id of the owner's group when it was pushed: who ``group`` visibility reaches."""
+    visibility: Mapped[ImageVisibility] = mapped_column(EnumText(ImageVisibility))
+    scope: Mapped[ImageScope] = mapped_column(EnumText(ImageScope))
+    accelerator: Mapped[str] = mapped_column(String(64), default="")
+    description: Mapped[str] = mapped_column(Text, default="")
+    size: Mapped[int] = mapped_column(BigInteger)
+    pushed_by: Mapped[str] = mapped_column(String(64))
+    pushed_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ux_images_name", "repository", "tag", unique=True),
+        Index("ix_images_digest", "digest"),
         {"sqlite_autoincrement": True},
     )
 

@@ -1,10 +1,10 @@
 """A throwaway OCI registry for tests, and small images built from local files.
 
 Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1 and a free port, with a
-self-signed certificate (``openssl``), bcrypt htpasswd for two users (``htpasswd -B``) and
-storage in a temporary directory: nothing anonymous, as the pool's own registry. The images
-are OCI image layouts written here from a busybox-static rootfs with a distinctive
-``/etc/os-release``, so tests need no internet. ``make setup`` installs the three packages.
+self-signed certificate, bcrypt htpasswd for two users and storage in a temporary directory:
+nothing anonymous, set up as the pool's own registry is (:mod:`gpuyard.images.local_registry`).
+The images are OCI image layouts written here from a busybox-static rootfs with a distinctive
+``/etc/os-release``, so tests need no internet. ``make setup`` installs the packages.
 """
 
 from __future__ import annotations
@@ -16,19 +16,22 @@ import io
 import json
 import platform
 import shutil
-import socket
-import ssl
 import subprocess
 import tarfile
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from gpuyard.images.local_registry import (
+    free_port,
+    make_certificate,
+    missing_tools,
+    wait_ready,
+    write_config,
+    write_htpasswd,
+)
 from gpuyard.images.registry import Credentials, RegistryClient
 from gpuyard.models.image import ImageRef, MediaType, go_architecture
 
@@ -40,6 +43,8 @@ __all__ = [
     "PushedImage",
     "TestRegistry",
     "busybox_layer",
+    "docker_archive",
+    "layout_archive",
     "registry_server",
     "tar_layer",
     "unavailable_reason",
@@ -49,19 +54,13 @@ __all__ = [
 
 OS_RELEASE = b'ID=gpuyard-test\nPRETTY_NAME="gpuyard test image (busybox)"\n'
 BUSYBOX = Path("/bin/busybox")
-_TOOLS = {
-    "docker-registry": "docker-registry",
-    "htpasswd": "apache2-utils",
-    "openssl": "openssl",
-    "busybox": "busybox-static",
-}
 NODE_ARCH = go_architecture(platform.machine())
 USERS = {"alice": "alice-secret-1", "bob": "bob-secret-2"}
 
 
 def unavailable_reason() -> str | None:
     """Why the registry tests cannot run here, or None if they can."""
-    missing = [package for tool, package in _TOOLS.items() if shutil.which(tool) is None]
+    missing = missing_tools() + ([] if shutil.which("busybox") else ["busybox-static"])
     if missing:
         return f"missing {', '.join(missing)}: install them with `make setup` (apt-get)"
     return None
@@ -101,97 +100,32 @@ class PushedImage:
     layout: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            *(
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ),
-            *("-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2"),
-            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-def _htpasswd(path: Path, users: dict[str, str]) -> None:
-    for index, (user, password) in enumerate(users.items()):
-        create = ["-c"] if index == 0 else []
-        # -C 4: bcrypt's lowest cost, so logins stay cheap on a loaded test machine.
-        subprocess.run(
-            ["htpasswd", "-B", "-C", "4", "-b", *create, str(path), user, password],
-            check=True,
-            capture_output=True,
-        )
-
-
-def _config(directory: Path, port: int, cert: Path, key: Path) -> Path:
-    config = {
-        "version": 0.1,
-        "log": {"level": "info", "accesslog": {"disabled": False}},
-        "storage": {
-            "filesystem": {"rootdirectory": str(directory / "storage")},
-            "delete": {"enabled": True},
-        },
-        "http": {
-            "addr": f"127.0.0.1:{port}",
-            "secret": hashlib.sha256(str(directory).encode()).hexdigest(),
-            "tls": {"certificate": str(cert), "key": str(key)},
-        },
-        "auth": {"htpasswd": {"realm": "gpuyard-test", "path": str(directory / "htpasswd")}},
-    }
-    path = directory / "config.yml"
-    path.write_text(json.dumps(config))  # YAML is a superset of JSON
-    return path
-
-
-def _wait_ready(url: str, ca_file: Path, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    tls = ssl.create_default_context(cafile=str(ca_file))
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"docker-registry exited: {log.read_text()[-2000:]}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/v2/", verify=tls).status_code == 401:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"docker-registry did not answer in 30 s: {log.read_text()[-2000:]}")
-
-
 @contextlib.contextmanager
 def registry_server(users: dict[str, str] | None = None) -> Iterator[TestRegistry]:
     """Start the registry; stop it and delete its storage on exit."""
     users = users or USERS
     with tempfile.TemporaryDirectory(prefix="gpuyard-registry-") as name:
         directory = Path(name)
-        cert, key = _certificate(directory)
-        _htpasswd(directory / "htpasswd", users)
-        port = _free_port()
+        cert, key = make_certificate(directory, days=2)
+        # Bcrypt's lowest cost, so logins stay cheap on a loaded test machine.
+        write_htpasswd(directory / "htpasswd", users, cost=4)
+        port = free_port()
+        config = write_config(
+            directory,
+            port=port,
+            cert=cert,
+            key=key,
+            realm="gpuyard-test",
+            storage=directory / "storage",
+        )
         log = directory / "registry.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                ["docker-registry", "serve", str(_config(directory, port, cert, key))],
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                ["docker-registry", "serve", str(config)], stdout=out, stderr=subprocess.STDOUT
             )
         url = f"https://127.0.0.1:{port}"
         try:
-            _wait_ready(url, cert, process, log)
+            wait_ready(url, cert, process, log)
             yield TestRegistry(url, cert, directory / "storage", log, dict(users))
         finally:
             process.terminate()
@@ -303,3 +237,42 @@ def write_layout_blobs(
     }
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
     return str(entry["digest"])
+
+
+def layout_archive(layout: Path, dest: Path) -> Path:
+    """``layout`` as one tar (an OCI archive), at ``dest``."""
+    with tarfile.open(dest, "w") as tar:
+        for path in sorted(layout.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(layout)), recursive=False)
+    return dest
+
+
+def docker_archive(dest: Path, layers: Sequence[bytes], *, architecture: str) -> Path:
+    """What ``docker save`` writes for an image of gzip ``layers`` (stored uncompressed, one
+    ``<n>/layer.tar`` each, with ``manifest.json`` and the config), at ``dest``."""
+    plain = [gzip.decompress(layer) for layer in layers]
+    config = {
+        "architecture": architecture,
+        "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": ["sha256:" + hashlib.sha256(p).hexdigest() for p in plain],
+        },
+    }
+    files = {"config.json": json.dumps(config).encode()}
+    files.update({f"{n}/layer.tar": data for n, data in enumerate(plain)})
+    manifest = [
+        {
+            "Config": "config.json",
+            "RepoTags": ["x:1"],
+            "Layers": [f"{n}/layer.tar" for n in range(len(plain))],
+        }
+    ]
+    files["manifest.json"] = json.dumps(manifest).encode()
+    with tarfile.open(dest, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dest

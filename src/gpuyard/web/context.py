@@ -9,6 +9,7 @@ from fastapi import Request
 
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
@@ -40,6 +41,8 @@ class WebServices(Protocol):
     def usage(self) -> UsageService: ...
     @property
     def search(self) -> JobSearch: ...
+    @property
+    def images(self) -> ImageCatalogue: ...
 
 
 def services(request: Request) -> WebServices:

@@ -43,7 +43,18 @@ MOUNT_KINDS = ("datasets", "models", "volumes")
 ROWS = 3
 """Empty rows the form offers for each kind of mount and for alternative specs."""
 
-_PLAIN = ("name", "mode", "mpi", "launcher", "priority", "access", "workdir", "driver_version")
+_PLAIN = (
+    "name",
+    "mode",
+    "mpi",
+    "launcher",
+    "priority",
+    "access",
+    "workdir",
+    "driver_version",
+    "image",
+    "shm_size",
+)
 _NUMBERS = ("nodes", "min_nodes", "parameter_servers")
 _DURATIONS = ("max_runtime", "graceful_shutdown")
 
@@ -233,6 +244,8 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "exclude_nodes": " ".join(spec.exclude_nodes),
         "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
         "workdir": spec.workdir or "",
+        "image": spec.image or "",
+        "shm_size": _size(spec.shm_size),
         "algorithm": spec.mounts.algorithm or "",
         "algorithm_readonly": spec.mounts.algorithm_readonly,
         "outputs": spec.mounts.outputs or "",

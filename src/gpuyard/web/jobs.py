@@ -28,6 +28,7 @@ from gpuyard.errors import Conflict, GpuyardError, InvalidSpec
 from gpuyard.models import JobEvent, JobMode, JobStatus, JobView, Priority
 from gpuyard.models.access import Access, Action, Caller
 from gpuyard.models.ids import MAX_ID
+from gpuyard.models.image_catalogue import ImageScope
 from gpuyard.models.job_query import MAX_WEB_PAGE, JobQuery, JobSort
 from gpuyard.models.usage import Window
 from gpuyard.quantities import parse_duration
@@ -235,6 +236,8 @@ def _form_page(
         priorities=list(Priority),
         accesses=list(Access),
         sharing=services(request).policy.sharing(),
+        # The image picker: what the caller may run jobs in (docs/images.md, "The catalogue").
+        images=services(request).images.list_images(actor=caller.name, scope=ImageScope.TRAINING),
         status_code=status_code,
     )
 

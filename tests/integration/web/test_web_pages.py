@@ -167,6 +167,12 @@ def test_the_form_checks_with_the_spec_rules_and_predicts(
     assert made.status_code == 303 and re.match(r"/jobs/\d+\?notice=", made.headers["location"])
     again = web.post("/jobs/new", data={"csrf": csrf, "command": "KEY=1 x", "name": "bad"})
     assert again.status_code == 422 and "executable" in again.text
+    in_image = {"csrf": csrf, "command": "python x.py", "image": "team/train:3", "shm_size": "8G"}
+    imaged = web.post("/jobs/check", data=in_image).json()
+    assert imaged["ok"] and "image: team/train:3" in imaged["yaml"], imaged
+    assert "shm_size: 8589934592" in imaged["yaml"]
+    refused = web.post("/jobs/new", data=in_image)  # this pool has no registry: it says so
+    assert refused.status_code == 422 and "no image registry" in refused.text
 
 
 def test_priority_and_runtime_change_from_the_job_page(

@@ -597,3 +597,20 @@ def test_an_mpi_job_in_an_image_runs_the_pools_tools_with_the_images_python_and_
     spec = spec.model_copy(update={"env": {"PATH": "/opt/bin"}})
     launcher = plan(spec, 0)
     assert launcher.env["PATH"] == f"{files}/bin:/opt/bin" and launcher.image.path == ()
+
+
+def test_a_jobs_container_mounts_and_the_variables_that_give_way_to_the_images() -> None:
+    spec = JobSpec(
+        command="x",
+        image="team/train:3",
+        env={"PATH": "/host/bin", "WANDB_MODE": "offline"},
+        container_mounts=[{"source": "/data", "target": "/mnt/data", "readonly": True}],
+        env_over_image=["WANDB_MODE"],
+    )
+    image = plan(spec).image
+    assert image is not None
+    assert image.mounts == (Bind("/mnt/data", "/data", True),)
+    # The image's PATH wins over the submitter's; the name given overrides the image's.
+    assert image.weak_env == frozenset({"PATH"})
+    everything = plan(spec.model_copy(update={"env_over_image": None})).image
+    assert everything is not None and everything.weak_env == frozenset()

@@ -221,3 +221,21 @@ def test_every_valid_reference_round_trips(
         registry=host,
     )
     assert ImageRef.parse(str(ref)) == ref
+
+
+def test_the_image_fields_of_a_job_need_an_image_and_mount_below_its_root() -> None:
+    from pydantic import ValidationError
+
+    from gpuyard.models import JobSpec
+
+    mount = {"source": "/data", "target": "/data"}
+    for extra in ({"container_mounts": [mount]}, {"env_over_image": []}, {"shm_size": "1G"}):
+        with pytest.raises(ValidationError, match="only a job in an image"):
+            JobSpec(command="x", **extra)
+    for target in ("/", "/a/../b", "data"):
+        bad = {"source": "/data", "target": target}
+        with pytest.raises(ValidationError, match="container mount"):
+            JobSpec(command="x", image="a/b:1", container_mounts=[bad])
+    with pytest.raises(ValidationError, match="not an environment variable name"):
+        JobSpec(command="x", image="a/b:1", env_over_image=["A-B"])
+    JobSpec(command="x", image="a/b:1", container_mounts=[mount], env_over_image=["PATH"])

@@ -55,6 +55,7 @@ def test_event_kinds_keep_their_strings() -> None:
         "check",
         "fault",
         "diagnosis",
+        "image",
         "gpu_xid",
     }
 

@@ -134,6 +134,7 @@ class NativeRuntime(ContainerRuntime):
             # host's root) leads nowhere. The opened sources are reached by the host's /proc.
             self.fds = f"{old}/proc/self/fd"
             self._binds(sources["binds"])
+            _make_links(self.image.get("links") or [])
             _make_workdir(self.workdir())
             self._dev(sources["dev"])
             self._mount("sysfs", _made_dir("/sys"), "sysfs", MS_RDONLY | NOSUID_NODEV | MS_NOEXEC)
@@ -273,6 +274,18 @@ def _made_dir(path: str) -> str:  # pragma: no cover - child side, inside the ne
         os.unlink(path)  # an image's link or file where we mount: ours wins
     os.makedirs(path, 0o755, exist_ok=True)
     return path
+
+
+def _make_links(links: list[list[str]]) -> None:  # pragma: no cover - child side
+    """The driver's links, where the image has nothing of that name (its own file wins)."""
+    for target, link in links:
+        if os.path.lexists(link):
+            continue
+        try:  # a link that cannot be made (a read-only mount there) is not worth a failure
+            os.makedirs(os.path.dirname(link) or "/", 0o755, exist_ok=True)
+            os.symlink(target, link)
+        except OSError:
+            continue
 
 
 def _make_workdir(path: str) -> None:  # pragma: no cover - child side, inside the new root

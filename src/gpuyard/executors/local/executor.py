@@ -50,13 +50,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpuyard.executors.base import LaunchError
+from gpuyard.executors.base import LaunchDeferred, LaunchError
 from gpuyard.executors.local import cgroups, logcap, node_images, procfs, untrusted
 from gpuyard.executors.local.accounts import Account, AccountError, Accounts
 from gpuyard.executors.local.control_state import listener_pids, read_control, read_slurm_steps
@@ -76,10 +76,11 @@ from gpuyard.executors.probes.host import (
     heartbeat,
     nic,
 )
-from gpuyard.images.errors import ImageError
+from gpuyard.images.errors import ImageError, RegistryUnavailable
 from gpuyard.injob import rexec as rexec_module
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
+from gpuyard.models.image import ImageRef
 from gpuyard.models.node import CONTROLLERS, IsolationMode, KillMethod, NodeIsolation
 from gpuyard.models.sandbox import (
     DEFAULT_GPU_DEVICE_FILES,
@@ -676,20 +677,9 @@ class LocalExecutor:
         """The image ``request`` runs in, pulled and pinned, and how its worker runs there."""
         wanted = request.image
         assert wanted is not None
-        if self.images is None:
-            raise LaunchError(
-                f"node {request.node} cannot pull image {wanted.ref}: it has no image registry "
-                "(GPUYARD_REGISTRY; the Ray executor's nodes cannot run jobs in images yet)"
-            )
-        if not self._can_sandbox():
-            raise LaunchError(
-                f"node {request.node} cannot run jobs in images: the pool must run as root "
-                "with the right to mount (docs/images.md)"
-            )
-        try:
-            cached = self.images.acquire(wanted.ref, request.key)
-        except ImageError as exc:
-            raise LaunchError(f"cannot get image {wanted.ref} on {request.node}: {exc}") from None
+        images = self._node_images(request.node, wanted.ref)
+        with _image_errors(request.node, wanted.ref):
+            cached = images.acquire(wanted.ref, request.key)
         memory = request.limits.memory or self._default_memory(request.node)
         job_dir = self.job_dir(request.key.job_id)
         try:
@@ -697,16 +687,73 @@ class LocalExecutor:
                 rootfs=str(cached.rootfs),
                 env=node_images.image_env(cached.config.environment(), wanted.path),
                 workdir=wanted.workdir or cached.config.working_dir or str(wd / "workspace"),
-                mounts=[ImageMountSpec(source=job_dir, target=job_dir)],
+                mounts=[
+                    ImageMountSpec(source=job_dir, target=job_dir),
+                    *(
+                        ImageMountSpec(source=m.source, target=m.target, readonly=m.readonly)
+                        for m in wanted.mounts
+                    ),
+                ],
                 library=[ImageMountSpec(source=str(PACKAGE), target=node_images.LIBRARY_PACKAGE)],
                 shm_size=node_images.shm_size(wanted.shm_size, memory),
                 devices=self._visible_devices(request),
             )
-            argv = cached.config.argv(list(request.argv))
+            spec = self._with_driver(spec, request)
+            argv = list(request.argv)
+            if request.role.runs_job_command:
+                argv = cached.config.argv(argv)
         except ValueError as exc:  # the image's config (a relative WorkingDir, say)
-            self.images.release(cached.digest, request.key)
+            images.release(cached.digest, request.key)
             raise LaunchError(f"image {wanted.ref} cannot be run: {exc}") from None
-        return _ImageLaunch(spec, argv, cached.digest)
+        yields = wanted.weak_env.intersection(spec.env)
+        return _ImageLaunch(spec, argv, cached.digest, frozenset(yields))
+
+    def _with_driver(self, spec: ImageSpec, request: WorkerLaunch) -> ImageSpec:
+        """``spec`` with the GPU driver's files the node's CDI spec lists for the worker's GPUs
+        (docs/images.md, "GPUs in an image"): none for a worker without GPUs or on virtual ones."""
+        cdi = self.images.driver if self.images is not None else None
+        gpus = _placed(request)["gpus"]
+        if cdi is None or not gpus or not spec.devices:
+            return spec
+        edits = cdi.edits_for(gpus)
+        same = [host for host, inside in edits.mounts if host == inside and os.path.exists(host)]
+        moved = [
+            ImageMountSpec(source=host, target=inside, readonly=True)
+            for host, inside in edits.mounts
+            if host != inside and os.path.exists(host)
+        ]
+        nodes = [n for n in edits.device_nodes if n not in spec.devices and os.path.exists(n)]
+        return spec.model_copy(
+            update={
+                "driver": [*spec.driver, *same],
+                "mounts": [*spec.mounts, *moved],
+                "links": [*spec.links, *edits.links],
+                "devices": [*spec.devices, *nodes],
+            }
+        )
+
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        images = self._node_images(node, ref)
+        with _image_errors(node, ref):
+            return images.pull(ref, pulling=pulling)
+
+    def holds_image(self, node: str, ref: str) -> bool:
+        """Whether ``node`` has the image of the pinned ``ref`` already."""
+        images = self._node_images(node, ref)
+        return images.cache.holds(ImageRef.parse(ref))
+
+    def _node_images(self, node: str, ref: str) -> NodeImages:
+        """The node's image cache, if it can run jobs in images at all."""
+        if self.images is None:
+            raise LaunchError(
+                f"node {node} cannot pull image {ref}: it has no image registry (GPUYARD_REGISTRY)"
+            )
+        if not self._can_sandbox():
+            raise LaunchError(
+                f"node {node} cannot run jobs in images: the pool must run as root "
+                "with the right to mount (docs/images.md)"
+            )
+        return self.images
 
     def _visible_devices(self, request: WorkerLaunch) -> list[str]:
         """The device files of the GPUs ``request`` was given, and the shared ones, that
@@ -743,6 +790,8 @@ class LocalExecutor:
             "boot_id": self._boot,
             "cgroup": None if cgroup is None else cgroup.to_json(),
             "spawned_at": time.time(),
+            # The cache's pin of its image (on disk since its launch) goes when it ends.
+            "image": _adopted_pin(request),
             **_placed(request),
         }
 
@@ -1242,11 +1291,14 @@ class _ImageLaunch:
     spec: ImageSpec
     argv: list[str]
     digest: str
+    yields: frozenset[str] = frozenset()
+    """The job's variables that give way to the image's ``Env`` (which sets them)."""
 
     def applied(self, spec: SupervisorSpec) -> SupervisorSpec:
         """``spec`` run in the image: its command with the image's ENTRYPOINT, its GPUs
-        numbered from 0 (only their device files are there)."""
-        env = dict(spec.env)
+        numbered from 0 (only their device files are there), the job's variables that give
+        way to the image's left out (the supervisor sets the image's below the rest)."""
+        env = {k: v for k, v in spec.env.items() if k not in self.yields}
         if self.spec.devices and env.get("CUDA_VISIBLE_DEVICES"):
             env["CUDA_VISIBLE_DEVICES"] = renumbered_devices(env["CUDA_VISIBLE_DEVICES"].split(","))
         return spec.model_copy(update={"image": self.spec, "argv": self.argv, "env": env})
@@ -1256,6 +1308,16 @@ def _placed(request: WorkerLaunch) -> Handle:
     """Where the worker runs, for its usage: its node and the GPUs it was given."""
     visible = request.env.get("CUDA_VISIBLE_DEVICES", "")
     return {"node": request.node, "gpus": [d for d in visible.split(",") if d]}
+
+
+def _adopted_pin(request: WorkerLaunch) -> list[str | int] | None:
+    """The image pin of a worker launched before this executor started: its image was pinned
+    to a digest at submission, and the node's cache pinned that digest for it at launch."""
+    if request.image is None:
+        return None
+    digest = ImageRef.parse(request.image.ref).digest
+    key = request.key
+    return None if digest is None else [digest, key.job_id, key.attempt, key.rank]
 
 
 def _marker(handle: Handle) -> str:
@@ -1270,3 +1332,15 @@ def _cause(record: ExitRecord) -> str:
     if record.pids_limit_hits:
         return f"reached its limit of {record.pids_limit} processes (a fork failed)"
     return ""
+
+
+@contextlib.contextmanager
+def _image_errors(node: str, ref: str) -> Iterator[None]:
+    """An image that cannot be had as a launch error; a registry that cannot be reached as
+    one that may pass (the job waits; docs/images.md#pulling)."""
+    try:
+        yield
+    except RegistryUnavailable as exc:
+        raise LaunchDeferred(f"waiting to pull image {ref} on {node}: {exc}") from None
+    except ImageError as exc:
+        raise LaunchError(f"cannot get image {ref} on {node}: {exc}") from None

@@ -7,25 +7,35 @@ key), so a running worker's image is never evicted; the pin goes when the worker
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from gpuyard.executors.local.container import DEFAULT_PATH
 from gpuyard.images.access import RegistryAccess
 from gpuyard.images.cache import CachedImage, ImageCache
 from gpuyard.images.registry import RegistryClient
+from gpuyard.models.cdi import CDI_DIRS, CdiError, CdiSpec, parse_cdi
 from gpuyard.models.image import ImageRef
 from gpuyard.models.worker import IMAGE_LIBRARY, WorkerKey
 
 __all__ = [
     "DEFAULT_SHM",
     "LIBRARY_PACKAGE",
+    "ImagesConfig",
     "NodeImages",
     "holder",
     "image_env",
+    "load_cdi",
     "shm_size",
 ]
+
+log = logging.getLogger(__name__)
 
 LIBRARY_PACKAGE = f"{IMAGE_LIBRARY}/gpuyard"
 """Where the pool's own package is mounted in a worker's image."""
@@ -68,6 +78,8 @@ class NodeImages:
 
     cache: ImageCache
     access: RegistryAccess
+    driver: CdiSpec | None = None
+    """The host's GPU driver as its CDI spec lists it (None: no spec on this node)."""
 
     def __post_init__(self) -> None:
         self._client: RegistryClient | None = None
@@ -77,6 +89,28 @@ class NodeImages:
         """The image ``ref`` names, pulled if this node lacks it, pinned for worker ``key``
         (a pinned reference already here asks the registry nothing)."""
         return self.cache.acquire(self._registry(), ImageRef.parse(ref), holder=holder(key))
+
+    def pull(self, ref: str, *, pulling: Callable[[], None]) -> int:
+        """Have the image ``ref`` names here before any worker asks for it; the bytes it
+        takes once pulled, or 0 when this call did not pull it (it was here, or another
+        request pulled it meanwhile). ``pulling`` is called first by the request that pulls.
+        Pinned only while it is pulled: the workers pin it themselves."""
+        parsed = ImageRef.parse(ref)
+        if self.cache.holds(parsed):
+            return 0
+        pulled = False
+
+        def started() -> None:
+            nonlocal pulled
+            pulled = True
+            pulling()
+
+        holder = f"pull-{uuid.uuid4().hex}"
+        cached = self.cache.acquire(self._registry(), parsed, holder=holder, pulling=started)
+        try:
+            return self.cache.image_bytes(cached.digest) if pulled else 0
+        finally:
+            self.cache.release(cached.digest, holder=holder)
 
     def release(self, digest: str, key: WorkerKey) -> None:
         self.cache.release(digest, holder=holder(key))
@@ -92,3 +126,48 @@ class NodeImages:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+@dataclass(frozen=True)
+class ImagesConfig:
+    """What a node needs to pull and run jobs' images, as the pool's settings give it: built
+    into a :class:`NodeImages` by the pool for its own machine, and handed to each Ray node's
+    agent with the calls that need it (the agents may outlive a pool, or serve another)."""
+
+    url: str
+    ca_pem: str | None = None
+    """The registry's CA certificate (PEM text: the agents' machines lack the pool's file)."""
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    cache_max: int = 100 << 30
+    cdi_dirs: tuple[str, ...] = CDI_DIRS
+
+    def node_images(self, home: Path) -> NodeImages:
+        """This node's images under ``home`` (the cache at ``home/images``)."""
+        ca_file = None
+        if self.ca_pem:
+            ca_file = home / "registry-ca.pem"
+            if not ca_file.exists() or ca_file.read_text() != self.ca_pem:
+                home.mkdir(parents=True, exist_ok=True)
+                ca_file.write_text(self.ca_pem)
+        access = RegistryAccess.of(self.url, ca_file, self.user, self.password)
+        assert access is not None  # a config has a URL
+        cache = ImageCache(home / "images", max_bytes=self.cache_max)
+        return NodeImages(cache, access, driver=load_cdi(self.cdi_dirs))
+
+
+def load_cdi(directories: Sequence[str] = CDI_DIRS) -> CdiSpec | None:
+    """The first CDI spec of NVIDIA GPUs in ``directories`` (files in name order); a spec that
+    cannot be read is logged and skipped."""
+    for directory in directories:
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            try:
+                return parse_cdi(yaml.safe_load(path.read_text()))
+            except (OSError, yaml.YAMLError, CdiError) as exc:
+                log.warning("CDI spec %s not used: %s", path, exc)
+    return None

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.executors.local.machine import Machine, detect_machine
+from gpuyard.executors.local.node_images import ImagesConfig
 from gpuyard.models.health import Finding
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -87,6 +88,7 @@ class NodeAgent:
 
     def __init__(self, home: str, node_name: str, gpus: int, cpus: float, memory: int) -> None:
         machine = detect_machine()
+        self.home = home
         self.node_name = node_name
         self.machine = Machine(
             hostname=node_name,
@@ -108,6 +110,19 @@ class NodeAgent:
             log_max=0,
         )
         self._lock = threading.Lock()
+        self._images: ImagesConfig | None = None
+        """The images config the agent's executor was last given (None: no images yet)."""
+
+    def _use_images(self, config: ImagesConfig | None) -> None:
+        """Run jobs' images as ``config`` says: each call that needs it brings it, since an
+        agent may outlive the pool that started it."""
+        with self._lock:
+            if config is None or config == self._images:
+                return
+            old, self.local.images = self.local.images, config.node_images(Path(self.home))
+            self._images = config
+        if old is not None:
+            old.close()
 
     # -- what the control plane learns once ------------------------------------------------
 
@@ -143,8 +158,19 @@ class NodeAgent:
 
     # -- workers ----------------------------------------------------------------------------
 
-    def launch(self, request: WorkerLaunch) -> Handle:
+    def launch(self, request: WorkerLaunch, images: ImagesConfig | None = None) -> Handle:
+        self._use_images(images)
         return self._spawner.call(lambda: self.local.launch(request))
+
+    def holds_image(self, images: ImagesConfig, ref: str) -> bool:
+        """Whether this node has the image ``ref`` already (no pull to announce)."""
+        self._use_images(images)
+        return self.local.holds_image(self.node_name, ref)
+
+    def pull_image(self, images: ImagesConfig, ref: str) -> int:
+        """Pull ``ref`` here unless it is here: the bytes pulled (0: it was here)."""
+        self._use_images(images)
+        return self.local.pull_image(self.node_name, ref, pulling=lambda: None)
 
     def status(self, handles: Sequence[Handle]) -> list[WorkerStatus]:
         with self._lock:

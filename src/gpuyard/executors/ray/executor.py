@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.executors.base import LaunchError, Terminal
+from gpuyard.executors.local.node_images import ImagesConfig
 from gpuyard.executors.ray.agent import NodeAgent, agent_name
 from gpuyard.executors.ray.nodes import joins, node_info, node_name
 from gpuyard.models.health import Finding
@@ -65,6 +66,8 @@ CALL_TIMEOUT = 10.0
 """Seconds any one Ray call may take (a misconfigured cluster hangs instead of failing)."""
 AGENT_START_TIMEOUT = 60.0
 """Seconds a new agent has to answer (a fresh Ray worker process: ~1.7 s on 2 cores)."""
+PULL_TIMEOUT = 3600.0
+"""Seconds an agent has to pull an image (a large one, from a slow registry)."""
 LOOP_CALL_TIMEOUT = 3.0
 """Seconds the controller's pass waits for the agents (status of all at once, a stop)."""
 SLOW_AGENT_REST = 5.0
@@ -98,6 +101,7 @@ class RayExecutor:
         interface: str = "eth0",
         call_timeout: float = CALL_TIMEOUT,
         connect: bool = True,
+        images: ImagesConfig | None = None,
     ) -> None:
         """``home``: the control plane's (its copies of the logs). ``node_home``: the
         directory on every node where its agent keeps workers (the same path on each, on the
@@ -105,6 +109,8 @@ class RayExecutor:
         on one cluster need two). ``interface``: the nodes' network interface (``lo`` for a
         test cluster on one machine)."""
         self.home = home
+        self.images = images
+        """The registry the nodes pull jobs' images from, their cache's size (None: none)."""
         self.address = address
         self.namespace = namespace
         self.node_home = node_home or str(home / "node")
@@ -283,17 +289,40 @@ class RayExecutor:
 
     # -- launch ------------------------------------------------------------------------------
 
-    def launch(self, request: WorkerLaunch) -> Handle:
-        node_id = self._node_id(request.node)
-        agent = self._agent(node_id)
+    def pull_image(self, node: str, ref: str, *, pulling: Callable[[], None]) -> int:
+        """The node's agent pulls into its node's cache (docs/images.md, "On Ray nodes"):
+        asked first whether it holds the image, so that ``pulling`` is said only for a pull."""
+        if self.images is None:
+            raise LaunchError(f"node {node} cannot pull image {ref}: the pool has no registry")
+        agent = self._agent(self._node_id(node))
+        if not self._agent_call(
+            node, agent.holds_image.remote(self.images, ref), AGENT_START_TIMEOUT
+        ):
+            pulling()
+        return int(self._agent_call(node, agent.pull_image.remote(self.images, ref), PULL_TIMEOUT))
+
+    def _agent_call(self, node: str, ref: Any, timeout: float) -> Any:
+        """An agent's answer; what it raised as the launch error it is (a registry that
+        cannot be reached stays a reason to wait)."""
         import ray
 
         try:
-            local = self._get(agent.launch.remote(request), AGENT_START_TIMEOUT)
+            return self._get(ref, timeout)
         except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, LaunchError):  # LaunchDeferred too
+                raise exc.cause from None
             raise LaunchError(str(exc.cause) if exc.cause else str(exc)) from None
         except (ray.exceptions.RayError, TimeoutError) as exc:
-            raise LaunchError(f"the agent of node {request.node} failed: {exc}") from None
+            raise LaunchError(f"the agent of node {node} failed: {exc}") from None
+
+    def launch(self, request: WorkerLaunch) -> Handle:
+        node_id = self._node_id(request.node)
+        agent = self._agent(node_id)
+
+        images = self.images if request.image is not None else None
+        local = self._agent_call(
+            request.node, agent.launch.remote(request, images), AGENT_START_TIMEOUT
+        )
         handle = {
             "job": request.key.job_id,
             "attempt": request.key.attempt,
