@@ -9,6 +9,9 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,3 +145,54 @@ def test_the_pools_package_is_in_the_image_read_only(pool: ServerProcess) -> Non
     assert out[0] == "ID=gpuyard-pytest"  # the image's, not this machine's
     assert out[2:] == ["/usr/bin/python", "refused"]
     assert not (Path(gpuyard.__file__).parent / "planted").exists()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the job's account can pass through (pytest's are root's, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="gpuyard-sbatch-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_sbatch_script_with_pyxis_options_runs_in_the_image(
+    pool: ServerProcess, shared_dir: Path
+) -> None:
+    """NVIDIA clusters' Slurm users name the image with pyxis's options (docs/slurm.md,
+    "Containers"): the batch script runs in the image, with the mounts and working directory
+    asked for, and its output lands in the submission's directory as without an image."""
+    tmp_path = shared_dir
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    (data / "x").write_text("the host's data\n")
+    (data / "x").chmod(0o644)
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "#SBATCH --container-image=alice/pytorch:1\n"
+        f"#SBATCH --container-mounts={data}:/data:ro\n"
+        "#SBATCH --container-workdir=/opt/examples\n"
+        "grep ^ID= /etc/os-release; cat /data/x; pwd\n"
+        'python3 -c "import torch; print(torch.__name__)"\n'
+        "touch /data/y 2>/dev/null || echo read-only\n"
+    )
+    env = pool.slurm_env(tmp_path / "shims")
+    sbatch = subprocess.run(
+        ["sbatch", "--parsable", str(script)], env=env, cwd=tmp_path, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert sbatch.returncode == 0, sbatch.stderr
+    job_id = int(sbatch.stdout.strip())
+    done = pool.wait_status(job_id, ENDED, 180)
+    output = tmp_path / f"slurm-{job_id}.out"
+    log = pool.cli("logs", str(job_id)).stdout
+    assert done["status"] == "succeeded", (done, log, output.exists() and output.read_text())
+    assert output.exists(), (done, log)
+    assert output.read_text().splitlines() == [
+        "ID=gpuyard-pytest",
+        "the host's data",
+        "/opt/examples",
+        "torch",
+        "read-only",
+    ]

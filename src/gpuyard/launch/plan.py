@@ -13,6 +13,7 @@ the platform need to be right (``MASTER_ADDR``, ``TF_CONFIG``, hostfiles, ``SLUR
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import shlex
@@ -458,8 +459,11 @@ def _slurm(w: _Worker) -> tuple[list[str], dict[str, str], dict[str, File]]:
             "GPUYARD_REXEC_HOSTS": hosts_json,
             "GPUYARD_REXEC_SELF": slot.node,
             "GPUYARD_SLURM_STEPS": posixpath.join(files_dir, "slurm-steps"),
-            "GPUYARD_SLURM_OUTPUT": slurm.output,
-            "GPUYARD_SLURM_ERROR": slurm.error or "",
+            # Absolute: in an image the script may start elsewhere (--container-workdir).
+            "GPUYARD_SLURM_OUTPUT": posixpath.join(slurm.work_dir, slurm.output),
+            "GPUYARD_SLURM_ERROR": posixpath.join(slurm.work_dir, slurm.error)
+            if slurm.error
+            else "",
         }
     )
     if w.seat.role is WorkerRole.MPI_TARGET:
@@ -566,15 +570,44 @@ def _worker_image(spec: JobSpec, env: dict[str, str]) -> WorkerImage | None:
     if spec.image is None:
         return None
     over = spec.env_over_image
-    path = () if "PATH" in spec.env else tuple(p for p in env.pop("PATH", "").split(":") if p)
+    job_path = spec.env.get("PATH")
+    path: tuple[str, ...] = ()
+    if job_path is None or (over is not None and "PATH" not in over):
+        # The job's own PATH (if any) gives way to the image's; the launch's entries stay.
+        own = set(job_path.split(":")) if job_path else set()
+        path = tuple(p for p in env.pop("PATH", "").split(":") if p and p not in own)
+    mounts = [Bind(m.target, m.source, m.readonly) for m in spec.container_mounts]
+    mounts += [Bind(d, d, False) for d in _slurm_dirs(spec.slurm)]
     return WorkerImage(
         spec.image,
         shm_size=spec.shm_size,
         workdir=spec.workdir,
         path=path,
-        mounts=tuple(Bind(m.target, m.source, m.readonly) for m in spec.container_mounts),
+        mounts=tuple(mounts),
         weak_env=frozenset() if over is None else frozenset(spec.env).difference(over),
     )
+
+
+def _slurm_dirs(slurm: SlurmBatch | None) -> list[str]:
+    """Where a Slurm batch script in an image works and writes its output: its working
+    directory, and those of its output and error files (up to the first part with a
+    ``%`` pattern), mounted at the same paths (docs/slurm.md, "Containers")."""
+    if slurm is None:
+        return []
+    dirs = [slurm.work_dir]
+    for name in (slurm.output, slurm.error):
+        if not name:
+            continue
+        full = posixpath.normpath(posixpath.join(slurm.work_dir, name))
+        parts = posixpath.dirname(full).split("/")
+        fixed = "/".join(itertools.takewhile(lambda part: "%" not in part, parts)) or "/"
+        if fixed != "/" and not any(_below(fixed, d) for d in dirs):
+            dirs.append(fixed)
+    return dirs
+
+
+def _below(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _torch_parts(w: _Worker, parts: _ModeParts) -> None:

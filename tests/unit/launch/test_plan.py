@@ -614,3 +614,27 @@ def test_a_jobs_container_mounts_and_the_variables_that_give_way_to_the_images()
     assert image.weak_env == frozenset({"PATH"})
     everything = plan(spec.model_copy(update={"env_over_image": None})).image
     assert everything is not None and everything.weak_env == frozenset()
+
+
+def test_a_slurm_script_in_an_image_gets_its_working_and_output_directories() -> None:
+    from gpuyard.models.slurm import SlurmBatch
+
+    slurm = SlurmBatch(
+        script="#!/bin/sh\n",
+        job_name="j",
+        ntasks=1,
+        submit_dir="/home/a/p",
+        work_dir="/home/a/p",
+        output="logs/%j/out.txt",
+        error="/scratch/a/err-%j",
+    )
+    spec = JobSpec(mode="slurm", command="sbatch j.sh", slurm=slurm, image="t/x:1")
+    launch = plan(spec)
+    assert launch.image is not None
+    assert [(b.target, b.source) for b in launch.image.mounts] == [
+        ("/home/a/p", "/home/a/p"),  # the output's directory is below it
+        ("/scratch/a", "/scratch/a"),
+    ]
+    # The batch step opens them wherever the script starts in the image.
+    assert launch.env["GPUYARD_SLURM_OUTPUT"] == "/home/a/p/logs/%j/out.txt"
+    assert launch.env["GPUYARD_SLURM_ERROR"] == "/scratch/a/err-%j"
