@@ -59,7 +59,9 @@ def test_a_batch_with_one_bad_job_stores_nothing_and_names_it(
 
 def test_empty_and_oversized_batches_are_refused(api_url: str, token_for: TokenFor) -> None:
     headers = {"Authorization": f"Bearer {token_for('alice')}"}
-    with httpx.Client(base_url=api_url, headers=headers) as http:
+    # 5,001 specs are read before the count is refused: seconds on a loaded 2-core machine,
+    # past httpx's default 5 s timeout (a behaviour test, not a timing one).
+    with httpx.Client(base_url=api_url, headers=headers, timeout=120) as http:
         assert http.post("/api/v1/jobs/batch", json={"jobs": []}).status_code == 422
         big = {"jobs": [{"command": "true"}] * 5001}
         response = http.post("/api/v1/jobs/batch", json=big)
