@@ -18,8 +18,10 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -201,7 +203,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         settings.server_file,
         {"url": url, "pid": os.getpid(), "started_at": time.time(), "registry": own_url},
     )
-    server = uvicorn.Server(_uvicorn_config(app, settings, tls=tls))
+    server = _PoolServer(_uvicorn_config(app, settings, tls=tls))
     on_ready(url)
     try:
         server.run(sockets=[sock])
@@ -211,6 +213,28 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         store.close()
         reserve.stop()
         _remove_server_file(settings)
+
+
+class _PoolServer(uvicorn.Server):
+    """uvicorn's server, except that the SIGINT or SIGTERM that ends it is not raised again
+    once it has stopped. uvicorn raises it again so that the process dies by it, which would
+    skip the pool's own shutdown after it: the controller, the store, the server file and the
+    pool's own registry (`gpuyard down` left that registry running)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager

@@ -105,8 +105,11 @@ def up(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
+    # Started by `up --detach`, the pool has no terminal to press Ctrl-C in.
+    stops = "Ctrl-C stops it" if sys.stdin.isatty() else "`gpuyard down` stops it"
+
     def ready(url: str) -> None:
-        print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
+        print(f"gpuyard pool running at {url} (home {settings.home}); {stops}", flush=True)
         print(f"web UI: {url}/ (sign in with the token in {settings.owner_token_file})", flush=True)
 
     from gpuyard.errors import GpuyardError
@@ -115,6 +118,10 @@ def up(
         run_server(settings, on_ready=ready)
     except GpuyardError as exc:
         raise SystemExit(f"gpuyard up: {exc.detail}") from None
+    print(
+        "gpuyard pool stopped; running jobs keep running and the next `gpuyard up` adopts them",
+        flush=True,
+    )
 
 
 def _up_detached(settings: Settings) -> None:
