@@ -44,7 +44,7 @@ def top(
     from gpuyard.client import Client
 
     client = Client()
-    if once:
+    if once or not sys.stdout.isatty():  # into a pipe or a file: one frame, as with --once
         console().print(_frame(client, jobs))
         return
     with contextlib.suppress(KeyboardInterrupt):
