@@ -666,6 +666,10 @@ class Slot(BaseModel):
     cpus: float = 0.0
     memory: int = 0
     exclusive: bool = False
+    """It holds its whole node, whatever it uses of it (docs/scheduling.md, "Whole nodes")."""
+    held_gpus: int | None = None
+    """The GPUs it holds on its node: every GPU of the node when exclusive, written when the
+    job starts (None in slots stored before it was; see :mod:`gpuyard.models.holding`)."""
     port: int = 0
     """A port reserved for this worker on its node (the master port, a TF task's port)."""
 
@@ -730,6 +734,11 @@ class JobView(BaseModel):
         "ends, and the job with it.",
     )
     placement: list[Slot] = Field(default_factory=list)
+    held_gpus: int | None = Field(
+        None,
+        description="GPUs its placement holds in all, null while it holds none: more than it "
+        "asked for where a multi-node job takes whole nodes.",
+    )
     workers: list[WorkerView] = Field(default_factory=list)
 
 
