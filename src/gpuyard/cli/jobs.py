@@ -54,6 +54,14 @@ def submit(
     nodes: Annotated[
         str | None, typer.Option(help="Number of nodes, or an elastic range MIN..MAX (2..4).")
     ] = None,
+    exclusive: Annotated[
+        bool | None,
+        typer.Option(
+            "--exclusive/--shared",
+            help="Take each node whole, or only what it asks for (default: whole nodes for "
+            "more than one node, a share of one).",
+        ),
+    ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per node.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory per node, e.g. 16G.")] = None,
@@ -197,6 +205,7 @@ def submit(
         "name": name,
         "mode": mode,
         "nodes": nodes,
+        "exclusive": exclusive,
         "gpus": gpus,
         "cpus": cpus,
         "memory": memory,

@@ -342,6 +342,13 @@ class JobSpec(BaseModel):
     mode: JobMode = Field(JobMode.SINGLE, description="Distributed mode.")
     nodes: int = Field(1, ge=1, le=4096, description="Nodes per (sub-)task; one worker each.")
     resources: NodeResources = Field(default_factory=NodeResources)
+    exclusive: bool | None = Field(
+        None,
+        description="true: each worker takes its node whole (nothing else is placed there); "
+        "false: it takes only what it asks for, and other jobs may use the rest. Default "
+        "(null): whole nodes for a multi-node job, a share for a one-node job "
+        '(docs/scheduling.md, "Whole nodes").',
+    )
     parameter_servers: int = Field(
         0,
         ge=0,
@@ -573,6 +580,11 @@ class JobSpec(BaseModel):
             raise ValueError(
                 "min_nodes: an elastic job is a regular job without parameter servers or "
                 "alternative specs; remove min_nodes or those"
+            )
+        if self.exclusive is False:
+            raise ValueError(
+                "exclusive: an elastic job takes whole nodes (it grows onto idle ones); remove "
+                "exclusive: false or min_nodes"
             )
 
     @property

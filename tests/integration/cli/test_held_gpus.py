@@ -5,6 +5,7 @@ nodes, the commands in-process."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -73,3 +74,32 @@ def test_a_whole_node_job_shows_the_gpus_it_holds(
         assert "2×1 GPU (8 held)" in web.get("/jobs").text
         page = web.get(f"/jobs/{gang.id}").text
         assert re.search(r'id="gpus-held">8 \(whole nodes\)', page), page
+
+
+def test_shared_and_exclusive_choose_what_a_job_holds(
+    api_url: str, as_user: AsUser, token_for: TokenFor, controller: Controller
+) -> None:
+    alice = as_user("alice")
+    token = token_for("alice")
+    submitted = gpuyard(
+        api_url, token, "submit", "--json", "--shared", "--nodes", "2", "--gpus", "1",
+        "--workdir", "/tmp", "--", "python", "train.py",
+    )  # fmt: skip
+    shared = int(json.loads(submitted)["id"])
+    whole = alice.submit({"command": "python eval.py", "exclusive": True, "resources": {"gpus": 1}})
+    beside = alice.submit({"command": "python x.py", "resources": {"gpus": 2}})
+    controller.tick()
+    controller.tick()
+    job = alice.job(shared)
+    assert job.spec is not None and job.spec.exclusive is False
+    assert job.status.value == "running" and job.held_gpus == 2  # only what it asked for
+    assert not any(s.exclusive for s in job.placement)
+    one = alice.job(whole.id)
+    assert one.status.value == "running" and one.held_gpus == 4  # --exclusive on one node
+    # The rest of the shared job's node(s) is left for others.
+    assert alice.job(beside.id).status.value == "running"
+    held_by = {s.node for s in one.placement}
+    assert held_by.isdisjoint(s.node for s in job.placement + alice.job(beside.id).placement)
+    listing = gpuyard(api_url, token, "ls")
+    assert "held" not in row_of(listing, shared)
+    assert re.search(r"\b1 \(4 held\)", row_of(listing, whole.id)), listing
