@@ -102,7 +102,14 @@ def spec_data(form: FormFields) -> dict[str, Any]:
         "fault_tolerance": _fault_tolerance(form) if _checked(form, "ft_on") else None,
     }
     data.update((name, value) for name, value in parts.items() if value)
+    node_use = _NODE_USE.get(_one(form, "exclusive"))
+    if node_use is not None:  # false is a choice too
+        data["exclusive"] = node_use
     return data
+
+
+_NODE_USE = {"exclusive": True, "shared": False}
+"""The form's choice of `exclusive` ("default": the spec's null, left out)."""
 
 
 def _alternatives(form: FormFields) -> list[dict[str, str]]:
@@ -227,6 +234,7 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "tasks": "\n".join(t.command for t in spec.tasks or []),
         "mode": spec.mode.value,
         "nodes": spec.nodes,
+        "exclusive": {True: "exclusive", False: "shared"}.get(spec.exclusive, "default"),
         "min_nodes": spec.min_nodes or "",
         "parameter_servers": spec.parameter_servers or "",
         "mpi": spec.mpi.value,
