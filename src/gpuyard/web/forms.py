@@ -110,6 +110,7 @@ def spec_data(form: FormFields) -> dict[str, Any]:
 
 _NODE_USE = {"exclusive": True, "shared": False}
 """The form's choice of `exclusive` ("default": the spec's null, left out)."""
+_NODE_USE_NAME = {value: name for name, value in _NODE_USE.items()}
 
 
 def _alternatives(form: FormFields) -> list[dict[str, str]]:
@@ -234,7 +235,7 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "tasks": "\n".join(t.command for t in spec.tasks or []),
         "mode": spec.mode.value,
         "nodes": spec.nodes,
-        "exclusive": {True: "exclusive", False: "shared"}.get(spec.exclusive, "default"),
+        "exclusive": "default" if spec.exclusive is None else _NODE_USE_NAME[spec.exclusive],
         "min_nodes": spec.min_nodes or "",
         "parameter_servers": spec.parameter_servers or "",
         "mpi": spec.mpi.value,
