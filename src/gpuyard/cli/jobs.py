@@ -54,6 +54,14 @@ def submit(
     nodes: Annotated[
         str | None, typer.Option(help="Number of nodes, or an elastic range MIN..MAX (2..4).")
     ] = None,
+    exclusive: Annotated[
+        bool | None,
+        typer.Option(
+            "--exclusive/--shared",
+            help="Take each node whole, or only what it asks for (default: whole nodes for "
+            "more than one node, a share of one).",
+        ),
+    ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per node.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory per node, e.g. 16G.")] = None,
@@ -197,6 +205,7 @@ def submit(
         "name": name,
         "mode": mode,
         "nodes": nodes,
+        "exclusive": exclusive,
         "gpus": gpus,
         "cpus": cpus,
         "memory": memory,
@@ -291,6 +300,7 @@ def ls(
     from rich.text import Text
 
     from gpuyard.cli.output import age, console, print_json, status_style
+    from gpuyard.models.holding import gpus_text
     from gpuyard.terminal import scrubbed
 
     client = _client()
@@ -314,7 +324,9 @@ def ls(
             job.spec.priority.value if job.spec else "?",
             job.owner,
             _nodes_text(job),
-            str(job.spec.resources.gpus * job.spec.nodes) if job.spec else "?",
+            gpus_text(
+                job.spec.resources.gpus * job.spec.nodes if job.spec else None, job.held_gpus
+            ),
             age(job.created_at),
             _image_text(job),
         )
@@ -393,6 +405,8 @@ def _print_job(job: JobView) -> None:
         rows.append(("spec", Text(job.spec_error or "unreadable")))
     else:
         rows += _spec_rows(spec, per_node)
+    if job.held_gpus is not None:
+        rows.append(("GPUs held", _held_text(job)))
     rows += [
         ("attempt", str(job.attempt)),
         ("created", job.created_at.isoformat(timespec="seconds")),
@@ -417,6 +431,8 @@ def _print_job(job: JobView) -> None:
         for w in job.workers:
             slot = slots.get(w.rank)
             gpus = ",".join(map(str, slot.gpus)) if slot and slot.gpus else "-"
+            if slot and slot.exclusive:
+                gpus += " (whole node)"
             workers.add_row(
                 str(w.rank), w.node, gpus, w.state, "-" if w.exit_code is None else str(w.exit_code)
             )
@@ -453,6 +469,16 @@ def _spec_rows(spec: JobSpec, per_node: Callable[[int, float, int], str]) -> lis
     if spec.image:
         rows.append(("image", Text(spec.image)))
     return rows
+
+
+def _held_text(job: JobView) -> str:
+    """``8 (whole nodes: 2 x 4)``: what the placement holds, and why more than asked for."""
+    whole = [s for s in job.placement if s.exclusive]
+    if not whole:
+        return str(job.held_gpus)
+    per_node = sorted({s.held_gpus for s in whole if s.held_gpus is not None})
+    each = f" x {per_node[0]}" if len(per_node) == 1 else ""
+    return f"{job.held_gpus} (whole nodes: {len(whole)}{each})"
 
 
 def _nodes_text(job: JobView) -> str:

@@ -59,9 +59,16 @@ def up(
         int | None, typer.Option(help="Present N virtual nodes on this machine.")
     ] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per virtual node.")] = None,
-    cpus_per_node: Annotated[float | None, typer.Option(help="CPUs per virtual node.")] = None,
+    cpus_per_node: Annotated[
+        float | None,
+        typer.Option(
+            help="CPUs per virtual node (default: the host's / N, at least 1); may add up to "
+            "more than the host has, which its cores then share."
+        ),
+    ] = None,
     memory_per_node: Annotated[
-        str | None, typer.Option(help="Memory per virtual node, e.g. 8G.")
+        str | None,
+        typer.Option(help="Memory per virtual node, e.g. 8G (default: the host's / N)."),
     ] = None,
     executor: Annotated[
         str | None,

@@ -134,6 +134,7 @@ def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> Rend
     from rich.table import Table
     from rich.text import Text
 
+    from gpuyard.models.holding import gpus_text
     from gpuyard.models.usage import NodeNow
     from gpuyard.quantities import format_bytes
 
@@ -167,13 +168,16 @@ def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> Rend
             f"{size(u.memory)}/{format_bytes(n.memory)}",
             str(len(n.jobs)),
         )
-    job_table = Table("ID", "OWNER", "NAME", "NODES", "CPU", "MEMORY", "GPU%", "GPU MEM", box=None)
+    job_table = Table(
+        "ID", "OWNER", "NAME", "NODES", "GPUS", "CPU", "MEMORY", "GPU%", "GPU MEM", box=None
+    )
     for j in usage.jobs:
         job_table.add_row(
             str(j.id),
             j.owner,
             j.name,
             ",".join(j.nodes) or "-",
+            gpus_text(j.gpus, j.held_gpus),
             of(j.cpu, lambda v: f"{v:.2f}"),
             size(j.memory),
             of(j.gpu_util, lambda v: f"{v:.0f}%"),

@@ -74,8 +74,8 @@ def test_one_frame_of_nodes_and_the_busiest_jobs(
     ]
     jobs = [line.split() for line in lines if line[:1].isdigit()]
     assert jobs == [  # busiest first
-        [str(heavy.id), "alice", "train", on[heavy.id], "4.00", "8Gi", "93%", "-"],
-        [str(light.id), "alice", "eval", on[light.id], "0.50", "1Gi", "-", "-"],
+        [str(heavy.id), "alice", "train", on[heavy.id], "8", "4.00", "8Gi", "93%", "-"],
+        [str(light.id), "alice", "eval", on[light.id], "2", "0.50", "1Gi", "-", "-"],
     ]
     assert "no running jobs you may view" in top(api_url, token_for("bob", group="other"))
     one = top(api_url, token_for("alice"), "--jobs", "1").splitlines()
