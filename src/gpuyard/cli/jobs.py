@@ -50,7 +50,13 @@ def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --.")] = None,
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Job file (YAML).")] = None,
     name: Annotated[str | None, typer.Option(help="Job name.")] = None,
-    mode: Annotated[str | None, typer.Option(help="Distributed mode: single.")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Distributed mode: single (the default), pytorch, pytorch-deepspeed, mpi, "
+            "horovod, tensorflow or slurm (docs/distributed.md)."
+        ),
+    ] = None,
     nodes: Annotated[
         str | None, typer.Option(help="Number of nodes, or an elastic range MIN..MAX (2..4).")
     ] = None,
@@ -277,7 +283,13 @@ def describe_prediction(prediction: Prediction, now: datetime | None = None) -> 
 
 def ls(
     status: Annotated[
-        list[str] | None, typer.Option("--status", "-s", help="Filter, repeatable.")
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only jobs in this status: queued, running, succeeded, failed, stopped or "
+            "expired; repeatable.",
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Name contains.")] = None,
     owner: Annotated[str | None, typer.Option(help="Owner.")] = None,

@@ -31,7 +31,7 @@ def simulate(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            help="fifo, sjf, gpuyard or gpuyard-never; repeatable or comma-separated "
+            help="fifo, sjf, srtf, tiresias, gpuyard or gpuyard-never; repeatable or comma-separated "
             "(default: all)."
         ),
     ] = None,
