@@ -376,21 +376,30 @@ def show(job_id: int, as_json: JsonOpt = False) -> None:
     _print_job(scrubbed(job))  # name, command, env, reason: the owner's text, not escapes
 
 
+def _status_text(job: JobView) -> str:
+    """The status, and the finer state when it says more (``running (stopping)``, not
+    ``succeeded (succeeded)``)."""
+    from gpuyard.cli.output import status_style
+
+    shown = status_style(job.status.value)
+    return shown if job.state.value == job.status.value else f"{shown} ({job.state.value})"
+
+
 def _print_job(job: JobView) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from gpuyard.cli.output import console, status_style
-    from gpuyard.quantities import format_bytes
+    from gpuyard.cli.output import console
+    from gpuyard.quantities import format_resources
 
     def per_node(gpus: int, cpus: float, memory: int) -> str:
-        return f"{gpus} GPUs, {cpus:g} CPUs, {format_bytes(memory)} memory"
+        return format_resources(gpus, cpus, memory)
 
     rows: list[tuple[str, str | Text]] = [
         ("id", str(job.id)),
         ("name", Text(job.name)),
         ("owner", Text(f"{job.owner} (group {job.group or '-'})")),
-        ("status", f"{status_style(job.status.value)} ({job.state.value})"),
+        ("status", _status_text(job)),
     ]
     if job.status.value == "queued":
         rows += [

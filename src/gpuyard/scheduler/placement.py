@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuyard.models.resources import Resources
-from gpuyard.quantities import format_bytes
+from gpuyard.quantities import format_resources
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
     Allocation,
@@ -836,10 +836,15 @@ def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapaci
     for member in request.members:
         if not any(member.need.fits_in(n.total) for n in usable):
             return (
-                f"no node{_where(constraint)} has {member.gpus} GPUs, {member.cpus:g} CPUs "
-                f"and {format_bytes(member.memory)} memory (largest: "
-                f"{max(n.gpus for n in usable)} GPUs, {max(n.cpus for n in usable):g} CPUs, "
-                f"{format_bytes(max(n.memory for n in usable))})"
+                f"no node{_where(constraint)} has "
+                f"{format_resources(member.gpus, member.cpus, member.memory)} (largest: "
+                + format_resources(
+                    max(n.gpus for n in usable),
+                    max(n.cpus for n in usable),
+                    max(n.memory for n in usable),
+                    memory_word="",
+                )
+                + ")"
             )
     whole = [m for m in request.members if m.whole_node]
     if len(whole) == request.nodes:

@@ -176,3 +176,16 @@ def test_suspend_and_job_prediction(fake_api: tuple[FakeApi, str]) -> None:
             client.prediction(8)
         assert client.predict(JobSpec(command="x")).now
         assert client.suspend(9).state is JobState.SUSPENDING
+
+
+@pytest.mark.parametrize(
+    ("state", "shown"),
+    [(JobState.SUCCEEDED, "succeeded"), (JobState.STOPPING, "running (stopping)")],
+)
+def test_show_names_the_finer_state_only_when_it_says_more(state: JobState, shown: str) -> None:
+    from rich.text import Text
+
+    from gpuyard.cli.jobs import _status_text
+
+    job = JobView.model_construct(status=state.status, state=state)
+    assert Text.from_markup(_status_text(job)).plain == shown
