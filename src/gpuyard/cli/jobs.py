@@ -13,8 +13,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
+    from rich.table import Table
+
     from gpuyard.client import Client
     from gpuyard.models import BulkResult, JobSpec, JobView, Prediction
+    from gpuyard.models.faults import FaultEntry
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -686,9 +689,6 @@ def events(job_id: int, as_json: JsonOpt = False) -> None:
 def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
     """Show a job's fault-tolerance log: each fault, its evidence, the action, the outcome;
     and each `gpuyard exec` action (usercall): who, the command, what came of it."""
-    from rich.table import Table
-    from rich.text import Text
-
     from gpuyard.cli.output import console, print_json
     from gpuyard.terminal import scrubbed
 
@@ -700,7 +700,21 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
     if not items:
         console().print(f"job {job_id} has had no fault")
         return
+    console().print(fault_table(items))
+
+
+def fault_table(items: list[FaultEntry]) -> Table:
+    """The ft-log table. Long words (``fault_tolerance.retry_job_errors`` in a hint) fold
+    onto the next line instead of ending in an ellipsis, so a hint is whole at any width."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def cell(text: str) -> Text:
+        return Text(text, overflow="fold")
+
     table = Table("TIME", "ATTEMPT", "KIND", "CAUSE", "WHERE", "EVIDENCE", "ACTION", "OUTCOME")
+    for column in table.columns:
+        column.overflow = "fold"
     for f in items:
         where = " on ".join(
             part for part in (f"rank {f.rank}" if f.rank is not None else "", f.node or "") if part
@@ -712,13 +726,13 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
             f.time.astimezone().strftime("%H:%M:%S"),
             str(f.attempt),
             f.kind,
-            Text(f"{f.cause} [{who}]"),
-            where or "-",
-            Text(f.evidence),
-            Text(f.action),
-            Text(f.outcome or "(under way)"),
+            cell(f"{f.cause} [{who}]"),
+            cell(where or "-"),
+            cell(f.evidence),
+            cell(f.action),
+            cell(f.outcome or "(under way)"),
         )
-    console().print(table)
+    return table
 
 
 def wait(
