@@ -171,6 +171,14 @@ def submit(
         bool | None,
         typer.Option("--preflight/--no-preflight", help="Fault tolerance: check every node first."),
     ] = None,
+    retry_job_errors: Annotated[
+        bool | None,
+        typer.Option(
+            "--retry-job-errors/--no-retry-job-errors",
+            help="Fault tolerance: restart also after an error in the job's own code or data "
+            "(an exception, a NaN loss, GPU out of memory), which is otherwise final.",
+        ),
+    ] = None,
     hang_timeout: Annotated[
         str | None,
         typer.Option(help="Fault tolerance: no progress and no log for this long is a hang."),
@@ -239,6 +247,7 @@ def submit(
                 ("max_restarts", max_restarts),
                 ("recovery", recovery),
                 ("preflight", preflight),
+                ("retry_job_errors", retry_job_errors),
                 ("hang_timeout", hang_timeout),
                 ("keep_failed", keep_failed),
             )

@@ -192,8 +192,8 @@ def test_show_names_the_finer_state_only_when_it_says_more(state: JobState, show
 
 
 HINT = (
-    "an error of the job's own is not restarted (set fault_tolerance.retry_job_errors to "
-    "restart it anyway)"
+    "an error of the job's own is not restarted (submit with --retry-job-errors, or set "
+    "fault_tolerance.retry_job_errors, to restart it anyway)"
 )
 
 
@@ -222,3 +222,12 @@ def test_ft_log_prints_a_hint_whole_at_any_width(width: int) -> None:
     rows = [line.split("│") for line in text.splitlines() if line.count("│") >= 7]
     action = "".join(row[7] for row in rows).replace(" ", "")
     assert action == HINT.replace(" ", "")
+
+
+def test_retry_job_errors_has_a_flag(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    args = ("submit", "--dry-run", "--max-restarts", "2", "--retry-job-errors", "--", "x")
+    result = _cli(url, *args)
+    assert result.exit_code == 0, result.output
+    ft = api.specs[-1]["fault_tolerance"]
+    assert (ft["max_restarts"], ft["retry_job_errors"]) == (2, True)
