@@ -108,3 +108,12 @@ def test_help_lists_every_accepted_value(
     shown = " ".join(record) if record else (param.help or "")
     missing = [v for v in accepted if not re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", shown)]
     assert missing == [], f"{param.opts} help {shown!r} does not list {missing}"
+
+
+def test_version() -> None:
+    from typer.testing import CliRunner
+
+    from gpuyard import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"gpuyard {__version__}\n")
