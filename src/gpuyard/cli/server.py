@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from gpuyard.models.health import Finding
     from gpuyard.models.node import NodeIsolation
     from gpuyard.settings import Settings
 
@@ -34,6 +38,28 @@ def register(app: typer.Typer) -> None:
     nodes_app.command("uncordon")(uncordon)
     app.add_typer(nodes_app, name="nodes")
     app.command()(health)
+
+
+MIGRATION_CHATTER = ("Context impl ", "Will assume ")
+"""The two lines Alembic logs at every start whether or not it migrates anything; a
+migration that runs (``Running upgrade …``) is still logged."""
+
+
+def configure_logging(stream: TextIO | None = None) -> None:
+    """The log of a foreground ``gpuyard up``: INFO and above, without Alembic's chatter."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=stream,
+        force=stream is not None,
+    )
+
+    def not_chatter(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(MIGRATION_CHATTER)
+
+    logging.getLogger("alembic.runtime.migration").addFilter(not_chatter)
 
 
 def up(
@@ -97,13 +123,9 @@ def up(
     if detach:
         _up_detached(settings)
         return
-    import logging
-
     from gpuyard.up import run_server
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
 
     def ready(url: str) -> None:
         print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
@@ -311,6 +333,8 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         for f in n.health:
             if f.status in (ProbeStatus.CRITICAL, ProbeStatus.WARNING):
                 out.print(f"{n.name} {f.status.value}: {f.describe()}", markup=False)
+    if note := health_note([n.health for n in items]):
+        out.print(note, markup=False)
     for n in items:
         if n.isolation is not None and n.isolation.not_enforced:
             out.print(f"{n.name} isolation: {n.isolation.describe()}", markup=False)
@@ -320,6 +344,19 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             "process limits, and processes that leave a worker's process group can outlive it "
             "(see the log of `gpuyard up`)"
         )
+
+
+def health_note(healths: Sequence[Sequence[Finding]]) -> str | None:
+    """What ``n/a`` in the HEALTH column means, when a node shows it."""
+    from gpuyard.models.health import ProbeStatus
+
+    if not any(f.status is ProbeStatus.NOT_AVAILABLE for h in healths for f in h):
+        return None
+    return (
+        "HEALTH n/a: checks that could not look on that node (GPU checks without an NVIDIA "
+        "driver, a counter the GPU lacks), so that part of its health is unknown, not ok; "
+        "`gpuyard nodes show NODE` lists them"
+    )
 
 
 def _isolation_cell(isolation: NodeIsolation | None) -> str:
