@@ -29,13 +29,15 @@ def register(app: typer.Typer) -> None:
     nodes_app = typer.Typer(
         invoke_without_command=True,
         no_args_is_help=False,
-        help="List nodes and their health; show one; cordon, drain or uncordon one.",
+        help="List nodes and their health; show one; cordon, drain or uncordon one; remove "
+        "gone ones.",
     )
     nodes_app.callback()(nodes)
     nodes_app.command("show")(show_node)
     nodes_app.command("cordon")(cordon)
     nodes_app.command("drain")(drain)
     nodes_app.command("uncordon")(uncordon)
+    nodes_app.command("rm")(remove_nodes)
     app.add_typer(nodes_app, name="nodes")
     app.command()(health)
 
@@ -441,3 +443,28 @@ def _jobs_column(jobs: list[int], hidden: int) -> str:
     shown = ",".join(map(str, jobs))
     others = f"+{hidden} other{'s' if hidden > 1 else ''}" if hidden else ""
     return " ".join(part for part in (shown, others) if part) or "-"
+
+
+def remove_nodes(
+    names: Annotated[list[str], typer.Argument(help="Gone nodes (see `gpuyard nodes`).")],
+) -> None:
+    """Forget nodes that are gone, such as those of an earlier virtual layout (admins). A node
+    that is not gone, or that a job that has not ended holds, is refused with the reason; the
+    others are removed all the same."""
+    from rich.markup import escape
+
+    from gpuyard.cli.output import console, err_console
+    from gpuyard.client import Client
+    from gpuyard.errors import GpuyardError
+
+    client, failed = Client(), False
+    for name in names:
+        try:
+            client.remove_node(name)
+        except GpuyardError as exc:
+            err_console().print(f"[red]error:[/] {escape(exc.detail)}", highlight=False)
+            failed = True
+        else:
+            console().print(f"node {name} removed", markup=False)
+    if failed:
+        raise typer.Exit(1)
