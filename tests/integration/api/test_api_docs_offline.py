@@ -72,6 +72,9 @@ def test_swagger_ui_renders_with_the_network_blocked(
     assert isinstance(page, Page)
     page.goto("/api/docs")
     # Rendered from the OpenAPI document: the title and an operation of the API.
-    expect(page.locator(".swagger-ui .info .title")).to_contain_text("gpuyard")
-    expect(page.locator(".opblock-summary-path", has_text="/api/v1/jobs").first).to_be_visible()
+    # Generous waits: a 1.5 MB script and the OpenAPI document on a loaded machine.
+    title = page.locator(".swagger-ui .info .title")
+    expect(title).to_contain_text("gpuyard", timeout=60_000)
+    operation = page.locator(".opblock-summary-path", has_text="/api/v1/jobs").first
+    expect(operation).to_be_visible(timeout=30_000)
     assert refused == []
