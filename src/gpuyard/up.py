@@ -295,20 +295,36 @@ def _log_isolation(executor: Executor) -> None:
         log.warning("%s", warning)
 
 
-def _whose_jobs(settings: Settings, executor: Executor) -> RunAs:
-    """Whose account runs jobs (:func:`run_as`), falling back, with a warning, to the pool's
-    own where the owners' accounts could not start them."""
-    who, warning = run_as(settings, euid=os.geteuid())
-    if warning:
-        log.warning("%s", warning)
-    elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
-        # Every job would fail to start: run them as the pool's user instead, loudly. (A
-        # root pool with the default home under /root lands here; `make run` too.)
+def _user_count(store: Store) -> int:
+    from sqlalchemy import func, select
+
+    from gpuyard.store.tables import UserRow
+
+    with store.read() as session:
+        return int(session.scalar(select(func.count()).select_from(UserRow)) or 0)
+
+
+def _whose_jobs(
+    settings: Settings, executor: Executor, *, users: int, euid: int | None = None
+) -> RunAs:
+    """Whose account runs jobs (:func:`run_as`), falling back to the pool's own where the
+    owners' accounts could not start them. That is a warning only where it matters: on a
+    pool with more than one user (``users``), whose jobs then share one account; on a
+    one-user pool it is one line of information (a user added later gets the warning at the
+    next start). ``euid``: this process's by default."""
+    who, warning = run_as(settings, euid=os.geteuid() if euid is None else euid)
+    if not warning and who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
+        # Every job would fail to start: run them as the pool's user instead. (A root pool
+        # with the default home under /root lands here; `make run` too.)
         who = RunAs.POOL
-        log.warning(
-            "%s. Until then jobs run as the pool's own user, which can read the pool's files",
-            unreachable,
+        warning = (
+            f"{unreachable}. Until then jobs run as the pool's own user, which can read the "
+            "pool's files"
         )
+    if warning and users > 1:
+        log.warning("%s", warning)
+    elif warning:
+        log.info("jobs run as the pool's own user (one user so far; docs/security.md)")
     return who
 
 
@@ -322,7 +338,9 @@ def _make_controller(
         interval=settings.controller_interval,
         inspect_every=settings.inspect_interval,
         control_url=url,
-        launch_config=launch_config(settings, who=_whose_jobs(settings, executor)),
+        launch_config=launch_config(
+            settings, who=_whose_jobs(settings, executor, users=_user_count(store))
+        ),
         alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
         usage_interval=settings.usage_interval,
     )

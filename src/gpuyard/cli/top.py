@@ -39,7 +39,8 @@ def top(
     jobs: Annotated[int, typer.Option("--jobs", min=1, max=1000, help="Most jobs shown.")] = 15,
 ) -> None:
     """Nodes (GPUs allocated, CPU, memory and GPUs in use, state) and the busiest running
-    jobs you may view, refreshed every 2 s; q or Ctrl-C leaves."""
+    jobs you may view, redrawn every --interval seconds; q or Ctrl-C leaves. The pool
+    samples usage on its own period (GPUYARD_USAGE_INTERVAL), which the header shows."""
     from gpuyard.cli.output import console
     from gpuyard.client import Client
 
@@ -53,6 +54,10 @@ def top(
 
 def _frame(client: Client, jobs: int) -> RenderableType:
     return render(client.nodes(), client.usage(limit=jobs), at=datetime.now(UTC))
+
+
+def _live_frame(client: Client, jobs: int, interval: float) -> RenderableType:
+    return render(client.nodes(), client.usage(limit=jobs), at=datetime.now(UTC), redraw=interval)
 
 
 def _watch(client: Client, interval: float, jobs: int) -> None:
@@ -69,11 +74,16 @@ def _watch(client: Client, interval: float, jobs: int) -> None:
     try:
         with (
             _keys() as pressed,
-            Live(_frame(client, jobs), console=console(), screen=True, auto_refresh=False) as live,
+            Live(
+                _live_frame(client, jobs, interval),
+                console=console(),
+                screen=True,
+                auto_refresh=False,
+            ) as live,
         ):
             while not leave.is_set() and _wait(pressed, interval, leave) not in ("q", "Q"):
                 if not leave.is_set():
-                    live.update(_frame(client, jobs), refresh=True)
+                    live.update(_live_frame(client, jobs, interval), refresh=True)
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -127,9 +137,12 @@ def _keys() -> Iterator[Callable[[float], str | None]]:
 # -- one frame --------------------------------------------------------------------------------
 
 
-def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> RenderableType:
+def render(
+    nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime, redraw: float | None = None
+) -> RenderableType:
     """One frame: a header, the nodes, the busiest jobs. A figure that was not measured (GPUs
-    without a driver, a job not sampled yet) shows as ``-``."""
+    without a driver, a job not sampled yet) shows as ``-``. ``redraw``: the seconds between
+    frames of a live view (None: a single frame, which has no key to quit)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -150,7 +163,8 @@ def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> Rend
     header = Text(
         f"gpuyard top  {at.astimezone().strftime('%H:%M:%S')}  nodes {len(nodes)}  "
         f"GPUs {held}/{gpus} allocated  running jobs shown {len(usage.jobs)}  "
-        f"(sampled every {usage.interval:g}s; q to quit)"
+        f"(usage sampled every {usage.interval:g}s"
+        + (f", redrawn every {redraw:g}s; q to quit)" if redraw else ")")
     )
     node_table = Table(
         "NODE", "STATE", "GPUS", "GPU%", "GPU MEM", "CPU", "MEMORY", "JOBS", box=None

@@ -31,6 +31,7 @@ from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerRole, WorkerState
+from gpuyard.quantities import counted
 from gpuyard.scheduler import Decisions, Snapshot, decide, frozen_heap
 from gpuyard.scheduler.decide import Start
 from gpuyard.scheduler.snapshot import Allocation
@@ -374,8 +375,8 @@ def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
     resources = spec.alternatives[choice - 1]
     chosen = spec.model_copy(update={"resources": resources, "alternatives": []})
     return chosen, (
-        f" with alternative spec {choice} ({resources.gpus} GPUs, {resources.cpus:g} CPUs per "
-        "node); the others are dropped"
+        f" with alternative spec {choice} ({counted(resources.gpus, 'GPU')}, "
+        f"{counted(resources.cpus, 'CPU')} per node); the others are dropped"
     )
 
 

@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuyard.models.resources import Resources
-from gpuyard.quantities import format_bytes
+from gpuyard.quantities import counted, format_bytes
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
     Allocation,
@@ -859,9 +859,9 @@ def _amounts(gpus: int, cpus: float, memory: int, *, omit_zero: bool) -> list[st
     out (a worker that asks for nothing still names its CPUs)."""
     parts = []
     if gpus or not omit_zero:
-        parts.append(f"{gpus} GPU{'' if gpus == 1 else 's'}")
+        parts.append(counted(gpus, "GPU"))
     if cpus or not omit_zero or not gpus:
-        parts.append(f"{cpus:g} CPU{'' if cpus == 1 else 's'}")
+        parts.append(counted(cpus, "CPU"))
     if memory or not omit_zero:
         parts.append(f"{format_bytes(memory)} memory")
     return parts

@@ -230,7 +230,7 @@ def test_waiting_jobs_show_why(pool: Pool) -> None:
     assert pool.state(big) is JobState.RUNNING
     assert pool.state(small) is JobState.QUEUED
     shown = pool.jobs.get(small, actor=OPS)
-    assert shown.reason == "waiting for a node with 1 free GPUs and 1 free CPUs"
+    assert shown.reason == "waiting for a node with 1 free GPU and 1 free CPU"
     assert shown.wait_code == "resources"
     # The small job reserved the first node to free; the gang waits behind it.
     assert pool.jobs.get(waiting, actor=OPS).reason == (
