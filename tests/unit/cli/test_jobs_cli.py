@@ -176,3 +176,28 @@ def test_suspend_and_job_prediction(fake_api: tuple[FakeApi, str]) -> None:
             client.prediction(8)
         assert client.predict(JobSpec(command="x")).now
         assert client.suspend(9).state is JobState.SUSPENDING
+
+
+def test_submit_exports_the_shells_environment_as_slurm_does(
+    fake_api: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake_api
+    shell = {"GPUYARD_URL": url, "GPUYARD_USER": "alice", "MY_FLAG": "on", "HOME": "/root"}
+    run = CliRunner().invoke
+    dry = ["submit", "--dry-run"]
+    assert run(cli_app, [*dry, "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--export=NONE", "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--export=A=1", "-e", "A=2", "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--image", "official/x:1", "--", "env"], env=shell).exit_code == 0
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("command: env\nexport: [MY_FLAG, B=2]\n")
+    assert run(cli_app, [*dry, "-f", str(job_file)], env=shell).exit_code == 0
+    every, none, given, image, from_file = api.specs
+    assert every["env"]["MY_FLAG"] == "on"
+    assert "HOME" not in every["env"] and "GPUYARD_URL" not in every["env"]
+    assert "env" not in none and "env" not in image
+    assert given["env"] == {"A": "2"}  # --env wins over --export
+    assert from_file["env"] == {"MY_FLAG": "on", "B": "2"}
+    refused = run(cli_app, [*dry, "--export=GPUYARD_TOKEN", "--", "env"], env=shell)
+    assert isinstance(refused.exception, InvalidSpec)
+    assert "cannot be given to a job" in str(refused.exception)
