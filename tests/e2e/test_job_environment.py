@@ -7,6 +7,7 @@ environment; the job prints its environment and the test reads the job's log.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,25 +19,37 @@ from gpuyard.testing.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     home = tmp_path_factory.mktemp("env-pool") / "home"
-    started = ServerProcess(home).start()
+    # make run's pool: two virtual nodes of two GPUs (the README's DDP example fits it).
+    args = ("--virtual-nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "8")
+    started = ServerProcess(home, *args).start()
     yield started
     started.stop()
 
 
-def _env_of_job(pool: ServerProcess, *args: str, exported: dict[str, str]) -> dict[str, str]:
-    """Submit ``env`` with ``args`` from a shell with ``exported`` exported; the job's env."""
+def _submit(
+    pool: ServerProcess, *args: str, exported: dict[str, str], cwd: Path | None = None
+) -> str:
+    """``gpuyard submit ARGS`` from a shell with ``exported`` exported; the job's id."""
     submitted = subprocess.run(
         [sys.executable, "-m", "gpuyard", "submit", "--json", *args],
         env={**pool.env, **exported},
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=True,
     )
-    job_id = str(json.loads(submitted.stdout)["id"])
+    return str(json.loads(submitted.stdout)["id"])
+
+
+def _env_of_job(pool: ServerProcess, *args: str, exported: dict[str, str]) -> dict[str, str]:
+    """Submit ``env`` with ``args`` from a shell with ``exported`` exported; the job's env."""
+    job_id = _submit(pool, *args, exported=exported)
     assert pool.cli("wait", job_id).returncode == 0
     lines = pool.cli("logs", job_id).stdout.splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
@@ -75,3 +88,15 @@ def test_a_job_files_export(pool: ServerProcess, tmp_path: Path) -> None:
     env = _env_of_job(pool, "-f", str(job_file), exported={"MY_SHELL_VAR": "x"})
     assert env["FROM_FILE"] == "yes"
     assert "MY_SHELL_VAR" not in env
+
+
+def test_the_readmes_ddp_command_runs_from_an_activated_venv(pool: ServerProcess) -> None:
+    # README.md, "A short tour", word for word, from the repository's root with the venv
+    # activated: `python` is the venv's because the job's PATH is the submitter's.
+    venv = Path(sys.executable).parent
+    activated = {"PATH": f"{venv}:{pool.env['PATH']}", "VIRTUAL_ENV": str(venv.parent)}
+    command = shlex.split("--mode pytorch --nodes 2 --gpus 2 -- python examples/ddp_train.py")
+    job_id = _submit(pool, *command, exported=activated, cwd=ROOT)
+    waited = pool.cli("wait", job_id, check=False, timeout=240)
+    assert waited.returncode == 0, pool.cli("logs", job_id).stdout[-3000:]
+    assert "4 ranks on 2 nodes: weights identical" in pool.cli("logs", job_id).stdout
