@@ -36,7 +36,7 @@ from gpuyard.models import JobSpec
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import UserRow
 
-__all__ = ["ProgramCheck"]
+__all__ = ["ProgramCheck", "lookup_account", "path_facts"]
 
 
 class ProgramCheck:
@@ -85,7 +85,7 @@ def _refusal(program: str, files: list[str], account: Account) -> str | None:
     first: str | None = None
     for file in files:
         real = os.path.realpath(file)  # a venv's python links to the system's: both ways count
-        chain = _facts(list(dict.fromkeys([*chain_of(file), *chain_of(real)])))
+        chain = path_facts(list(dict.fromkeys([*chain_of(file), *chain_of(real)])))
         if chain is None:
             continue  # not there (or not a file): exec looks further
         blocked = blocked_at(chain, account)
@@ -95,7 +95,7 @@ def _refusal(program: str, files: list[str], account: Account) -> str | None:
     return first
 
 
-def _facts(paths: list[str]) -> list[PathFacts] | None:
+def path_facts(paths: list[str]) -> list[PathFacts] | None:
     """Each path's mode and owners, following links as ``exec`` does; None when the last is
     not a regular file."""
     facts = []
