@@ -6,6 +6,7 @@ and records what it was sent, so these tests check the CLI and the client withou
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,6 +37,20 @@ class FakeApi:
         self.app.post("/api/v1/jobs/predict")(self.predict)
         self.app.get("/api/v1/jobs/{job_id}/prediction")(self.job_prediction)
         self.app.post("/api/v1/jobs/{job_id}/suspend")(self.suspend)
+        self.app.post("/api/v1/jobs", status_code=201)(self.create)
+
+    def create(self, spec: JobSpec) -> JobView:
+        self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
+        return JobView(
+            id=len(self.specs),
+            name="x",
+            owner="alice",
+            status=JobStatus.QUEUED,
+            state=JobState.QUEUED,
+            spec=spec,
+            attempt=0,
+            created_at=NOW,
+        )
 
     def predict(self, spec: JobSpec) -> Prediction:
         self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
@@ -201,3 +216,18 @@ def test_submit_exports_the_shells_environment_as_slurm_does(
     refused = run(cli_app, [*dry, "--export=GPUYARD_TOKEN", "--", "env"], env=shell)
     assert isinstance(refused.exception, InvalidSpec)
     assert "cannot be given to a job" in str(refused.exception)
+
+
+def test_the_client_exports_its_environment_when_asked(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    with Client(url, token="test-token") as client:
+        client.submit({"command": "env"})
+        client.submit({"command": "env", "env": {"LANG": "mine"}}, export="ALL,ONE=1")
+        client.submit({"command": "env"}, export="NONE,A=1")
+        with pytest.raises(InvalidSpec, match="cannot be given to a job"):
+            client.submit({"command": "env"}, export="GPUYARD_TOKEN")
+    plain, every, listed = api.specs
+    assert "env" not in plain  # by default the spec says everything, as before
+    assert every["env"]["PATH"] == os.environ["PATH"]  # this process's own environment
+    assert (every["env"]["LANG"], every["env"]["ONE"]) == ("mine", "1")  # the spec's env wins
+    assert listed["env"] == {"A": "1"}
