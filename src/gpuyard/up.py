@@ -46,6 +46,7 @@ from gpuyard.images.local_registry import (
 )
 from gpuyard.launch.network import NetworkPreset
 from gpuyard.launch.plan import MpiInstall
+from gpuyard.models.environment import inherited_environment
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
 from gpuyard.private_files import write_private
@@ -185,7 +186,8 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
     executor = make_executor(settings)
     _log_isolation(executor)
     clock = SystemClock()
-    controller = _make_controller(settings, store, executor, clock=clock, url=url)
+    who = _whose_jobs(settings, executor, users=_user_count(store))
+    controller = _make_controller(settings, store, executor, clock=clock, url=url, who=who)
     app = create_app(
         settings,
         store=store,
@@ -195,6 +197,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         controller_health=controller.health,
         plan_shell=controller.lifecycle.hold.plan_shell,
         disk_health=reserve.state,
+        program_env=_program_env(settings, executor, who),
     )
     ensure_owner_token(settings, app.state.services.tokens)
     controller.start()
@@ -328,8 +331,23 @@ def _whose_jobs(
     return who
 
 
+def _program_env(settings: Settings, executor: Executor, who: RunAs) -> dict[str, str] | None:
+    """What a job inherits from the pool, where a submission can check that the job's account
+    runs its program: jobs on this machine (the local executor) under their owners' accounts.
+    None elsewhere (docs/jobs.md, "The job's environment", says what is checked where)."""
+    if who is not RunAs.OWNER or not isinstance(executor, LocalExecutor):
+        return None
+    return inherited_environment(os.environ, settings.job_env_allow)
+
+
 def _make_controller(
-    settings: Settings, store: Store, executor: Executor, *, clock: Clock, url: str
+    settings: Settings,
+    store: Store,
+    executor: Executor,
+    *,
+    clock: Clock,
+    url: str,
+    who: RunAs,
 ) -> Controller:
     return Controller(
         store,
@@ -338,9 +356,7 @@ def _make_controller(
         interval=settings.controller_interval,
         inspect_every=settings.inspect_interval,
         control_url=url,
-        launch_config=launch_config(
-            settings, who=_whose_jobs(settings, executor, users=_user_count(store))
-        ),
+        launch_config=launch_config(settings, who=who),
         alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
         usage_interval=settings.usage_interval,
     )

@@ -26,7 +26,9 @@ def test_the_pools_environment_does_not_reach_its_jobs(
             "GPUYARD_JOB_ENV_ALLOW": "SITE_*",
         },
     ).start()
-    job = pool.cli_json("submit", "--", "env")
+    # The test's CLI runs in the pool's environment; --export=NONE keeps its shell's (here the
+    # same secrets, which a submitter may send their own job) out, to see what the pool gives.
+    job = pool.cli_json("submit", "--export=NONE", "--", "env")
     pool.cli("wait", str(job["id"]))
     output = pool.cli("logs", str(job["id"])).stdout
     assert "pool-secret" not in output

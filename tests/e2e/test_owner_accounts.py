@@ -276,3 +276,27 @@ def test_a_read_write_group_member_holds_a_job_but_never_runs_as_its_owner(
             alice.wait(job.id, timeout=30)
         for name in (owner, member):
             subprocess.run(["userdel", f"gpy-{name}"], check=False, capture_output=True)
+
+
+def test_a_program_its_account_cannot_run_is_refused_at_submission(
+    pool: OwnerPool, tmp_path: Path
+) -> None:
+    # The submitter's virtual environment under a directory only root may search (pytest's
+    # are 0700), as a venv under /root is: its program would fail at launch as gpy-<user>.
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "mytrainer").write_text("#!/bin/sh\necho trained\n")
+    (venv_bin / "mytrainer").chmod(0o755)
+    submitted = subprocess.run(
+        [sys.executable, "-m", "gpuyard", "submit", *workdir_flags(pool), "--", "mytrainer"],
+        env={**pool.env, "PATH": f"{venv_bin}:{pool.env['PATH']}", "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert submitted.returncode == 2, submitted.stderr
+    said = " ".join(submitted.stderr.split())
+    assert f"the job's account 'gpy-{pool.user}' cannot run 'mytrainer'" in said
+    assert f"(found at {venv_bin}/mytrainer on the job's PATH)" in said
+    assert "or run the job in an image (--image)" in said
+    assert pool.cli_json("ls")["total"] == 0  # refused before anything was stored

@@ -91,6 +91,15 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, repeatable.")
     ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="What the job takes from this shell's environment (Slurm's --export): ALL "
+            "(the default; in an image, NONE: the image's environment), NONE, or a list "
+            "NAME,NAME=VALUE (after ALL or NONE, or alone: only those). --env wins.",
+        ),
+    ] = None,
     workdir: Annotated[
         str | None,
         typer.Option(
@@ -209,6 +218,7 @@ def submit(
     from gpuyard.cli.specfile import (
         build_spec,
         command_text,
+        exported_env,
         load_job_file,
         parse_after,
         parse_alternative,
@@ -267,7 +277,10 @@ def submit(
     in_image = image is not None or file_fields.get("image") is not None
     if workdir is None and "workdir" not in file_fields and not in_image:
         flags["workdir"] = os.getcwd()  # in an image, this machine's directory is not there
-    spec = build_spec(file_fields, flags)
+    if image is not None:
+        file_fields["image"] = image  # for exported_env's default; the flag wins anyway
+    exported = exported_env(file_fields, export, os.environ)
+    spec = build_spec(file_fields, flags, exported=exported)
     if dry_run:
         prediction = _client().predict(spec)
         if as_json:

@@ -4,21 +4,30 @@ A job file holds the same fields as ``gpuyard submit``'s flags, either flat (``g
 the API's nested ``resources:`` block; ``command`` is a string or a list of words; ``nodes`` is a
 number or an elastic range ``2..4`` (``min_nodes: 2``, ``nodes: 4``); ``driver`` stands for
 ``driver_version``. Flags given on the command line win over the file.
+
+``export`` (``--export``, a job file's ``export:``, a string or a list of entries) says what
+the job takes from the submitting shell's environment: Slurm's rule
+(:mod:`gpuyard.env_export`), by default ``ALL`` where the job runs on this machine's software
+and ``NONE`` in an image (the image's environment is the job's). What is captured goes into
+the spec's ``env`` under the job file's ``env`` and ``--env``, which win.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gpuyard.errors import InvalidSpec
 
-__all__ = ["build_spec", "load_job_file", "parse_alternative", "parse_nodes"]
+__all__ = ["build_spec", "exported_env", "load_job_file", "parse_alternative", "parse_nodes"]
 
 _RESOURCE_KEYS = ("gpus", "cpus", "memory")
 _MOUNT_KEYS = ("algorithm", "datasets", "models", "outputs", "volumes")
 _ALIASES = {"driver": "driver_version"}
+_CLI_ONLY = ("export",)
+"""Job-file fields the CLI acts on before the spec is sent (the API has no such field)."""
 
 
 MAX_JOB_FILE = 1024 * 1024
@@ -35,6 +44,7 @@ def load_job_file(path: Path) -> dict[str, Any]:
     from gpuyard.models import JobSpec
 
     known = set(JobSpec.model_fields) | set(_RESOURCE_KEYS) | set(_MOUNT_KEYS) | set(_ALIASES)
+    known |= set(_CLI_ONLY)
     fields = {k.replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -126,6 +136,28 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
+def exported_env(
+    file_fields: dict[str, Any], flag: str | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """What the job takes from ``environ`` (the submitting shell's): ``flag`` (``--export``)
+    or else the job file's ``export`` (taken out of ``file_fields``), by default ``ALL``, or
+    ``NONE`` when the job names an image."""
+    from gpuyard.env_export import ExportError, exported_environment
+
+    given = file_fields.pop("export", None)
+    if isinstance(given, list) and all(isinstance(item, str) for item in given):
+        given = ",".join(given)
+    if given is not None and not isinstance(given, str):
+        raise InvalidSpec("export takes ALL, NONE or a list of NAME and NAME=VALUE entries")
+    export = flag if flag is not None else given
+    if export is None:
+        export = "NONE" if file_fields.get("image") is not None else "ALL"
+    try:
+        return exported_environment(environ, export)
+    except ExportError as exc:
+        raise InvalidSpec(str(exc)) from None
+
+
 def command_text(words: list[str]) -> str:
     """One argument is taken as a command line; several are quoted word by word."""
     if len(words) == 1:
@@ -133,14 +165,22 @@ def command_text(words: list[str]) -> str:
     return shlex.join(words)
 
 
-def build_spec(file_fields: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
-    """Merge file fields and flags (flags win) into the API's JobSpec shape."""
+def build_spec(
+    file_fields: dict[str, Any],
+    flags: dict[str, Any],
+    *,
+    exported: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Merge file fields and flags (flags win) into the API's JobSpec shape; ``exported``
+    (:func:`exported_env`) goes under the file's and the flags' ``env``."""
     merged = dict(file_fields)
+    merged.pop("export", None)
     if isinstance(merged.get("command"), list):
         merged["command"] = command_text([str(w) for w in merged["command"]])
     resources = _gather(merged, "resources", _RESOURCE_KEYS)
     mounts = _gather(merged, "mounts", _MOUNT_KEYS)
-    env = {str(k): str(v) for k, v in (merged.pop("env", None) or {}).items()}
+    env = dict(exported or {})
+    env.update({str(k): str(v) for k, v in (merged.pop("env", None) or {}).items()})
     for key, value in flags.items():
         if value is None:
             continue

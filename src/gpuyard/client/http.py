@@ -11,7 +11,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
-from gpuyard.errors import GpuyardError, ServerUnavailable, error_for_code
+from gpuyard.errors import GpuyardError, InvalidSpec, ServerUnavailable, error_for_code
 from gpuyard.models import (
     AuditEntry,
     BulkResult,
@@ -160,8 +160,13 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec | Mapping[str, Any]) -> JobView:
+    def submit(self, spec: JobSpec | Mapping[str, Any], *, export: str | None = None) -> JobView:
+        """Submit a job. ``export``: what it takes from this process's environment, as
+        ``gpuyard submit --export`` (``ALL``, ``NONE``, ``NAME,NAME=VALUE``; the spec's own
+        ``env`` wins); None, the default: nothing (the spec says all, as it always did)."""
         body = _spec_body(spec)
+        if export is not None:
+            body["env"] = {**_exported(export), **(body.get("env") or {})}
         return JobView.model_validate(self._request("POST", "/jobs", json=body).json())
 
     def submit_many(self, specs: Sequence[JobSpec | Mapping[str, Any]]) -> list[int]:
@@ -702,6 +707,17 @@ class Client:
         }
         data = self._request("GET", "/audit", params=params).json()
         return [AuditEntry.model_validate(e) for e in data]
+
+
+def _exported(export: str) -> dict[str, str]:
+    import os
+
+    from gpuyard.env_export import ExportError, exported_environment
+
+    try:
+        return exported_environment(os.environ, export)
+    except ExportError as exc:
+        raise InvalidSpec(str(exc)) from None
 
 
 def _spec_body(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -40,6 +40,7 @@ from gpuyard.services.logs import LogService
 from gpuyard.services.metrics import MetricsService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
+from gpuyard.services.program_check import ProgramCheck
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.services.shell import PlanShell, ShellService
 from gpuyard.services.slurm_steps import SlurmStepService
@@ -65,8 +66,12 @@ def create_app(
     controller_health: Callable[[], dict[str, Any]] | None = None,
     plan_shell: PlanShell | None = None,
     disk_health: Callable[[], dict[str, Any]] | None = None,
+    program_env: Mapping[str, str] | None = None,
 ) -> FastAPI:
     """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
+    ``program_env``: where jobs run on this machine as their owners' accounts, what they
+    inherit from the pool; a submission is then refused when the job's account cannot run its
+    program (:mod:`gpuyard.services.program_check`).
     ``disk_health``: the ``disk`` section of ``/health`` (the pool's disk reserve).
     ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
     without it, or without ``executor``, this server opens no shells."""
@@ -82,6 +87,8 @@ def create_app(
         openapi_url="/api/v1/openapi.json",
     )
     services = _services(settings, store, executor, clock=clock, notify=notify, plan=plan_shell)
+    if program_env is not None:
+        services.jobs.program_check = ProgramCheck(store, pool_env=program_env).check
     app.state.services = services
     app.state.controller_health = controller_health
     app.state.disk_health = disk_health

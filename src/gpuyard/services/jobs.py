@@ -78,8 +78,12 @@ class JobService:
         accounts: AccountService | None = None,
         policy: Policy | None = None,
         images: ImagePinner | None = None,
+        program_check: Callable[[JobSpec, str], None] | None = None,
     ) -> None:
         self.store = store
+        self.program_check = program_check
+        """Whether the job's account can run its program (:mod:`gpuyard.services.program_check`),
+        where this pool can tell; None: not checked at submission."""
         self.images = images or ImagePinner(None, lambda _user, _ref: False)
         """Pins each submitted job's image to its digest (a call to the pool's registry)."""
         self.clock = clock
@@ -101,7 +105,7 @@ class JobService:
 
     def check_submission(self, spec: JobSpec, *, owner: str) -> None:
         """Raise what :meth:`submit` would refuse ``spec`` with, storing nothing (dry runs)."""
-        self.admission.check(spec, owner)
+        self._check_spec(spec, owner)
         self.policy.check_access_choice(spec.access)
         with self.store.read() as session:
             user = session.get(UserRow, owner)
@@ -142,12 +146,17 @@ class JobService:
         """Raise what ``part`` is refused for before anything is written."""
         for i, spec in enumerate(part.specs):
             try:
-                self.admission.check(spec, part.owner)
+                self._check_spec(spec, part.owner)
                 self.policy.check_access_choice(spec.access)
             except GpuyardError as exc:
                 if len(part.specs) == 1:
                     raise
                 raise type(exc)(f"jobs[{i}]: {exc.detail}", extra=exc.extra) from None
+
+    def _check_spec(self, spec: JobSpec, owner: str) -> None:
+        self.admission.check(spec, owner)
+        if self.program_check is not None:
+            self.program_check(spec, owner)
 
     def _check_dependencies(self, session: Session, part: _Submission) -> None:
         """Each job waited for exists and its owner may see it."""

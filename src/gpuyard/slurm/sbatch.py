@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpuyard.env_export import ExportError, exported_environment
 from gpuyard.hostlist import expand_hostlist
 from gpuyard.slurm.containers import container_fields
 from gpuyard.slurm.options import (
@@ -25,8 +26,6 @@ from gpuyard.slurm.options import (
 )
 from gpuyard.spec_limits import (
     DEFAULT_POOL,
-    MAX_ENV,
-    MAX_ENV_BYTES,
     MAX_SCRIPT,
     PRIORITIES,
     signal_number,
@@ -40,46 +39,16 @@ if TYPE_CHECKING:
 
 __all__ = ["build_specs", "forwarded_environment", "specs_from_here"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"[^\w.-]")
-_NOT_FORWARDED = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "GPUYARD_")
 
 
 def forwarded_environment(environ: Mapping[str, str], export: str | None) -> dict[str, str]:
-    """What the job gets from the submitter's environment (``--export``, default ALL)."""
-    usable = {
-        k: v
-        for k, v in environ.items()
-        if _ENV_NAME.match(k) and not k.startswith(_NOT_FORWARDED) and "\0" not in v
-    }
-    items = [x for x in (export or "ALL").split(",") if x]
-    first = items[0].upper() if items else "ALL"
-    chosen: dict[str, str] = dict(usable) if first == "ALL" else {}
-    if first in ("ALL", "NONE"):
-        items = items[1:]
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not _ENV_NAME.match(name):
-            raise OptionError(f"--export: {name!r} is not a variable name")
-        if name.startswith(_NOT_FORWARDED):
-            raise OptionError(
-                f"--export: {name} cannot be given to a job (the pool sets SLURM_* and "
-                "GPUYARD_* itself, and a token does not belong in a job's spec)"
-            )
-        if eq:
-            chosen[name] = value
-        elif name in usable:
-            chosen[name] = usable[name]
-    if len(chosen) > MAX_ENV or sum(len(k) + len(v) for k, v in chosen.items()) > MAX_ENV_BYTES:
-        # The biggest first: LS_COLORS and exported shell functions rarely matter to a job.
-        for name in sorted(chosen, key=lambda k: -len(chosen[k])):
-            if len(chosen) <= MAX_ENV and sum(len(k) + len(v) for k, v in chosen.items()) <= (
-                MAX_ENV_BYTES
-            ):
-                break
-            if name not in ("PATH", "HOME", "USER", "PYTHONPATH", "LD_LIBRARY_PATH"):
-                del chosen[name]
-    return chosen
+    """What the job gets from the submitter's environment (``--export``, default ALL): the
+    one rule of :mod:`gpuyard.env_export`, its refusals as sbatch's option errors."""
+    try:
+        return exported_environment(environ, export)
+    except ExportError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _int(values: Mapping[str, str], name: str, default: int | None = None) -> int | None:

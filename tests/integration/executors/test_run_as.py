@@ -531,3 +531,30 @@ def test_a_pool_that_cannot_switch_users_refuses_another_account(
     executor.switch_users = False  # what a pool that is not run by root finds
     with pytest.raises(LaunchError, match="only a pool run by root can switch users"):
         launch(executor, "id", run_as=account("n"))
+
+
+def test_a_program_the_account_cannot_reach_fails_saying_what_to_do_as_the_submission_rule_says(
+    executor: LocalExecutor, account: Account, base: Path
+) -> None:
+    # The kernel's verdict at launch and the rule the submission checks first
+    # (gpuyard.launch.program) agree, on real files and a real account.
+    from gpuyard.launch.program import blocked_at, chain_of
+    from gpuyard.services.program_check import lookup_account, path_facts
+
+    name = account("x")
+    for where, mode in (("closed", 0o700), ("open", 0o755)):
+        (base / where).mkdir(mode=mode)
+        (base / where).chmod(mode)
+        shutil.copy("/bin/true", base / where / "prog")
+    code, why = wait_exit(executor, launch(executor, [str(base / "closed/prog")], run_as=name))
+    assert code == 126
+    assert why.startswith(f"cannot execute '{base}/closed/prog' as '{name}': Permission denied")
+    assert "install it into a path other accounts can read and search" in why
+    code, _ = wait_exit(executor, launch(executor, [str(base / "open/prog")], run_as=name, job=2))
+    assert code == 0
+    made = lookup_account(name)  # the launch made it: its own uid and group now
+    assert made.uid is not None
+    for where, refused in (("closed", True), ("open", False)):
+        chain = path_facts(chain_of(f"{base}/{where}/prog"))
+        assert chain is not None
+        assert (blocked_at(chain, made) is not None) is refused

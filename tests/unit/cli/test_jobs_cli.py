@@ -6,6 +6,7 @@ and records what it was sent, so these tests check the CLI and the client withou
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,6 +37,20 @@ class FakeApi:
         self.app.post("/api/v1/jobs/predict")(self.predict)
         self.app.get("/api/v1/jobs/{job_id}/prediction")(self.job_prediction)
         self.app.post("/api/v1/jobs/{job_id}/suspend")(self.suspend)
+        self.app.post("/api/v1/jobs", status_code=201)(self.create)
+
+    def create(self, spec: JobSpec) -> JobView:
+        self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
+        return JobView(
+            id=len(self.specs),
+            name="x",
+            owner="alice",
+            status=JobStatus.QUEUED,
+            state=JobState.QUEUED,
+            spec=spec,
+            attempt=0,
+            created_at=NOW,
+        )
 
     def predict(self, spec: JobSpec) -> Prediction:
         self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
@@ -231,3 +246,43 @@ def test_retry_job_errors_has_a_flag(fake_api: tuple[FakeApi, str]) -> None:
     assert result.exit_code == 0, result.output
     ft = api.specs[-1]["fault_tolerance"]
     assert (ft["max_restarts"], ft["retry_job_errors"]) == (2, True)
+
+
+def test_submit_exports_the_shells_environment_as_slurm_does(
+    fake_api: tuple[FakeApi, str], tmp_path: Path
+) -> None:
+    api, url = fake_api
+    shell = {"GPUYARD_URL": url, "GPUYARD_USER": "alice", "MY_FLAG": "on", "HOME": "/root"}
+    run = CliRunner().invoke
+    dry = ["submit", "--dry-run"]
+    assert run(cli_app, [*dry, "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--export=NONE", "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--export=A=1", "-e", "A=2", "--", "env"], env=shell).exit_code == 0
+    assert run(cli_app, [*dry, "--image", "official/x:1", "--", "env"], env=shell).exit_code == 0
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("command: env\nexport: [MY_FLAG, B=2]\n")
+    assert run(cli_app, [*dry, "-f", str(job_file)], env=shell).exit_code == 0
+    every, none, given, image, from_file = api.specs
+    assert every["env"]["MY_FLAG"] == "on"
+    assert "HOME" not in every["env"] and "GPUYARD_URL" not in every["env"]
+    assert "env" not in none and "env" not in image
+    assert given["env"] == {"A": "2"}  # --env wins over --export
+    assert from_file["env"] == {"MY_FLAG": "on", "B": "2"}
+    refused = run(cli_app, [*dry, "--export=GPUYARD_TOKEN", "--", "env"], env=shell)
+    assert isinstance(refused.exception, InvalidSpec)
+    assert "cannot be given to a job" in str(refused.exception)
+
+
+def test_the_client_exports_its_environment_when_asked(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    with Client(url, token="test-token") as client:
+        client.submit({"command": "env"})
+        client.submit({"command": "env", "env": {"LANG": "mine"}}, export="ALL,ONE=1")
+        client.submit({"command": "env"}, export="NONE,A=1")
+        with pytest.raises(InvalidSpec, match="cannot be given to a job"):
+            client.submit({"command": "env"}, export="GPUYARD_TOKEN")
+    plain, every, listed = api.specs
+    assert "env" not in plain  # by default the spec says everything, as before
+    assert every["env"]["PATH"] == os.environ["PATH"]  # this process's own environment
+    assert (every["env"]["LANG"], every["env"]["ONE"]) == ("mine", "1")  # the spec's env wins
+    assert listed["env"] == {"A": "1"}

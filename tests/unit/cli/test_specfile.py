@@ -164,3 +164,20 @@ def test_a_huge_yaml_job_file_is_refused_before_it_is_parsed(tmp_path: Path) -> 
     path.write_bytes(b"command: a\n" + b"# padding\n" * 200_000)
     with pytest.raises(InvalidSpec, match="the limit is 1048576"):
         load_job_file(path)
+
+
+def test_export_from_a_job_file_or_the_flag() -> None:
+    from gpuyard.cli.specfile import exported_env
+
+    shell = {"A": "1", "B": "2", "PATH": "/venv/bin"}
+    assert exported_env({}, None, shell) == shell  # ALL by default
+    assert exported_env({"image": "official/x:1"}, None, shell) == {}  # NONE in an image
+    assert exported_env({"image": "official/x:1"}, "A", shell) == {"A": "1"}
+    fields = {"export": ["A", "C=3"]}
+    assert exported_env(fields, None, shell) == {"A": "1", "C": "3"}
+    assert "export" not in fields  # the API has no such field
+    assert exported_env({"export": "NONE"}, "B", shell) == {"B": "2"}  # the flag wins
+    with pytest.raises(InvalidSpec, match="export takes ALL, NONE or a list"):
+        exported_env({"export": 3}, None, shell)
+    with pytest.raises(InvalidSpec, match="'1A' is not a variable name"):
+        exported_env({}, "1A=x", shell)

@@ -78,11 +78,8 @@ def refused(args: list[str], script: str = SCRIPT) -> str:
 
 
 def test_forwarded_environment_drops_slurm_gpuyard_and_invalid_names() -> None:
-    assert forwarded_environment(ENVIRON, None) == {
-        "PATH": "/usr/bin:/bin",
-        "HOME": "/home/alice",
-        "LANG": "C.UTF-8",
-    }
+    # HOME is the job's account's (the pool sets it), not the submitter's.
+    assert forwarded_environment(ENVIRON, None) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     assert forwarded_environment(ENVIRON, "ALL") == forwarded_environment(ENVIRON, None)
 
 
@@ -97,9 +94,9 @@ def test_forwarded_environment_drops_values_with_nul() -> None:
         ("none", {}),
         ("NONE,A=1", {"A": "1"}),
         ("NONE,A=1,PATH", {"A": "1", "PATH": "/usr/bin:/bin"}),
-        ("ALL,B=2", {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8", "B": "2"}),
-        ("ALL,B", {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8"}),
-        ("PATH,HOME", {"PATH": "/usr/bin:/bin", "HOME": "/home/alice"}),
+        ("ALL,B=2", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "B": "2"}),
+        ("ALL,B", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}),
+        ("PATH,LANG", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}),
         ("PATH,MISSING", {"PATH": "/usr/bin:/bin"}),
         ("LANG,X=a=b", {"LANG": "C.UTF-8", "X": "a=b"}),
     ],
@@ -122,41 +119,41 @@ def test_forwarded_environment_refuses_what_the_pool_sets_or_a_token(export: str
         forwarded_environment(ENVIRON, export)
 
 
-def test_an_oversized_environment_is_trimmed_keeping_path_and_home() -> None:
+def test_an_oversized_environment_is_trimmed_keeping_the_paths() -> None:
     many = {f"VAR_{i:04d}": "x" for i in range(MAX_ENV + 50)}
-    environ = {"PATH": "/usr/bin", "HOME": "/home/alice", **many}
+    environ = {"PATH": "/usr/bin", "VIRTUAL_ENV": "/venv", **many}
     env = forwarded_environment(environ, None)
     assert len(env) == MAX_ENV
     assert env["PATH"] == "/usr/bin"
-    assert env["HOME"] == "/home/alice"
+    assert env["VIRTUAL_ENV"] == "/venv"
     assert set(env) <= set(environ)
 
     # Too many bytes: the biggest go first, the small and the protected stay.
     environ = {
         "PATH": "/p" * 20_000,
-        "HOME": "/home/alice",
+        "VIRTUAL_ENV": "/venv",
         "LS_COLORS": "x" * MAX_ENV_BYTES,
         "BASH_FUNC_f%%": "ignored",
         "SMALL": "1",
     }
     assert forwarded_environment(environ, None) == {
         "PATH": "/p" * 20_000,
-        "HOME": "/home/alice",
+        "VIRTUAL_ENV": "/venv",
         "SMALL": "1",
     }
 
 
 def test_an_oversized_environment_still_gives_a_valid_spec() -> None:
-    environ = {"PATH": "/usr/bin", "HOME": "/h"}
+    environ = {"PATH": "/usr/bin", "VIRTUAL_ENV": "/h"}
     environ |= {f"V{i}": "y" * 1000 for i in range(200)}  # 200 kB
     spec = one([], environ=environ)
     assert spec["env"]["PATH"] == "/usr/bin"
-    assert spec["env"]["HOME"] == "/h"
+    assert spec["env"]["VIRTUAL_ENV"] == "/h"
     assert sum(len(k) + len(v) for k, v in spec["env"].items()) <= MAX_ENV_BYTES
 
 
 def test_the_spec_carries_the_forwarded_environment() -> None:
-    assert one([])["env"] == {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8"}
+    assert one([])["env"] == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     assert one(["--export=NONE"])["env"] == {}
     assert one(["--export=NONE,A=1"])["env"] == {"A": "1"}
 
@@ -173,7 +170,7 @@ def test_a_plain_script_gives_one_spec() -> None:
         "command": "sbatch job.sh",
         "nodes": 1,
         "resources": {"gpus": 0, "cpus": 1.0},
-        "env": {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8"},
+        "env": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
     }
     submit_host = slurm.pop("submit_host")
     assert isinstance(submit_host, str) and submit_host

@@ -563,6 +563,9 @@ CANNOT_START = {
     "setup": "cannot prepare the command: {detail}",
     "exec:missing": "{argv0!r}: command not found",
     "exec": "cannot execute {argv0!r}{who}: {why}",
+    "exec:denied": "cannot execute {argv0!r}{who}: {why} (the account may not search a "
+    "directory on the way to it or run it: install it into a path other accounts can read and "
+    'search, or run the job in an image; docs/jobs.md, "The job\'s environment")',
 }
 """What the log and the exit record say when a step before exec failed, by step (and cause)."""
 
@@ -875,6 +878,8 @@ class Supervisor:
         elif key == "target" and exc.errno == errno.EXDEV:
             key += ":outside"
         name = self.account["name"] if self.account is not None else ""
+        if key == "exec" and exc.errno == errno.EACCES and name:
+            key += ":denied"  # what the submission checks first (gpuyard.launch.program)
         why = os.strerror(exc.errno)
         return CANNOT_START[key].format(
             argv0=self.argv[0] if self.argv else "",
