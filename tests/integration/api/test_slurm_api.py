@@ -119,6 +119,9 @@ def test_a_job_that_asks_to_be_requeued_is_requeued_at_once(
     events = [e.reason or "" for e in client.events(job.id)]
     assert any("asked to be requeued" in reason for reason in events), events
     assert client.job(job.id).state in (JobState.SUSPENDING, JobState.SUSPENDED)
+    # Nobody is left to warn: its workers are ended at once, not after the graceful period
+    # (a script that ignores SIGTERM would otherwise sit in CG for it).
+    assert fake_executor.workers[WorkerKey(job.id, 0, 0)].terminated_with_grace == 0.0
     # Its --signal is for preemption and the time limit: a job that requeues itself (Lightning
     # does on that very signal) does not get it again, as in Slurm.
     assert signals(fake_executor, job.id) == []

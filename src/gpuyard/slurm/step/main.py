@@ -173,6 +173,14 @@ def _pattern_values(
 
 
 def _open_output(path: str, append: bool) -> int:
+    """Open the batch step's ``--output``/``--error`` file, creating its missing directories
+    first: a deliberate difference from Slurm (docs/slurm.md). submitit creates an array
+    task's log folder just after ``sbatch`` returns, and a pool with an idle node starts the
+    task before that. The step runs as the job's account, so it creates only what that account
+    may; where it may not, the open fails as Slurm's does."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     return os.open(path, flags, 0o644)
 
