@@ -1,7 +1,8 @@
 """Real Slurm clients, unchanged, against gpuyard's Slurm-compatible commands (docs/slurm.md):
 submitit's SlurmExecutor (a map_array of 20 tasks, checkpoint and requeue on preemption
 included), PyTorch Lightning's SLURMEnvironment under srun, and a lab's sbatch script that
-starts torchrun on every node with srun and scontrol show hostnames (and sacct's step rows for it)."""
+starts torchrun on every node with srun and scontrol show hostnames (and sacct's step rows
+for it)."""
 
 from __future__ import annotations
 
