@@ -456,6 +456,18 @@ def test_scontrol_show_hostnames(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "n0001\nn0002\ngpu7\n"
 
 
+def test_scontrol_requeuehold_inside_a_job_is_refused_not_a_plain_requeue(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("GPUYARD_CONTROL_DIR", str(tmp_path))
+    assert step.main(["scontrol", "requeuehold", "9"]) != 0
+    assert "cannot hold it" in capsys.readouterr().err
+    assert not (tmp_path / "suspended.json").exists()
+    assert step.main(["scontrol", "requeue", "9"]) == 0
+    assert json.loads((tmp_path / "suspended.json").read_text())["requeue"] is True
+
+
 def test_main_usage_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert step.main(["bogus"]) == step.EXIT_USAGE
     assert capsys.readouterr().err == "usage: slurmstep.py {batch|srun|scontrol} ...\n"

@@ -1087,8 +1087,15 @@ def scontrol(args: Sequence[str]) -> int:
         for name in expand_hostlist(text):
             print(name)
         return 0
-    if words and words[0] in ("requeue", "requeuehold"):
+    if words and words[0] == "requeue":
         return _requeue(words[1:])
+    if words and words[0] == "requeuehold":
+        # Never a plain requeue in its place (docs/slurm.md: nothing is silently ignored).
+        raise SlurmError(
+            "inside a job, scontrol requeues the job itself but cannot hold it; run "
+            f"`scontrol {' '.join(words)}` where gpuyard's Slurm commands are installed "
+            "(gpuyard slurm-shims), or `gpuyard suspend --hold`"
+        )
     raise SlurmError(
         f"inside a job, scontrol answers `show hostnames` and `requeue` of "
         f"the job itself; run `scontrol {' '.join(words)}` where gpuyard's Slurm commands "
