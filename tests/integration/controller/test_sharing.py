@@ -222,7 +222,7 @@ def test_a_suspending_job_can_be_held_and_released_before_it_is_suspended(pool: 
     pool.controller.tick()
     assert pool.state(job) is JobState.RUNNING  # released: it resumed at once
     with pytest.raises(Conflict, match="only a running job can be suspended"):
-        pool.scheduling.suspend(pool.submit(resources={"gpus": 1}, nodes=9), actor="alice")
+        pool.scheduling.suspend(pool.submit(resources={"gpus": 1}, hold=True), actor="alice")
 
 
 def test_a_worker_that_suspends_itself_requeues_the_job(pool: Pool) -> None:
@@ -236,6 +236,12 @@ def test_a_worker_that_suspends_itself_requeues_the_job(pool: Pool) -> None:
     pool.executor.exit(job, 1, code=75)
     pool.controller.tick()
     assert pool.jobs.get(job, actor=OPS).attempt == 1 and pool.state(job) is JobState.RUNNING
+    # A clean suspension reads as one, whatever code torchrun turned the 75 into.
+    assert pool.events(job, "worker_exited") == [
+        "worker 0 on n0 was suspended: it checkpointed and exited to be requeued (its launcher "
+        "exited with code 1 for the rank's 75)",
+        "worker 1 on n1 was suspended: it checkpointed and exited to be requeued (exit code 75)",
+    ]
 
 
 def test_stopping_a_suspended_job_ends_it(pool: Pool) -> None:
