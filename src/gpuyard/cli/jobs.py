@@ -580,10 +580,11 @@ def priority(
 
 
 def hold(
-    job_id: Annotated[int, typer.Argument(help="A queued or suspended job.")],
+    job_id: Annotated[int, typer.Argument(help="A queued, suspending or suspended job.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep a waiting job from starting until `gpuyard release`."""
+    """Keep a waiting job from starting until `gpuyard release` (a running one: `gpuyard
+    suspend --hold`)."""
     _held(job_id, as_json, held=True)
 
 

@@ -142,5 +142,6 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:
         return 0
     raise CommandError(
         f"`scontrol {' '.join(args)}` is not supported; gpuyard answers show job, show "
-        "hostnames, show hostlist, show config, requeue, hold, release and ping (docs/slurm.md)"
+        "hostnames, show hostlist, show config, requeue, requeuehold, hold, release and ping "
+        "(docs/slurm.md)"
     )
