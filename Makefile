@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuyard-installed
+RUN_STAMP := $(VENV)/.gpuyard-run-installed
 PYTEST_ARGS ?=
 
 .PHONY: setup chromium image-tools run test lint unit bench clean ray-cluster
@@ -15,8 +16,18 @@ PYTEST_ARGS ?=
 MPICH_PREFIX := $(VENV)/mpich
 MPICH_SPEC ?= mpich>=4.2,<6
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+# Two installs: `make run` needs the pool and what its example runs (the `example` extra: a CPU
+# build of torch, a 190 MB download); `make test` adds the rest (`dev`: Ray, Playwright, MPI, the
+# Slurm clients, the linters; about 1.8 GB). pip says what it fetches and how big, as it goes.
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "gpuyard: creating the virtual environment $(VENV)"; \
+	  $(PYTHON) -m venv $(VENV); }
+	@echo "gpuyard: installing the pool and the example's torch into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -e '.[example]'
+	@touch $@
+
+$(STAMP): pyproject.toml | $(RUN_STAMP)
+	@echo "gpuyard: installing what the tests use into $(VENV) (Ray, Playwright, MPI, Slurm clients, linters; about 1.8 GB)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
@@ -72,7 +83,8 @@ image-tools:
 
 # Start (or reuse) a pool of 2 virtual nodes in the background, submit the example job,
 # stream its log, and fail unless it succeeds. `gpuyard down` stops the pool.
-run: setup
+run: $(RUN_STAMP)
+	@echo "gpuyard: starting a pool of 2 virtual nodes in the background (gpuyard down stops it)"
 	@$(BIN)/gpuyard up --detach --virtual-nodes 2 --gpus-per-node 2
 	@job=$$($(BIN)/gpuyard submit --name ddp-example --json --mode pytorch --nodes 2 --gpus 2 -- \
 	    $(abspath $(BIN))/python $(abspath examples/ddp_train.py) \

@@ -1,4 +1,5 @@
-"""Parsing and printing of the quantities users type: durations and memory sizes.
+"""Parsing and printing of the quantities users type: durations and memory sizes, and the
+one way a node's or a request's size is written (``1 GPU, 2 CPUs, 16Gi memory``).
 
 Durations: ``90``/``90s``, ``15m``, ``2h``, ``1d``, and combinations such as ``1h30m``.
 Memory: a byte count or a number with a binary suffix, ``512M``, ``4G``, ``4Gi``, ``4GiB``, ``1T``.
@@ -9,7 +10,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_bytes", "format_duration", "parse_bytes", "parse_duration"]
+__all__ = [
+    "counted",
+    "format_bytes",
+    "format_duration",
+    "format_resources",
+    "parse_bytes",
+    "parse_duration",
+]
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -83,3 +91,17 @@ def format_bytes(n: int) -> str:
         value /= 1024
         units.pop(0)
     return f"{value:.1f}".rstrip("0").rstrip(".") + units[0]
+
+
+def counted(n: float, noun: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0.5 CPUs``: the count and the noun, plural unless exactly one."""
+    return f"{n:g} {noun}" if n == 1 else f"{n:g} {noun}s"
+
+
+def format_resources(gpus: int, cpus: float, memory: int, *, memory_word: str = "memory") -> str:
+    """``1 GPU, 2 CPUs, 16Gi memory``. No memory (a request that names none) is left out
+    rather than written as ``0 memory``."""
+    parts = [counted(gpus, "GPU"), counted(cpus, "CPU")]
+    if memory:
+        parts.append(f"{format_bytes(memory)} {memory_word}".rstrip())
+    return ", ".join(parts)

@@ -110,7 +110,11 @@ class Settings(BaseSettings):
         None, ge=0, description="GPUs per virtual node (default: the machine's GPUs / nodes)."
     )
     cpus_per_node: float | None = Field(
-        None, gt=0, description="CPUs per virtual node (default: the machine's CPUs / nodes)."
+        None,
+        gt=0,
+        description="CPUs per virtual node (default: the machine's CPUs / nodes, at least 1). "
+        "May add up to more than the machine has: the workers' CPU limits then overlap and "
+        'its cores are shared (docs/scheduling.md, "Virtual nodes").',
     )
     memory_per_node: int | None = Field(
         None, gt=0, description="Memory bytes per virtual node (default: machine / nodes)."

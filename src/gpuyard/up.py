@@ -18,8 +18,10 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -201,7 +203,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         settings.server_file,
         {"url": url, "pid": os.getpid(), "started_at": time.time(), "registry": own_url},
     )
-    server = uvicorn.Server(_uvicorn_config(app, settings, tls=tls))
+    server = _PoolServer(_uvicorn_config(app, settings, tls=tls))
     on_ready(url)
     try:
         server.run(sockets=[sock])
@@ -211,6 +213,28 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         store.close()
         reserve.stop()
         _remove_server_file(settings)
+
+
+class _PoolServer(uvicorn.Server):
+    """uvicorn's server, except that the SIGINT or SIGTERM that ends it is not raised again
+    once it has stopped. uvicorn raises it again so that the process dies by it, which would
+    skip the pool's own shutdown after it: the controller, the store, the server file and the
+    pool's own registry (`gpuyard down` left that registry running)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -271,20 +295,36 @@ def _log_isolation(executor: Executor) -> None:
         log.warning("%s", warning)
 
 
-def _whose_jobs(settings: Settings, executor: Executor) -> RunAs:
-    """Whose account runs jobs (:func:`run_as`), falling back, with a warning, to the pool's
-    own where the owners' accounts could not start them."""
-    who, warning = run_as(settings, euid=os.geteuid())
-    if warning:
-        log.warning("%s", warning)
-    elif who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
-        # Every job would fail to start: run them as the pool's user instead, loudly. (A
-        # root pool with the default home under /root lands here; `make run` too.)
+def _user_count(store: Store) -> int:
+    from sqlalchemy import func, select
+
+    from gpuyard.store.tables import UserRow
+
+    with store.read() as session:
+        return int(session.scalar(select(func.count()).select_from(UserRow)) or 0)
+
+
+def _whose_jobs(
+    settings: Settings, executor: Executor, *, users: int, euid: int | None = None
+) -> RunAs:
+    """Whose account runs jobs (:func:`run_as`), falling back to the pool's own where the
+    owners' accounts could not start them. That is a warning only where it matters: on a
+    pool with more than one user (``users``), whose jobs then share one account; on a
+    one-user pool it is one line of information (a user added later gets the warning at the
+    next start). ``euid``: this process's by default."""
+    who, warning = run_as(settings, euid=os.geteuid() if euid is None else euid)
+    if not warning and who is RunAs.OWNER and (unreachable := _unreachable_home(executor)):
+        # Every job would fail to start: run them as the pool's user instead. (A root pool
+        # with the default home under /root lands here; `make run` too.)
         who = RunAs.POOL
-        log.warning(
-            "%s. Until then jobs run as the pool's own user, which can read the pool's files",
-            unreachable,
+        warning = (
+            f"{unreachable}. Until then jobs run as the pool's own user, which can read the "
+            "pool's files"
         )
+    if warning and users > 1:
+        log.warning("%s", warning)
+    elif warning:
+        log.info("jobs run as the pool's own user (one user so far; docs/security.md)")
     return who
 
 
@@ -298,7 +338,9 @@ def _make_controller(
         interval=settings.controller_interval,
         inspect_every=settings.inspect_interval,
         control_url=url,
-        launch_config=launch_config(settings, who=_whose_jobs(settings, executor)),
+        launch_config=launch_config(
+            settings, who=_whose_jobs(settings, executor, users=_user_count(store))
+        ),
         alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
         usage_interval=settings.usage_interval,
     )

@@ -90,6 +90,9 @@ def test_up_detached_and_down(tmp_path: Path) -> None:
     job = pool.cli_json("submit", "--", "true")
     assert pool.cli("wait", str(job["id"])).returncode == 0
     assert "pool stopped" in pool.cli("down").stdout
+    log = (tmp_path / "home" / "pool.log").read_text()
+    assert "`gpuyard down` stops it" in log and "Ctrl-C" not in log  # no terminal to press it in
+    assert "pool stopped; running jobs keep running" in log
     assert "no pool is running" in pool.cli("down").stdout
     result = pool.cli("ls", check=False)
     assert result.returncode == 1 and "gpuyard up" in result.stderr

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.quantities import format_bytes, format_duration, parse_bytes, parse_duration
+from gpuyard.quantities import (
+    counted,
+    format_bytes,
+    format_duration,
+    format_resources,
+    parse_bytes,
+    parse_duration,
+)
 
 
 @pytest.mark.parametrize(
@@ -65,3 +72,16 @@ def test_formatting() -> None:
         "5Ti",
     ]
     assert [format_duration(s) for s in (5, 65, 3700, 90000)] == ["5s", "1m05s", "1h01m", "1d01h"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpus", "memory", "written"),
+    [
+        (1, 1, 0, "1 GPU, 1 CPU"),  # a request that names no memory says nothing of it
+        (0, 2, 16 * 1024**3, "0 GPUs, 2 CPUs, 16Gi memory"),
+        (8, 0.5, 1024**2, "8 GPUs, 0.5 CPUs, 1Mi memory"),
+    ],
+)
+def test_a_size_is_written_in_english(gpus: int, cpus: float, memory: int, written: str) -> None:
+    assert format_resources(gpus, cpus, memory) == written
+    assert counted(1, "node") == "1 node" and counted(3, "node") == "3 nodes"

@@ -84,6 +84,8 @@ def posted(values: dict[str, Any]) -> dict[str, list[str]]:
         },
         {"command": "python ps.py", "mode": "tensorflow", "nodes": 2, "parameter_servers": 1},
         {"command": "python x.py", "fault_tolerance": {"enabled": False}},
+        {"command": "python x.py", "nodes": 2, "exclusive": False},  # shared: false survives
+        {"command": "python x.py", "exclusive": True},
     ],
 )
 def test_a_clone_of_any_spec_submits_the_same_spec(spec: dict[str, Any]) -> None:

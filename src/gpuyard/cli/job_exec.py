@@ -122,7 +122,8 @@ def run(
         typer.Option(
             "-t",
             "--target",
-            help="task: the job's own command (as start); checker: the node check.",
+            help="command (the default: the one given), task: the job's own command (as start) "
+            "or checker: the node check.",
         ),
     ] = None,
     as_json: JsonOpt = False,

@@ -14,8 +14,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
+    from rich.table import Table
+
     from gpuyard.client import Client
     from gpuyard.models import BulkResult, JobSpec, JobView, Prediction
+    from gpuyard.models.faults import FaultEntry
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -52,9 +55,23 @@ def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --.")] = None,
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Job file (YAML).")] = None,
     name: Annotated[str | None, typer.Option(help="Job name.")] = None,
-    mode: Annotated[str | None, typer.Option(help="Distributed mode: single.")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Distributed mode: single (the default), pytorch, pytorch-deepspeed, mpi, "
+            "horovod, tensorflow or slurm (docs/distributed.md)."
+        ),
+    ] = None,
     nodes: Annotated[
         str | None, typer.Option(help="Number of nodes, or an elastic range MIN..MAX (2..4).")
+    ] = None,
+    exclusive: Annotated[
+        bool | None,
+        typer.Option(
+            "--exclusive/--shared",
+            help="Take each node whole, or only what it asks for (default: whole nodes for "
+            "more than one node, a share of one).",
+        ),
     ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per node.")] = None,
@@ -164,6 +181,14 @@ def submit(
         bool | None,
         typer.Option("--preflight/--no-preflight", help="Fault tolerance: check every node first."),
     ] = None,
+    retry_job_errors: Annotated[
+        bool | None,
+        typer.Option(
+            "--retry-job-errors/--no-retry-job-errors",
+            help="Fault tolerance: restart also after an error in the job's own code or data "
+            "(an exception, a NaN loss, GPU out of memory), which is otherwise final.",
+        ),
+    ] = None,
     hang_timeout: Annotated[
         str | None,
         typer.Option(help="Fault tolerance: no progress and no log for this long is a hang."),
@@ -199,6 +224,7 @@ def submit(
         "name": name,
         "mode": mode,
         "nodes": nodes,
+        "exclusive": exclusive,
         "gpus": gpus,
         "cpus": cpus,
         "memory": memory,
@@ -232,6 +258,7 @@ def submit(
                 ("max_restarts", max_restarts),
                 ("recovery", recovery),
                 ("preflight", preflight),
+                ("retry_job_errors", retry_job_errors),
                 ("hang_timeout", hang_timeout),
                 ("keep_failed", keep_failed),
             )
@@ -279,7 +306,13 @@ def describe_prediction(prediction: Prediction, now: datetime | None = None) -> 
 
 def ls(
     status: Annotated[
-        list[str] | None, typer.Option("--status", "-s", help="Filter, repeatable.")
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only jobs in this status: queued, running, succeeded, failed, stopped or "
+            "expired; repeatable.",
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Name contains.")] = None,
     owner: Annotated[str | None, typer.Option(help="Owner.")] = None,
@@ -293,6 +326,7 @@ def ls(
     from rich.text import Text
 
     from gpuyard.cli.output import age, console, print_json, status_style
+    from gpuyard.models.holding import gpus_text
     from gpuyard.terminal import scrubbed
 
     client = _client()
@@ -316,7 +350,9 @@ def ls(
             job.spec.priority.value if job.spec else "?",
             job.owner,
             _nodes_text(job),
-            str(job.spec.resources.gpus * job.spec.nodes) if job.spec else "?",
+            gpus_text(
+                job.spec.resources.gpus * job.spec.nodes if job.spec else None, job.held_gpus
+            ),
             age(job.created_at),
             _image_text(job),
         )
@@ -366,21 +402,30 @@ def show(job_id: int, as_json: JsonOpt = False) -> None:
     _print_job(scrubbed(job))  # name, command, env, reason: the owner's text, not escapes
 
 
+def _status_text(job: JobView) -> str:
+    """The status, and the finer state when it says more (``running (stopping)``, not
+    ``succeeded (succeeded)``)."""
+    from gpuyard.cli.output import status_style
+
+    shown = status_style(job.status.value)
+    return shown if job.state.value == job.status.value else f"{shown} ({job.state.value})"
+
+
 def _print_job(job: JobView) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from gpuyard.cli.output import console, status_style
-    from gpuyard.quantities import format_bytes
+    from gpuyard.cli.output import console
+    from gpuyard.quantities import format_resources
 
     def per_node(gpus: int, cpus: float, memory: int) -> str:
-        return f"{gpus} GPUs, {cpus:g} CPUs, {format_bytes(memory)} memory"
+        return format_resources(gpus, cpus, memory)
 
     rows: list[tuple[str, str | Text]] = [
         ("id", str(job.id)),
         ("name", Text(job.name)),
         ("owner", Text(f"{job.owner} (group {job.group or '-'})")),
-        ("status", f"{status_style(job.status.value)} ({job.state.value})"),
+        ("status", _status_text(job)),
     ]
     if job.status.value == "queued":
         rows += [
@@ -395,6 +440,8 @@ def _print_job(job: JobView) -> None:
         rows.append(("spec", Text(job.spec_error or "unreadable")))
     else:
         rows += _spec_rows(spec, per_node)
+    if job.held_gpus is not None:
+        rows.append(("GPUs held", _held_text(job)))
     rows += [
         ("attempt", str(job.attempt)),
         ("created", job.created_at.isoformat(timespec="seconds")),
@@ -419,6 +466,8 @@ def _print_job(job: JobView) -> None:
         for w in job.workers:
             slot = slots.get(w.rank)
             gpus = ",".join(map(str, slot.gpus)) if slot and slot.gpus else "-"
+            if slot and slot.exclusive:
+                gpus += " (whole node)"
             workers.add_row(
                 str(w.rank), w.node, gpus, w.state, "-" if w.exit_code is None else str(w.exit_code)
             )
@@ -455,6 +504,16 @@ def _spec_rows(spec: JobSpec, per_node: Callable[[int, float, int], str]) -> lis
     if spec.image:
         rows.append(("image", Text(spec.image)))
     return rows
+
+
+def _held_text(job: JobView) -> str:
+    """``8 (whole nodes: 2 x 4)``: what the placement holds, and why more than asked for."""
+    whole = [s for s in job.placement if s.exclusive]
+    if not whole:
+        return str(job.held_gpus)
+    per_node = sorted({s.held_gpus for s in whole if s.held_gpus is not None})
+    each = f" x {per_node[0]}" if len(per_node) == 1 else ""
+    return f"{job.held_gpus} (whole nodes: {len(whole)}{each})"
 
 
 def _nodes_text(job: JobView) -> str:
@@ -690,9 +749,6 @@ def events(job_id: int, as_json: JsonOpt = False) -> None:
 def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
     """Show a job's fault-tolerance log: each fault, its evidence, the action, the outcome;
     and each `gpuyard exec` action (usercall): who, the command, what came of it."""
-    from rich.table import Table
-    from rich.text import Text
-
     from gpuyard.cli.output import console, print_json
     from gpuyard.terminal import scrubbed
 
@@ -704,7 +760,21 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
     if not items:
         console().print(f"job {job_id} has had no fault")
         return
+    console().print(fault_table(items))
+
+
+def fault_table(items: list[FaultEntry]) -> Table:
+    """The ft-log table. Long words (``fault_tolerance.retry_job_errors`` in a hint) fold
+    onto the next line instead of ending in an ellipsis, so a hint is whole at any width."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def cell(text: str) -> Text:
+        return Text(text, overflow="fold")
+
     table = Table("TIME", "ATTEMPT", "KIND", "CAUSE", "WHERE", "EVIDENCE", "ACTION", "OUTCOME")
+    for column in table.columns:
+        column.overflow = "fold"
     for f in items:
         where = " on ".join(
             part for part in (f"rank {f.rank}" if f.rank is not None else "", f.node or "") if part
@@ -716,13 +786,13 @@ def ft_log(job_id: int, as_json: JsonOpt = False) -> None:
             f.time.astimezone().strftime("%H:%M:%S"),
             str(f.attempt),
             f.kind,
-            Text(f"{f.cause} [{who}]"),
-            where or "-",
-            Text(f.evidence),
-            Text(f.action),
-            Text(f.outcome or "(under way)"),
+            cell(f"{f.cause} [{who}]"),
+            cell(where or "-"),
+            cell(f.evidence),
+            cell(f.action),
+            cell(f.outcome or "(under way)"),
         )
-    console().print(table)
+    return table
 
 
 def wait(

@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from gpuyard.models.health import Finding
     from gpuyard.models.node import NodeIsolation
     from gpuyard.settings import Settings
 
@@ -25,15 +29,39 @@ def register(app: typer.Typer) -> None:
     nodes_app = typer.Typer(
         invoke_without_command=True,
         no_args_is_help=False,
-        help="List nodes and their health; show one; cordon, drain or uncordon one.",
+        help="List nodes and their health; show one; cordon, drain or uncordon one; remove "
+        "gone ones.",
     )
     nodes_app.callback()(nodes)
     nodes_app.command("show")(show_node)
     nodes_app.command("cordon")(cordon)
     nodes_app.command("drain")(drain)
     nodes_app.command("uncordon")(uncordon)
+    nodes_app.command("rm")(remove_nodes)
     app.add_typer(nodes_app, name="nodes")
     app.command()(health)
+
+
+MIGRATION_CHATTER = ("Context impl ", "Will assume ")
+"""The two lines Alembic logs at every start whether or not it migrates anything; a
+migration that runs (``Running upgrade …``) is still logged."""
+
+
+def configure_logging(stream: TextIO | None = None) -> None:
+    """The log of a foreground ``gpuyard up``: INFO and above, without Alembic's chatter."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=stream,
+        force=stream is not None,
+    )
+
+    def not_chatter(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(MIGRATION_CHATTER)
+
+    logging.getLogger("alembic.runtime.migration").addFilter(not_chatter)
 
 
 def up(
@@ -59,9 +87,16 @@ def up(
         int | None, typer.Option(help="Present N virtual nodes on this machine.")
     ] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per virtual node.")] = None,
-    cpus_per_node: Annotated[float | None, typer.Option(help="CPUs per virtual node.")] = None,
+    cpus_per_node: Annotated[
+        float | None,
+        typer.Option(
+            help="CPUs per virtual node (default: the host's / N, at least 1); may add up to "
+            "more than the host has, which its cores then share."
+        ),
+    ] = None,
     memory_per_node: Annotated[
-        str | None, typer.Option(help="Memory per virtual node, e.g. 8G.")
+        str | None,
+        typer.Option(help="Memory per virtual node, e.g. 8G (default: the host's / N)."),
     ] = None,
     executor: Annotated[
         str | None,
@@ -97,16 +132,15 @@ def up(
     if detach:
         _up_detached(settings)
         return
-    import logging
-
     from gpuyard.up import run_server
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
+
+    # Started by `up --detach`, the pool has no terminal to press Ctrl-C in.
+    stops = "Ctrl-C stops it" if sys.stdin.isatty() else "`gpuyard down` stops it"
 
     def ready(url: str) -> None:
-        print(f"gpuyard pool running at {url} (home {settings.home}); Ctrl-C stops it", flush=True)
+        print(f"gpuyard pool running at {url} (home {settings.home}); {stops}", flush=True)
         print(f"web UI: {url}/ (sign in with the token in {settings.owner_token_file})", flush=True)
 
     from gpuyard.errors import GpuyardError
@@ -115,6 +149,10 @@ def up(
         run_server(settings, on_ready=ready)
     except GpuyardError as exc:
         raise SystemExit(f"gpuyard up: {exc.detail}") from None
+    print(
+        "gpuyard pool stopped; running jobs keep running and the next `gpuyard up` adopts them",
+        flush=True,
+    )
 
 
 def _up_detached(settings: Settings) -> None:
@@ -311,6 +349,8 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         for f in n.health:
             if f.status in (ProbeStatus.CRITICAL, ProbeStatus.WARNING):
                 out.print(f"{n.name} {f.status.value}: {f.describe()}", markup=False)
+    if note := health_note([n.health for n in items]):
+        out.print(note, markup=False)
     for n in items:
         if n.isolation is not None and n.isolation.not_enforced:
             out.print(f"{n.name} isolation: {n.isolation.describe()}", markup=False)
@@ -320,6 +360,19 @@ def nodes(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             "process limits, and processes that leave a worker's process group can outlive it "
             "(see the log of `gpuyard up`)"
         )
+
+
+def health_note(healths: Sequence[Sequence[Finding]]) -> str | None:
+    """What ``n/a`` in the HEALTH column means, when a node shows it."""
+    from gpuyard.models.health import ProbeStatus
+
+    if not any(f.status is ProbeStatus.NOT_AVAILABLE for h in healths for f in h):
+        return None
+    return (
+        "HEALTH n/a: checks that could not look on that node (GPU checks without an NVIDIA "
+        "driver, a counter the GPU lacks), so that part of its health is unknown, not ok; "
+        "`gpuyard nodes show NODE` lists them"
+    )
 
 
 def _isolation_cell(isolation: NodeIsolation | None) -> str:
@@ -404,3 +457,28 @@ def _jobs_column(jobs: list[int], hidden: int) -> str:
     shown = ",".join(map(str, jobs))
     others = f"+{hidden} other{'s' if hidden > 1 else ''}" if hidden else ""
     return " ".join(part for part in (shown, others) if part) or "-"
+
+
+def remove_nodes(
+    names: Annotated[list[str], typer.Argument(help="Gone nodes (see `gpuyard nodes`).")],
+) -> None:
+    """Forget nodes that are gone, such as those of an earlier virtual layout (admins). A node
+    that is not gone, or that a job that has not ended holds, is refused with the reason; the
+    others are removed all the same."""
+    from rich.markup import escape
+
+    from gpuyard.cli.output import console, err_console
+    from gpuyard.client import Client
+    from gpuyard.errors import GpuyardError
+
+    client, failed = Client(), False
+    for name in names:
+        try:
+            client.remove_node(name)
+        except GpuyardError as exc:
+            err_console().print(f"[red]error:[/] {escape(exc.detail)}", highlight=False)
+            failed = True
+        else:
+            console().print(f"node {name} removed", markup=False)
+    if failed:
+        raise typer.Exit(1)

@@ -31,13 +31,17 @@ def simulate(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            help="fifo, sjf, gpuyard or gpuyard-never; repeatable or comma-separated "
-            "(default: all)."
+            help="fifo, sjf, srtf, tiresias, gpuyard or gpuyard-never; repeatable or "
+            "comma-separated (default: all)."
         ),
     ] = None,
     out: Annotated[
-        Path, typer.Option(help="Directory for jobs.csv, summary.csv, queue_cdf.png.")
-    ] = Path("simulation"),
+        Path | None,
+        typer.Option(
+            help="Directory for jobs.csv, summary.csv, queue_cdf.png (default: a new temp "
+            "dir, named at the end; never the current directory)."
+        ),
+    ] = None,
     preset: Annotated[
         str | None,
         typer.Option(help="Trace schema: gpuyard, venus or openb (default: from the header)."),
@@ -105,6 +109,7 @@ def simulate(
     columns = parse_mapping(map_ or [])
     if plot:
         check_plot()
+    out = out or _new_out_dir()
     check_out(out)
     loaded = load(
         trace,
@@ -165,6 +170,13 @@ def simulate(
         f"replayed {len(loaded.jobs):,} jobs x {len(policies)} policies in {wall:.1f} s; "
         f"wrote {', '.join(str(p) for p in written)}"
     )
+
+
+def _new_out_dir() -> Path:
+    """Where the outputs go without --out: a new temp dir, never the current directory."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="gpuyard-simulation-"))
 
 
 class PlainProgress:

@@ -39,12 +39,13 @@ def top(
     jobs: Annotated[int, typer.Option("--jobs", min=1, max=1000, help="Most jobs shown.")] = 15,
 ) -> None:
     """Nodes (GPUs allocated, CPU, memory and GPUs in use, state) and the busiest running
-    jobs you may view, refreshed every 2 s; q or Ctrl-C leaves."""
+    jobs you may view, redrawn every --interval seconds; q or Ctrl-C leaves. The pool
+    samples usage on its own period (GPUYARD_USAGE_INTERVAL), which the header shows."""
     from gpuyard.cli.output import console
     from gpuyard.client import Client
 
     client = Client()
-    if once:
+    if once or not sys.stdout.isatty():  # into a pipe or a file: one frame, as with --once
         console().print(_frame(client, jobs))
         return
     with contextlib.suppress(KeyboardInterrupt):
@@ -53,6 +54,10 @@ def top(
 
 def _frame(client: Client, jobs: int) -> RenderableType:
     return render(client.nodes(), client.usage(limit=jobs), at=datetime.now(UTC))
+
+
+def _live_frame(client: Client, jobs: int, interval: float) -> RenderableType:
+    return render(client.nodes(), client.usage(limit=jobs), at=datetime.now(UTC), redraw=interval)
 
 
 def _watch(client: Client, interval: float, jobs: int) -> None:
@@ -69,11 +74,16 @@ def _watch(client: Client, interval: float, jobs: int) -> None:
     try:
         with (
             _keys() as pressed,
-            Live(_frame(client, jobs), console=console(), screen=True, auto_refresh=False) as live,
+            Live(
+                _live_frame(client, jobs, interval),
+                console=console(),
+                screen=True,
+                auto_refresh=False,
+            ) as live,
         ):
             while not leave.is_set() and _wait(pressed, interval, leave) not in ("q", "Q"):
                 if not leave.is_set():
-                    live.update(_frame(client, jobs), refresh=True)
+                    live.update(_live_frame(client, jobs, interval), refresh=True)
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -127,13 +137,17 @@ def _keys() -> Iterator[Callable[[float], str | None]]:
 # -- one frame --------------------------------------------------------------------------------
 
 
-def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> RenderableType:
+def render(
+    nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime, redraw: float | None = None
+) -> RenderableType:
     """One frame: a header, the nodes, the busiest jobs. A figure that was not measured (GPUs
-    without a driver, a job not sampled yet) shows as ``-``."""
+    without a driver, a job not sampled yet) shows as ``-``. ``redraw``: the seconds between
+    frames of a live view (None: a single frame, which has no key to quit)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    from gpuyard.models.holding import gpus_text
     from gpuyard.models.usage import NodeNow
     from gpuyard.quantities import format_bytes
 
@@ -149,7 +163,8 @@ def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> Rend
     header = Text(
         f"gpuyard top  {at.astimezone().strftime('%H:%M:%S')}  nodes {len(nodes)}  "
         f"GPUs {held}/{gpus} allocated  running jobs shown {len(usage.jobs)}  "
-        f"(sampled every {usage.interval:g}s; q to quit)"
+        f"(usage sampled every {usage.interval:g}s"
+        + (f", redrawn every {redraw:g}s; q to quit)" if redraw else ")")
     )
     node_table = Table(
         "NODE", "STATE", "GPUS", "GPU%", "GPU MEM", "CPU", "MEMORY", "JOBS", box=None
@@ -167,13 +182,16 @@ def render(nodes: Sequence[NodeView], usage: PoolUsage, *, at: datetime) -> Rend
             f"{size(u.memory)}/{format_bytes(n.memory)}",
             str(len(n.jobs)),
         )
-    job_table = Table("ID", "OWNER", "NAME", "NODES", "CPU", "MEMORY", "GPU%", "GPU MEM", box=None)
+    job_table = Table(
+        "ID", "OWNER", "NAME", "NODES", "GPUS", "CPU", "MEMORY", "GPU%", "GPU MEM", box=None
+    )
     for j in usage.jobs:
         job_table.add_row(
             str(j.id),
             j.owner,
             j.name,
             ",".join(j.nodes) or "-",
+            gpus_text(j.gpus, j.held_gpus),
             of(j.cpu, lambda v: f"{v:.2f}"),
             size(j.memory),
             of(j.gpu_util, lambda v: f"{v:.0f}%"),

@@ -508,6 +508,10 @@ class Client:
     def uncordon(self, node: str) -> NodeView:
         return NodeView.model_validate(self._request("POST", f"/nodes/{node}/uncordon").json())
 
+    def remove_node(self, node: str) -> None:
+        """Forget a gone node that no job holds (admins): ``gpuyard nodes rm``."""
+        self._request("DELETE", f"/nodes/{quote(node, safe='')}")
+
     # -- accounts -------------------------------------------------------------------------
 
     def users(self) -> list[UserView]:

@@ -14,9 +14,9 @@ the snapshot, which holds no garbage, while ``decide()`` allocates.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
@@ -31,8 +31,10 @@ from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.worker import WorkerRole, WorkerState
+from gpuyard.quantities import counted
 from gpuyard.scheduler import Decisions, Snapshot, decide, frozen_heap
 from gpuyard.scheduler.decide import Start
+from gpuyard.scheduler.snapshot import Allocation
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
 from gpuyard.store.engine import Store
@@ -40,7 +42,7 @@ from gpuyard.store.guarded import current
 from gpuyard.store.snapshot import SnapshotLoader
 from gpuyard.store.tables import JobRow, NodeRow, WorkerRow, request_columns
 
-__all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "launch_spec", "worker_rows"]
+__all__ = ["PORT_RANGE", "SCHEDULER", "Applier", "NodeFacts", "launch_spec", "worker_rows"]
 
 SCHEDULER = Actor.SCHEDULER
 PORT_RANGE = (20000, 30000)
@@ -60,6 +62,15 @@ _SET_WAIT = (
     .where(_JOBS.c.id == bindparam("job"), or_(*(_JOBS.c.state == s for s in _PENDING_STATES)))
     .values(reason=bindparam("why"), wait_code=bindparam("code"), start_at=bindparam("at"))
 )
+
+
+class NodeFacts(NamedTuple):
+    """What a start needs to know of a node: its address, its host (ports are per host) and
+    its GPUs (what an exclusive slot holds)."""
+
+    address: str
+    host: str
+    gpus: int = 0
 
 
 class Applier:
@@ -100,9 +111,9 @@ class Applier:
                     session, now, on_bad_row=self._bad_row, monotonic=self.clock.monotonic()
                 )
                 nodes = {
-                    name: (address, str((labels or {}).get("host", name)))
-                    for name, address, labels in session.execute(
-                        select(NodeRow.name, NodeRow.address, NodeRow.labels)
+                    name: NodeFacts(address, str((labels or {}).get("host", name)), gpus)
+                    for name, address, labels, gpus in session.execute(
+                        select(NodeRow.name, NodeRow.address, NodeRow.labels, NodeRow.gpus)
                     )
                 }
                 ports = self._ports_in_use(session, nodes) if snapshot.pending else {}
@@ -124,7 +135,7 @@ class Applier:
     def start_all(
         self,
         starts: Sequence[Start],
-        nodes: dict[str, tuple[str, str]],
+        nodes: Mapping[str, NodeFacts],
         ports: dict[str, set[int]],
         now: float,
     ) -> list[int]:
@@ -184,14 +195,29 @@ class Applier:
                 continue
             self.mark_dirty()
 
-    def _ports_in_use(self, session: Any, nodes: dict[str, tuple[str, str]]) -> dict[str, set[int]]:
+    def _slot(self, a: Allocation, facts: NodeFacts | None, ports: dict[str, set[int]]) -> Slot:
+        """What one allocation is stored as; an exclusive one records the GPUs it holds (all of
+        its node's), so views show what was given (:mod:`gpuyard.models.holding`)."""
+        return Slot(
+            node=a.node,
+            address=facts.address if facts is not None else "",
+            gpus=a.gpus,
+            cpus=a.cpus,
+            memory=a.memory,
+            exclusive=a.exclusive,
+            held_gpus=max(facts.gpus, len(a.gpus)) if a.exclusive and facts is not None else None,
+            port=self._next_port(facts.host if facts is not None else a.node, ports),
+        )
+
+    def _ports_in_use(self, session: Any, nodes: Mapping[str, NodeFacts]) -> dict[str, set[int]]:
         """Per host, the ports the placements of running jobs hold."""
         used: dict[str, set[int]] = {}
         for (placement,) in session.execute(
             select(JobRow.placement).where(JobRow.state.in_(HOLDING))
         ):
             for slot in placement or []:
-                host = nodes.get(slot["node"], ("", slot["node"]))[1]
+                facts = nodes.get(slot["node"])
+                host = facts.host if facts is not None else slot["node"]
                 used.setdefault(host, set()).add(int(slot.get("port", 0)))
         return used
 
@@ -212,7 +238,7 @@ class Applier:
         self,
         session: Session,
         start: Start,
-        nodes: dict[str, tuple[str, str]],
+        nodes: Mapping[str, NodeFacts],
         ports: dict[str, set[int]],
         now: float,
     ) -> bool:
@@ -221,18 +247,7 @@ class Applier:
         row = current(session, start.job_id, start.version)
         if row is None:
             return False  # changed since the snapshot (stopped, deleted)
-        slots = [
-            Slot(
-                node=a.node,
-                address=nodes.get(a.node, ("", ""))[0],
-                gpus=a.gpus,
-                cpus=a.cpus,
-                memory=a.memory,
-                exclusive=a.exclusive,
-                port=self._next_port(nodes.get(a.node, ("", a.node))[1], ports),
-            )
-            for a in start.allocations
-        ]
+        slots = [self._slot(a, nodes.get(a.node), ports) for a in start.allocations]
         placed_on = ", ".join(dict.fromkeys(s.node for s in slots))
         spec, chosen = _chosen_spec(row.job_spec(), start.choice)
         extra: dict[str, Any] = {}
@@ -360,8 +375,8 @@ def _chosen_spec(spec: JobSpec, choice: int) -> tuple[JobSpec, str]:
     resources = spec.alternatives[choice - 1]
     chosen = spec.model_copy(update={"resources": resources, "alternatives": []})
     return chosen, (
-        f" with alternative spec {choice} ({resources.gpus} GPUs, {resources.cpus:g} CPUs per "
-        "node); the others are dropped"
+        f" with alternative spec {choice} ({counted(resources.gpus, 'GPU')}, "
+        f"{counted(resources.cpus, 'CPU')} per node); the others are dropped"
     )
 
 

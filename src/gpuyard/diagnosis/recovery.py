@@ -75,8 +75,8 @@ def decide_recovery(ft: FaultTolerance | None, restarts: int, facts: FailureFact
     if suspect is Suspect.JOB:
         if not ft.retry_job_errors:
             why = (
-                "an error of the job's own is not restarted (set "
-                "fault_tolerance.retry_job_errors to restart it anyway)"
+                "an error of the job's own is not restarted (submit with --retry-job-errors, "
+                "or set fault_tolerance.retry_job_errors, to restart it anyway)"
             )
             return _with(found, restart=False, recheck=False, why=why)
         return _with(found, restart=True, recheck=False, why=left)

@@ -342,6 +342,13 @@ class JobSpec(BaseModel):
     mode: JobMode = Field(JobMode.SINGLE, description="Distributed mode.")
     nodes: int = Field(1, ge=1, le=4096, description="Nodes per (sub-)task; one worker each.")
     resources: NodeResources = Field(default_factory=NodeResources)
+    exclusive: bool | None = Field(
+        None,
+        description="true: each worker takes its node whole (nothing else is placed there); "
+        "false: it takes only what it asks for, and other jobs may use the rest. Default "
+        "(null): whole nodes for a multi-node job, a share for a one-node job "
+        '(docs/scheduling.md, "Whole nodes").',
+    )
     parameter_servers: int = Field(
         0,
         ge=0,
@@ -574,6 +581,11 @@ class JobSpec(BaseModel):
                 "min_nodes: an elastic job is a regular job without parameter servers or "
                 "alternative specs; remove min_nodes or those"
             )
+        if self.exclusive is False:
+            raise ValueError(
+                "exclusive: an elastic job takes whole nodes (it grows onto idle ones); remove "
+                "exclusive: false or min_nodes"
+            )
 
     @property
     def elastic(self) -> bool:
@@ -666,6 +678,10 @@ class Slot(BaseModel):
     cpus: float = 0.0
     memory: int = 0
     exclusive: bool = False
+    """It holds its whole node, whatever it uses of it (docs/scheduling.md, "Whole nodes")."""
+    held_gpus: int | None = None
+    """The GPUs it holds on its node: every GPU of the node when exclusive, written when the
+    job starts (None in slots stored before it was; see :mod:`gpuyard.models.holding`)."""
     port: int = 0
     """A port reserved for this worker on its node (the master port, a TF task's port)."""
 
@@ -730,6 +746,11 @@ class JobView(BaseModel):
         "ends, and the job with it.",
     )
     placement: list[Slot] = Field(default_factory=list)
+    held_gpus: int | None = Field(
+        None,
+        description="GPUs its placement holds in all, null while it holds none: more than it "
+        "asked for where a multi-node job takes whole nodes.",
+    )
     workers: list[WorkerView] = Field(default_factory=list)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "choices",
     "members",
     "request_of",
+    "takes_whole_nodes",
 ]
 
 
@@ -178,16 +179,24 @@ def members(
     per_node: Resources,
     parameter_servers: int,
     node_resources: tuple[Resources, ...] = (),
+    exclusive: bool | None = None,
 ) -> tuple[Member, ...]:
     """Every worker of a job, in rank order: per (sub-)task its compute workers, then its
-    parameter servers. More than one compute worker means whole nodes. ``node_resources``
-    (a heterogeneous job) gives each compute worker its own amounts instead of ``per_node``."""
-    whole = nodes > 1
+    parameter servers. ``node_resources`` (a heterogeneous job) gives each compute worker its
+    own amounts instead of ``per_node``. Compute workers take whole nodes as
+    :func:`takes_whole_nodes` says."""
+    whole = takes_whole_nodes(nodes, exclusive)
     if node_resources:
         compute = tuple(Member(r.gpus, r.cpus, r.memory, whole_node=whole) for r in node_resources)
     else:
         compute = (Member(per_node.gpus, per_node.cpus, per_node.memory, whole_node=whole),) * nodes
     return (compute + (PS_MEMBER,) * parameter_servers) * tasks
+
+
+def takes_whole_nodes(nodes: int, exclusive: bool | None) -> bool:
+    """Whether a job's compute workers take their nodes whole: as ``exclusive`` says, and by
+    default (None) when there is more than one (docs/scheduling.md, "Whole nodes")."""
+    return nodes > 1 if exclusive is None else exclusive
 
 
 @functools.lru_cache(maxsize=4096)
@@ -197,6 +206,7 @@ def _request(
     per_node: Resources,
     parameter_servers: int,
     node_resources: tuple[Resources, ...] = (),
+    exclusive: bool | None = None,
 ) -> Request:
     # Requests are immutable, and a queue holds few distinct shapes: share one per shape.
     return Request(
@@ -206,12 +216,16 @@ def _request(
             per_node=per_node,
             parameter_servers=parameter_servers,
             node_resources=node_resources,
+            exclusive=exclusive,
         )
     )
 
 
 def choices(
-    request: Request, alternatives: tuple[Request, ...], min_nodes: int | None
+    request: Request,
+    alternatives: tuple[Request, ...],
+    min_nodes: int | None,
+    exclusive: bool | None = None,
 ) -> tuple[Request, ...]:
     """Every request a job may start with, in the order to try them: its own, then its
     alternative specs; an elastic job's sizes from the largest down to ``min_nodes``."""
@@ -219,7 +233,17 @@ def choices(
         return (request, *alternatives) if alternatives else (request,)
     member = request.members[0]
     return tuple(
-        Request((Member(member.gpus, member.cpus, member.memory, whole_node=n > 1),) * n)
+        Request(
+            (
+                Member(
+                    member.gpus,
+                    member.cpus,
+                    member.memory,
+                    whole_node=takes_whole_nodes(n, exclusive),
+                ),
+            )
+            * n
+        )
         for n in range(request.nodes, min_nodes - 1, -1)
     )
 
@@ -248,22 +272,31 @@ class JobRequest:
     node_resources: tuple[Resources, ...] = ()
     """A heterogeneous job's amounts, node by node (``nodes`` of them; ``per_node`` is the
     first's); empty: every node gets ``per_node``."""
+    exclusive: bool | None = None
+    """Whether its compute workers take whole nodes; None: :func:`takes_whole_nodes`'s
+    default."""
 
     @property
     def request(self) -> Request:
         """The first choice (an elastic job's largest size)."""
         return _request(
-            self.tasks, self.nodes, self.per_node, self.parameter_servers, self.node_resources
+            self.tasks,
+            self.nodes,
+            self.per_node,
+            self.parameter_servers,
+            self.node_resources,
+            self.exclusive,
         )
 
     @property
     def alternative_requests(self) -> tuple[Request, ...]:
         return tuple(
-            _request(self.tasks, self.nodes, r, self.parameter_servers) for r in self.alternatives
+            _request(self.tasks, self.nodes, r, self.parameter_servers, (), self.exclusive)
+            for r in self.alternatives
         )
 
     def choices(self) -> tuple[Request, ...]:
-        return choices(self.request, self.alternative_requests, self.min_nodes)
+        return choices(self.request, self.alternative_requests, self.min_nodes, self.exclusive)
 
     def constraint(self, node_pools: Mapping[str, str] | None = None) -> Constraint:
         """Where it may run. A job that names nodes runs in their pool, looked up in
@@ -297,4 +330,5 @@ def request_of(spec: JobSpec) -> JobRequest:
         node_resources=tuple(
             Resources.of(c.gpus, c.cpus, c.memory) for c in het for _ in range(c.nodes)
         ),
+        exclusive=spec.exclusive,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuyard.quantities import format_bytes
+from gpuyard.quantities import format_resources
 
 __all__ = ["MILLI", "ZERO", "Resources", "millicpus"]
 
@@ -64,7 +64,7 @@ class Resources:
         )
 
     def __str__(self) -> str:
-        return f"{self.gpus} GPUs, {self.cpus:g} CPUs, {format_bytes(self.memory)} memory"
+        return format_resources(self.gpus, self.cpus, self.memory)
 
 
 _set_gpus, _set_mcpus, _set_memory = (

@@ -285,6 +285,10 @@ class JobNow(BaseModel):
     name: str
     owner: str
     nodes: list[str]
+    gpus: int = Field(0, description="GPUs its workers use (what it asked for).")
+    held_gpus: int = Field(
+        0, description="GPUs it holds: more than gpus where it takes whole nodes."
+    )
     time: datetime | None = None
     cpu: float | None = None
     memory: int | None = None

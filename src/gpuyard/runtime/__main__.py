@@ -43,7 +43,16 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="GPUYARD_CHECKPOINT_DIR for every attempt (default: $GPUYARD_CHECKPOINT_DIR, "
-        "else ./checkpoints, where the runtime saves outside gpuyard)",
+        "else checkpoints/ in the run's directory)",
+    )
+    sim.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the run's directory: its checkpoints/ and outputs/ (GPUYARD_OUTPUT_DIR) unless "
+        "the environment names them; name one to keep them, or to resume from them in a "
+        "second run (default: a new temp dir, printed; never the current directory)",
     )
     sim.add_argument(
         "--control-dir",
@@ -78,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         after=args.after,
         checkpoint_dir=args.checkpoint_dir,
         control_root=args.control_dir,
+        run_dir=args.out,
         max_attempts=args.max_attempts,
     )
 

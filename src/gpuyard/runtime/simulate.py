@@ -11,6 +11,11 @@ failing exit code once a process of the attempt wrote ``suspended.json`` — tor
 rank's 75 into its own 1. Every rank of a ``torchrun`` command inherits the environment, so
 the switch reaches them all and `gpuyard.runtime.torch.preemption_agreed` makes them agree.
 
+What it writes goes to one run directory, a new temp dir unless ``out`` names one: the
+``checkpoints/`` and the ``outputs/`` it gives the command (``GPUYARD_CHECKPOINT_DIR``,
+``GPUYARD_OUTPUT_DIR``, unless the environment or ``checkpoint_dir`` sets them), never the
+current directory.
+
 What it does not do: enforce the notice's deadline (the platform's SIGTERM, then SIGKILL) or
 send the notice signal; the switch is polled, exactly like the flag file.
 """
@@ -55,10 +60,12 @@ class AttemptResult:
     """The last step in ``progress.json``, if the script reported progress."""
 
 
-def default_checkpoint_dir(environ: Mapping[str, str]) -> Path:
-    """Where the runtime would put checkpoints for this environment, made absolute."""
-    configured = environ.get("GPUYARD_CHECKPOINT_DIR")
-    return Path(configured or DEFAULT_CHECKPOINT_DIRNAME).absolute()
+def run_dirs(environ: Mapping[str, str], run: Path) -> tuple[Path, Path]:
+    """The checkpoint and output dirs of a simulated run: the environment's, else
+    ``checkpoints/`` and ``outputs/`` in the run's directory (absolute)."""
+    checkpoints = environ.get("GPUYARD_CHECKPOINT_DIR") or run / DEFAULT_CHECKPOINT_DIRNAME
+    outputs = environ.get("GPUYARD_OUTPUT_DIR") or run / "outputs"
+    return Path(checkpoints).absolute(), Path(outputs).absolute()
 
 
 def simulate(
@@ -67,6 +74,7 @@ def simulate(
     after: float,
     checkpoint_dir: Path | None = None,
     control_root: Path | None = None,
+    run_dir: Path | None = None,
     max_attempts: int = 10,
     environ: Mapping[str, str] | None = None,
     out: TextIO | None = None,
@@ -74,17 +82,19 @@ def simulate(
     """Run `command` until it ends other than suspended; return its last exit status.
 
     A status from a signal is returned as 128 + the signal's number, as a shell does. After
-    `max_attempts` suspensions it stops and returns `EXIT_SUSPENDED`.
+    `max_attempts` suspensions it stops and returns `EXIT_SUSPENDED`. ``run_dir``: where
+    its checkpoints and outputs go (default: the new temp dir that holds the control dirs).
     """
     stream = out or sys.stderr
     base = dict(os.environ if environ is None else environ)
-    checkpoints = (checkpoint_dir or default_checkpoint_dir(base)).absolute()
     root = Path(tempfile.mkdtemp(prefix="gpuyard-simulate-", dir=control_root))
+    checkpoints, outputs = run_dirs(base, run_dir or root)
+    checkpoints = (checkpoint_dir or checkpoints).absolute()
 
     def say(line: str) -> None:
         print(f"{_PREFIX} {line}", file=stream, flush=True)
 
-    say(f"checkpoints in {checkpoints}, control dirs under {root}")
+    say(f"checkpoints in {checkpoints}, outputs in {outputs}, control dirs under {root}")
     if checkpoints.is_dir() and any(checkpoints.iterdir()):
         say("note: the checkpoint dir is not empty; attempt 0 may resume from what is there")
     for attempt in range(max_attempts):
@@ -93,6 +103,7 @@ def simulate(
             **base,
             "GPUYARD_ATTEMPT": str(attempt),
             "GPUYARD_CHECKPOINT_DIR": str(checkpoints),
+            "GPUYARD_OUTPUT_DIR": str(outputs),
             "GPUYARD_CONTROL_DIR": str(control_dir),
             "GPUYARD_SIMULATE_PREEMPTION_AFTER": f"{after:g}",
         }

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from gpuyard.models.waiting import WaitCode
-from gpuyard.quantities import format_duration
+from gpuyard.quantities import counted, format_duration
 from gpuyard.scheduler.order import FairShare
 from gpuyard.scheduler.placement import INFINITY, Ledger, Topology
 from gpuyard.scheduler.preemption import choose_victims
@@ -722,11 +722,11 @@ def _not_enough(request: Request) -> str:
     members = request.members
     first = members[0]
     if len(set(members)) == 1 and first.whole_node:
-        each = f" with {first.gpus} GPUs each" if first.gpus else ""
+        each = f" with {counted(first.gpus, 'GPU')} each" if first.gpus else ""
         return f"waiting for {len(members)} whole free nodes{each}"
     if len(members) == 1:
-        gpus = f"{first.gpus} free GPUs and " if first.gpus else ""
-        return f"waiting for a node with {gpus}{first.cpus:g} free CPUs"
+        gpus = f"{counted(first.gpus, 'free GPU')} and " if first.gpus else ""
+        return f"waiting for a node with {gpus}{counted(first.cpus, 'free CPU')}"
     return f"waiting for room for its {len(members)} workers ({request.gpus} GPUs in all)"
 
 

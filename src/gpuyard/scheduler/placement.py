@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuyard.models.resources import Resources
-from gpuyard.quantities import format_bytes
+from gpuyard.quantities import counted, format_bytes
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
     Allocation,
@@ -835,12 +835,14 @@ def _when_fits(node: NodeFree, member: Member, also: list[Member]) -> float | No
 def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapacity]) -> str:
     for member in request.members:
         if not any(member.need.fits_in(n.total) for n in usable):
-            return (
-                f"no node{_where(constraint)} has {member.gpus} GPUs, {member.cpus:g} CPUs "
-                f"and {format_bytes(member.memory)} memory (largest: "
-                f"{max(n.gpus for n in usable)} GPUs, {max(n.cpus for n in usable):g} CPUs, "
-                f"{format_bytes(max(n.memory for n in usable))})"
+            asked = _amounts(member.gpus, member.cpus, member.memory, omit_zero=True)
+            sizes = _amounts(
+                max(n.gpus for n in usable),
+                max(n.cpus for n in usable),
+                max(n.memory for n in usable),
+                omit_zero=False,
             )
+            return f"no node{_where(constraint)} has {_and(asked)} (largest: {', '.join(sizes)})"
     whole = [m for m in request.members if m.whole_node]
     if len(whole) == request.nodes:
         largest = max(whole, key=_size)
@@ -850,6 +852,23 @@ def _why_never(request: Request, constraint: Constraint, usable: list[NodeCapaci
             "can hold its share"
         )
     return f"its {request.nodes} workers do not fit{_where(constraint)} together"
+
+
+def _amounts(gpus: int, cpus: float, memory: int, *, omit_zero: bool) -> list[str]:
+    """``["1 GPU", "2 CPUs", "8Gi memory"]``; with ``omit_zero``, what is not asked for is left
+    out (a worker that asks for nothing still names its CPUs)."""
+    parts = []
+    if gpus or not omit_zero:
+        parts.append(counted(gpus, "GPU"))
+    if cpus or not omit_zero or not gpus:
+        parts.append(counted(cpus, "CPU"))
+    if memory or not omit_zero:
+        parts.append(f"{format_bytes(memory)} memory")
+    return parts
+
+
+def _and(parts: list[str]) -> str:
+    return " and ".join([", ".join(parts[:-1]), parts[-1]]) if len(parts) > 1 else parts[0]
 
 
 def _no_nodes(constraint: Constraint) -> str:

@@ -11,6 +11,7 @@ from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
 from gpuyard.images.access import RegistryAccess
+from gpuyard.server.api_docs import install_api_docs
 from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.server.guard import RequestGuard
@@ -77,7 +78,7 @@ def create_app(
         title="gpuyard",
         version=__version__,
         description="An AI compute pool: submit, schedule, run and watch training jobs.",
-        docs_url="/api/docs",
+        docs_url=None,  # served from the package instead of a CDN: install_api_docs
         openapi_url="/api/v1/openapi.json",
     )
     services = _services(settings, store, executor, clock=clock, notify=notify, plan=plan_shell)
@@ -89,6 +90,7 @@ def create_app(
     )
     install_error_handlers(app)
     install_openapi(app)
+    install_api_docs(app)
     app.add_middleware(RequestGuard)
     _install_routes(app)
     # The web UI under / (docs/web.md): pages over the same services, signed in by cookie.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
@@ -149,9 +149,39 @@ def _never(view: _View, constraint: Constraint, choices: tuple[Request, ...]) ->
         if never is None:
             return None
         reasons.append(never)
+    topology = view.ledger.topology
+    usable_now = [topology.nodes[i] for i in topology.candidates(constraint)]
     return (
         f"this job can never run in this pool: {'; '.join(dict.fromkeys(reasons))}. "
-        "Ask for fewer GPUs, CPUs, memory or nodes (see `gpuyard nodes`)."
+        "Ask for fewer GPUs, CPUs, memory or nodes (see `gpuyard nodes`)"
+        f"{_local_hint(usable_now, choices)}."
+    )
+
+
+def _local_hint(nodes: Sequence[NodeCapacity], choices: tuple[Request, ...]) -> str:
+    """Where the nodes are this machine's (the local executor's) and it is CPUs or memory that
+    none has for a worker whose GPUs would fit: the `gpuyard up` flag that would give them
+    more (a small machine split into virtual nodes gives each a core or so;
+    docs/scheduling.md, "Virtual nodes"). Else nothing."""
+    if not nodes or any(n.labels.get("executor") != "local" for n in nodes):
+        return ""
+    gpus = max(n.gpus for n in nodes)
+    cpus = max(n.cpus for n in nodes)
+    memory = max(n.memory for n in nodes)
+    short = [m for c in choices for m in c.members if m.gpus <= gpus]
+    flags = []
+    need_cpus = max((m.cpus for m in short if m.cpus > cpus), default=None)
+    if need_cpus is not None:
+        flags.append(f"--cpus-per-node {need_cpus:g}")
+    need_memory = max((m.memory for m in short if m.memory > memory), default=None)
+    if need_memory is not None:
+        flags.append(f"--memory-per-node {-(-need_memory // (1 << 30))}G")  # whole GiB, up
+    if not flags:
+        return ""
+    return (
+        f", or give this machine's nodes more: `gpuyard up {' '.join(flags)}` (nodes may "
+        "offer more CPUs or memory than the host has, shared as the host's scheduler shares "
+        "them)"
     )
 
 

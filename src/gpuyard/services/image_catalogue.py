@@ -244,6 +244,11 @@ class ImageCatalogue:
         self.upload_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self.upload_dir / f"image-{secrets.token_hex(12)}.tar"
 
+    def admit(self, wanted: PushRequest, *, actor: str) -> None:
+        """Refuse a push :meth:`push` would refuse for its name, namespace or owner, before
+        its archive is uploaded."""
+        self._start(wanted, actor)
+
     def push(self, archive: Path, wanted: PushRequest, *, actor: str) -> ImageView:
         """Check ``archive``, push its image to the pool's registry under the caller's
         namespace and record it; the archive is deleted whatever happens."""

@@ -23,6 +23,7 @@ from sqlalchemy import ColumnElement, Select, SQLColumnExpression, case, func, o
 from gpuyard.errors import InvalidSpec
 from gpuyard.models import JobMode, JobState, JobStatus, Priority
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action, Verdict, decide, relation_to
+from gpuyard.models.holding import held_gpus, held_suffix
 from gpuyard.models.job_query import MAX_WEB_PAGE, JobQuery, JobSort
 from gpuyard.models.request import DEFAULT_POOL
 from gpuyard.services.auth import Policy
@@ -46,14 +47,22 @@ class JobSummary:
     pool: str
     nodes: int
     gpus: int
+    """Per node, as asked."""
     created_at: float
     started_at: float | None
     finished_at: float | None
     allowed: frozenset[Action] = frozenset()
+    held_gpus: int | None = None
+    """What its placement holds in all (:mod:`gpuyard.models.holding`); None unplaced."""
 
     @property
     def status(self) -> JobStatus:
         return self.state.status
+
+    @property
+    def gpus_text(self) -> str:
+        """``nodes x gpus GPU``, and what it holds where that is more."""
+        return f"{self.nodes}×{self.gpus} GPU" + held_suffix(self.nodes * self.gpus, self.held_gpus)
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,7 @@ class JobSearch:
                     JobRow.finished_at,
                     JobRow.access,
                     JobRow.group_id,
+                    JobRow.placement,
                 ),
                 wanted,
             )
@@ -145,6 +155,7 @@ class JobSearch:
                     started_at=r.started_at,
                     finished_at=r.finished_at,
                     allowed=allowed,
+                    held_gpus=held_gpus(r.placement),
                 )
             )
         return SearchPage(

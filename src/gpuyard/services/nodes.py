@@ -8,6 +8,9 @@ event of each). A node cordoned because its job area is nearly full (the disk pr
 alone or with the heartbeat whose write a full disk fails: ``cordoned_by="inspection (disk)"``)
 is uncordoned by the inspection that finds nothing critical on it; every other cordon is lifted
 by an admin only.
+
+:meth:`NodeService.remove_node` forgets a node that is ``gone`` (an earlier virtual layout, a
+machine taken out) and that no job holds; any other node is refused with the reason.
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, undefer
 
-from gpuyard.errors import NotFound
+from gpuyard.errors import Conflict, NotFound
 from gpuyard.models import NodeState, NodeView
+from gpuyard.models.access import Action
 from gpuyard.models.actor import Actor
 from gpuyard.models.disclosure import disclose
 from gpuyard.models.events import EventKind
 from gpuyard.models.health import Finding, Probe, ProbeStatus, newly_critical
 from gpuyard.models.node import NodeIsolation
-from gpuyard.models.states import HOLDING
+from gpuyard.models.states import HOLDING, LIVE
 from gpuyard.services.auth import Policy
 from gpuyard.services.disclosure import Viewer
 from gpuyard.services.transitions import record_event
@@ -119,6 +123,30 @@ class NodeService:
             for n in nodes
         ]
 
+    def remove_node(self, name: str, *, actor: str) -> None:
+        """Forget ``name`` (admins): only a gone node that no job that has not ended holds.
+        A node its executor presents again comes back as new."""
+        if self.policy is None:
+            raise RuntimeError("NodeService.remove_node needs a policy")
+        with self.store.write() as session:
+            self.policy.require(session, actor, Action.MANAGE_POOL, "remove nodes")
+            row = session.get(NodeRow, name)
+            if row is None:
+                raise NotFound(f"node {name} does not exist (see `gpuyard nodes`)")
+            if row.state is not NodeState.GONE:
+                raise Conflict(
+                    f"node {name} is {row.state.value}, not gone: only a node no executor "
+                    "presents any more can be removed"
+                )
+            if holding := _jobs_on(session, name):
+                listed = ", ".join(map(str, holding))
+                raise Conflict(
+                    f"node {name} is held by job {listed}, which has not ended: remove it once "
+                    f"that has (`gpuyard stop {listed}`)"
+                )
+            self.policy.audit.record(session, Actor.user(actor), "node.rm", f"node:{name}", "")
+            session.delete(row)
+
     def holders(self, *, actor: str | None) -> dict[str, list[NodeHolder]]:
         """Each node's jobs now, with the GPUs (indexes) each holds there: what the nodes
         page writes in the ``1(1):application-name`` notation (docs/web.md, "Pages"). A job
@@ -151,6 +179,16 @@ class NodeService:
                     )
                 )
         return dict(found)
+
+
+def _jobs_on(session: Session, node: str) -> list[int]:
+    """The jobs that have not ended whose placement names ``node``."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.placement).where(JobRow.state.in_(LIVE)).order_by(JobRow.id)
+    )
+    return [
+        job_id for job_id, placement in rows if any(s.get("node") == node for s in placement or [])
+    ]
 
 
 def _used(

@@ -22,6 +22,7 @@ from gpuyard.clock import Clock
 from gpuyard.errors import NotFound
 from gpuyard.models import JobState, NodeState
 from gpuyard.models.access import Action
+from gpuyard.models.holding import held_gpus
 from gpuyard.models.usage import (
     DEFAULT_INTERVAL,
     JobNow,
@@ -229,7 +230,14 @@ def _node_now(name: str, p: Point | None) -> NodeNow:
 
 def _job_now(row: Any, p: Point | None) -> JobNow:
     nodes: Sequence[str] = list(dict.fromkeys(s.get("node", "") for s in row.placement or []))
-    base = {"id": row.id, "name": row.name, "owner": row.owner, "nodes": nodes}
+    base = {
+        "id": row.id,
+        "name": row.name,
+        "owner": row.owner,
+        "nodes": nodes,
+        "gpus": sum(len(s.get("gpus") or ()) for s in row.placement or []),
+        "held_gpus": held_gpus(row.placement) or 0,
+    }
     if p is None:
         return JobNow(**base)
     return JobNow(

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from gpuyard.models import JobEvent, JobSpec, JobState, JobStatus, JobView, Slot, WorkerView
 from gpuyard.models.access import OFFERED_JOB_ACTIONS, Access, Action
 from gpuyard.models.events import EventKind
+from gpuyard.models.holding import held_gpus
 from gpuyard.models.states import HELD_STATES
 from gpuyard.models.validation import readable_validation_errors
 from gpuyard.models.waiting import WaitCode
@@ -54,6 +55,7 @@ def job_view(
         restarts=row.restarts or 0,
         held_until=to_datetime(row.held_until) if state in HELD_STATES else None,
         placement=[Slot.model_validate(s) for s in row.placement or []],
+        held_gpus=held_gpus(row.placement),
         workers=[
             WorkerView(
                 rank=w.rank,

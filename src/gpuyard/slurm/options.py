@@ -153,7 +153,6 @@ KEPT = frozenset(
         "reservation",
         "account",
         "constraint",
-        "exclusive",
         "profile",
         "distribution",
         "hint",

@@ -408,6 +408,8 @@ def build_specs(
         spec["after"] = parse_dependency(values["dependency"])
     if "hold" in values:
         spec["hold"] = True
+    if "exclusive" in values:  # without it, gpuyard's default (docs/slurm.md)
+        spec["exclusive"] = True
     return [spec] if array is None else _array_specs(spec, slurm, array)
 
 

@@ -181,6 +181,9 @@ class JobRow(Base):
     )
     """A heterogeneous job's amounts node by node, ``[[gpus, mcpus, memory], ...]``; None:
     every node gets the job's ``gpus``, ``mcpus`` and ``memory``."""
+    exclusive: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
+    """Whether its workers take their nodes whole; None: the default (whole nodes for a
+    multi-node job; docs/scheduling.md, "Whole nodes")."""
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
     none (docs/accounts.md, 他人访问权限; gpuyard.models.access.Access)."""
@@ -258,6 +261,7 @@ class JobRow(Base):
             self.max_runtime,
             self.exclude_nodes,
             self.node_resources,
+            self.exclusive,
         )
 
     __table_args__ = (
@@ -435,6 +439,7 @@ REQUEST_COLUMNS = (
     JobRow.max_runtime,
     JobRow.exclude_nodes,
     JobRow.node_resources,
+    JobRow.exclusive,
 )
 """The columns that hold a job's request, in :func:`request_from_columns`' order."""
 
@@ -456,6 +461,7 @@ def request_columns(ask: JobRequest) -> dict[str, Any]:
         "node_resources": [[r.gpus, r.mcpus, r.memory] for r in ask.node_resources] or None,
         "driver": ask.driver,
         "max_runtime": ask.max_runtime,
+        "exclusive": ask.exclusive,
     }
 
 
@@ -474,6 +480,7 @@ def request_from_columns(
     max_runtime: float | None,
     exclude_nodes: list[Any] | None = None,
     node_resources: list[Any] | None = None,
+    exclusive: bool | None = None,
 ) -> JobRequest:
     """The request that :func:`request_columns` stored."""
     return JobRequest(
@@ -489,6 +496,7 @@ def request_from_columns(
         max_runtime=max_runtime,
         exclude=frozenset(str(n) for n in exclude_nodes or ()),
         node_resources=tuple(Resources(int(g), int(c), int(m)) for g, c, m in node_resources or ()),
+        exclusive=exclusive,
     )
 
 

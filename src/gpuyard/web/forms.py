@@ -102,7 +102,15 @@ def spec_data(form: FormFields) -> dict[str, Any]:
         "fault_tolerance": _fault_tolerance(form) if _checked(form, "ft_on") else None,
     }
     data.update((name, value) for name, value in parts.items() if value)
+    node_use = _NODE_USE.get(_one(form, "exclusive"))
+    if node_use is not None:  # false is a choice too
+        data["exclusive"] = node_use
     return data
+
+
+_NODE_USE = {"exclusive": True, "shared": False}
+"""The form's choice of `exclusive` ("default": the spec's null, left out)."""
+_NODE_USE_NAME = {value: name for name, value in _NODE_USE.items()}
 
 
 def _alternatives(form: FormFields) -> list[dict[str, str]]:
@@ -227,6 +235,7 @@ def form_values(spec: JobSpec | None) -> dict[str, Any]:
         "tasks": "\n".join(t.command for t in spec.tasks or []),
         "mode": spec.mode.value,
         "nodes": spec.nodes,
+        "exclusive": "default" if spec.exclusive is None else _NODE_USE_NAME[spec.exclusive],
         "min_nodes": spec.min_nodes or "",
         "parameter_servers": spec.parameter_servers or "",
         "mpi": spec.mpi.value,

@@ -162,6 +162,8 @@ def test_hostile_and_oversized_uploads_are_refused_and_nothing_is_recorded(
         tar.addfile(info, io.BytesIO(os.urandom(info.size)))
     with pytest.raises(TooLarge, match="GPUYARD_IMAGE_UPLOAD_MAX"):
         alice.push_image(big, "big:1")  # its Content-Length says so: refused before reading
+    with pytest.raises(InvalidSpec, match="write alice/NAME:TAG, not bob/big"):
+        alice.push_image(big, "bob/big:1")  # its name is refused before its size is looked at
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: refused as the bytes arrive
         for _ in range(4):

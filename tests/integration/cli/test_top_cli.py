@@ -66,6 +66,8 @@ def test_one_frame_of_nodes_and_the_busiest_jobs(
 
     lines = [line.strip() for line in top(api_url, token_for("alice")).splitlines()]
     assert lines[0].startswith("gpuyard top") and "GPUs 10/16 allocated" in lines[0]
+    # One frame (--once) has no key to quit and is not redrawn.
+    assert lines[0].endswith("(usage sampled every 10s)")
     nodes = {line.split()[0]: line.split()[1:] for line in lines if line[:1] == "n"}
     # NODE STATE GPUS GPU% GPU-MEM CPU MEMORY JOBS; a figure not measured is "-".
     assert nodes[on[light.id]] == ["ready", "2/8", "88%", "-", "4.5/32", "12Gi/64Gi", "1"]
@@ -74,8 +76,8 @@ def test_one_frame_of_nodes_and_the_busiest_jobs(
     ]
     jobs = [line.split() for line in lines if line[:1].isdigit()]
     assert jobs == [  # busiest first
-        [str(heavy.id), "alice", "train", on[heavy.id], "4.00", "8Gi", "93%", "-"],
-        [str(light.id), "alice", "eval", on[light.id], "0.50", "1Gi", "-", "-"],
+        [str(heavy.id), "alice", "train", on[heavy.id], "8", "4.00", "8Gi", "93%", "-"],
+        [str(light.id), "alice", "eval", on[light.id], "2", "0.50", "1Gi", "-", "-"],
     ]
     assert "no running jobs you may view" in top(api_url, token_for("bob", group="other"))
     one = top(api_url, token_for("alice"), "--jobs", "1").splitlines()
@@ -138,3 +140,18 @@ def test_the_live_view_leaves_cleanly_on_q_or_ctrl_c(
         os.close(slave)
     assert code == 0
     assert after == before  # cbreak undone
+
+
+def test_a_live_frame_says_how_often_it_is_redrawn_and_how_to_quit() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from gpuyard.cli.top import render
+    from gpuyard.models.usage import PoolUsage
+
+    frame = render([], PoolUsage(interval=10, nodes=[], jobs=[]), at=datetime.now(UTC), redraw=2)
+    console = Console(width=200, record=True)
+    console.print(frame)
+    header = console.export_text().splitlines()[0]
+    assert header.endswith("(usage sampled every 10s, redrawn every 2s; q to quit)")

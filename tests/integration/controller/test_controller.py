@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from gpuyard.clock import ManualClock
+from gpuyard.controller.apply import NodeFacts
 from gpuyard.controller.loop import Controller
 from gpuyard.errors import InvalidSpec
 from gpuyard.executors.fake import FakeExecutor
@@ -212,7 +213,7 @@ def test_a_crash_between_placing_and_recording_the_launch_never_duplicates(pool:
 def test_a_stale_decision_is_dropped(pool: Pool) -> None:
     job_id = pool.submit()
     pool.jobs.stop(job_id, actor="alice")  # version moves from 0 to 1
-    nodes = {"n0": ("10.0.0.1", "host")}
+    nodes = {"n0": NodeFacts("10.0.0.1", "host")}
     started = pool.controller.applier.start_all(
         [Start(job_id, 0, (Allocation("n0"),))], nodes, {}, 0.0
     )
@@ -229,7 +230,7 @@ def test_waiting_jobs_show_why(pool: Pool) -> None:
     assert pool.state(big) is JobState.RUNNING
     assert pool.state(small) is JobState.QUEUED
     shown = pool.jobs.get(small, actor=OPS)
-    assert shown.reason == "waiting for a node with 1 free GPUs and 1 free CPUs"
+    assert shown.reason == "waiting for a node with 1 free GPU and 1 free CPU"
     assert shown.wait_code == "resources"
     # The small job reserved the first node to free; the gang waits behind it.
     assert pool.jobs.get(waiting, actor=OPS).reason == (

@@ -64,7 +64,7 @@ def test_suspended_and_resumed_run_ends_with_the_same_weights(tmp_path: Path) ->
     control = next(tmp_path.glob("gpuyard-simulate-*"))
     saved = json.loads((control / "attempt-0" / "checkpoint.json").read_text())
     assert 0 < saved["step"] < STEPS  # preempted mid-run, not before or after
-    assert saved["path"] == str(tmp_path / "resumed" / "checkpoints" / "checkpoint.pt")
+    assert saved["path"] == str(control / "checkpoints" / "checkpoint.pt")  # not in the cwd
     assert (control / "attempt-0" / "suspended.json").is_file()
     assert json.loads((control / "attempt-0" / "ack.json").read_text())["rank"] in (0, 1)
     assert not (control / "attempt-1" / "suspended.json").exists()

@@ -220,3 +220,58 @@ def test_suspend_with_a_hold_and_resume(fake_api: tuple[FakeApi, str]) -> None:
     assert api.released == [5, 404]
     with Client(url, token="test-token") as client:
         assert client.suspend(9, hold=True).on_hold
+
+
+@pytest.mark.parametrize(
+    ("state", "shown"),
+    [(JobState.SUCCEEDED, "succeeded"), (JobState.STOPPING, "running (stopping)")],
+)
+def test_show_names_the_finer_state_only_when_it_says_more(state: JobState, shown: str) -> None:
+    from rich.text import Text
+
+    from gpuyard.cli.jobs import _status_text
+
+    job = JobView.model_construct(status=state.status, state=state)
+    assert Text.from_markup(_status_text(job)).plain == shown
+
+
+HINT = (
+    "an error of the job's own is not restarted (submit with --retry-job-errors, or set "
+    "fault_tolerance.retry_job_errors, to restart it anyway)"
+)
+
+
+@pytest.mark.parametrize("width", [80, 120, 240])
+def test_ft_log_prints_a_hint_whole_at_any_width(width: int) -> None:
+    from rich.console import Console
+
+    from gpuyard.cli.jobs import fault_table
+    from gpuyard.models.faults import FaultEntry
+
+    entry = FaultEntry(
+        id=1,
+        attempt=1,
+        time=NOW,
+        kind="failure",
+        cause="Python exception",
+        suspect="job",
+        evidence="ZeroDivisionError: division by zero",
+        action=HINT,
+    )
+    console = Console(width=width, record=True)
+    console.print(fault_table([entry]))
+    text = console.export_text()
+    assert "…" not in text
+    # The ACTION column, read down its lines, is the whole hint (folded or wrapped).
+    rows = [line.split("│") for line in text.splitlines() if line.count("│") >= 7]
+    action = "".join(row[7] for row in rows).replace(" ", "")
+    assert action == HINT.replace(" ", "")
+
+
+def test_retry_job_errors_has_a_flag(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    args = ("submit", "--dry-run", "--max-restarts", "2", "--retry-job-errors", "--", "x")
+    result = _cli(url, *args)
+    assert result.exit_code == 0, result.output
+    ft = api.specs[-1]["fault_tolerance"]
+    assert (ft["max_restarts"], ft["retry_job_errors"]) == (2, True)

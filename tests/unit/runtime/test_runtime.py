@@ -656,8 +656,10 @@ def test_simulate_suspends_and_resumes(tmp_path: Path, launcher_exit: bool) -> N
     result = simulate(tmp_path, "--after", "0.3", "--", PYTHON, "train.py", *extra)
     assert result.returncode == 0, result.stderr
     lines = driver_lines(result)
-    assert lines[0] == f"checkpoints in {tmp_path / 'checkpoints'}, control dirs under " + str(
-        next(tmp_path.glob("gpuyard-simulate-*"))
+    run = next(tmp_path.glob("gpuyard-simulate-*"))
+    assert lines[0] == (
+        f"checkpoints in {run / 'checkpoints'}, outputs in {run / 'outputs'}, "
+        f"control dirs under {run}"
     )
     assert lines[1].startswith("attempt 0: ") and lines[1].endswith("0.3 s after its first poll")
     assert lines[2].startswith("attempt 0: suspended after ")
@@ -666,14 +668,34 @@ def test_simulate_suspends_and_resumes(tmp_path: Path, launcher_exit: bool) -> N
     assert lines[3].startswith("attempt 1: ")
     assert lines[4].startswith("attempt 1: succeeded after ")
     assert len(lines) == 5
-    saved = json.loads((tmp_path / "checkpoints" / "state.json").read_text())["step"]
+    saved = json.loads((run / "checkpoints" / "state.json").read_text())["step"]
     assert 0 < saved < 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.name, "train.py"]  # nothing in cwd
     assert f"checkpoint at step {saved}" in lines[2]
     assert result.stdout.splitlines() == [
         "attempt 0 starts at step 0",
         f"attempt 1 starts at step {saved}",
         "finished at step 40",
     ]
+
+
+def test_simulate_out_keeps_checkpoints_and_outputs_where_it_says(tmp_path: Path) -> None:
+    script = (
+        "import os, pathlib\n"
+        "out = pathlib.Path(os.environ['GPUYARD_OUTPUT_DIR'])\n"
+        "out.mkdir(parents=True, exist_ok=True)\n"
+        "(out / 'rank-0.json').write_text('{}')\n"
+    )
+    kept = tmp_path / "kept"
+    result = simulate(
+        tmp_path, "--after", "60", "--out", str(kept), "--", PYTHON, "train.py", script=script
+    )
+    assert result.returncode == 0, result.stderr
+    assert driver_lines(result)[0].startswith(
+        f"checkpoints in {kept / 'checkpoints'}, outputs in {kept / 'outputs'}, "
+    )
+    assert (kept / "outputs" / "rank-0.json").is_file()
+    assert not list(tmp_path.glob("rank-*.json")) and not (tmp_path / "checkpoints").exists()
 
 
 def test_simulate_stops_at_a_failure(tmp_path: Path) -> None:

@@ -75,3 +75,17 @@ def test_a_bad_run_as_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUYARD_RUN_AS", "root")
     with pytest.raises(ValueError, match="'owner' or 'pool'"):
         Settings()
+
+
+@pytest.mark.parametrize(("users", "level"), [(0, "INFO"), (1, "INFO"), (2, "WARNING")])
+def test_the_run_as_warning_is_one_only_where_several_users_share_the_account(
+    caplog: pytest.LogCaptureFixture, users: int, level: str
+) -> None:
+    from gpuyard.executors.fake import FakeExecutor
+    from gpuyard.up import _whose_jobs
+
+    with caplog.at_level("INFO", logger="gpuyard.up"):
+        who = _whose_jobs(Settings(), FakeExecutor(), users=users, euid=1000)
+    assert who is RunAs.POOL  # a pool not run by root cannot switch users
+    [record] = [r for r in caplog.records if "pool's own user" in r.getMessage()]
+    assert record.levelname == level

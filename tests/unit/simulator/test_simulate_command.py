@@ -4,6 +4,8 @@ an in-process replay."""
 from __future__ import annotations
 
 import csv
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,24 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     (traces / "tiny_reference_results.csv").write_text(PUBLISHED)
     (traces / "tiny_vc_config.csv").write_text(CLUSTER)
     return traces / "tiny_jobs.csv", traces / "tiny_vc_config.csv"
+
+
+def test_without_out_it_writes_to_a_temp_dir_not_the_current_one(
+    files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace, cluster = files
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    args = ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--no-plot"]
+    result = CliRunner().invoke(app, [*args, "--workers", "1", "--policy", "fifo"])
+    assert result.exit_code == 0, result.output
+    assert list(here.iterdir()) == []
+    written = re.search(r"wrote (\S+jobs\.csv)", " ".join(result.stderr.split()))
+    assert written is not None, result.output
+    jobs = Path(written.group(1))
+    assert jobs.parent.name.startswith("gpuyard-simulation-") and jobs.is_file()
+    shutil.rmtree(jobs.parent)
 
 
 def test_simulate_writes_results_summary_and_plot(files: tuple[Path, Path], tmp_path: Path) -> None:

@@ -524,13 +524,18 @@ def test_hold_submits_held() -> None:
 
 
 def test_kept_options_land_in_slurm_options() -> None:
-    spec = one(["--wckey=w1", "--mail-type=END,FAIL", "--mail-user=a@b", "--exclusive"])
+    spec = one(["--wckey=w1", "--mail-type=END,FAIL", "--mail-user=a@b"])
     assert spec["slurm"]["options"] == {
         "wckey": "w1",
         "mail-type": "END,FAIL",
         "mail-user": "a@b",
-        "exclusive": "",
     }
+
+
+def test_exclusive_takes_whole_nodes_and_its_absence_keeps_the_default() -> None:
+    assert one(["--exclusive"])["exclusive"] is True
+    assert "exclusive" not in one(["-N", "2"])  # gpuyard's default: whole nodes for 2
+    assert "exclusive" not in one([])
 
 
 def test_account_comment_requeue_and_open_mode() -> None:

@@ -63,13 +63,16 @@ async def push_image(
 ) -> ImageView:
     """Push an image: the body is an OCI layout as a tar, an OCI archive or a docker archive."""
     catalogue = services.images
+    wanted = PushRequest(
+        name, scope=scope, accelerator=accelerator, description=description, visibility=visibility
+    )
+    # The name, the namespace and a replaced image's owner are checked before the body is
+    # read: a refused push costs no upload (push checks again, for a change meanwhile).
+    await run_in_threadpool(catalogue.admit, wanted, actor=user)
     archive = catalogue.upload_path()
     length = request.headers.get("content-length", "")
     declared = int(length) if length.isdigit() else None
     await receive_upload(request.stream(), archive, limit=catalogue.upload_max, declared=declared)
-    wanted = PushRequest(
-        name, scope=scope, accelerator=accelerator, description=description, visibility=visibility
-    )
     return await run_in_threadpool(catalogue.push, archive, wanted, actor=user)
 
 

@@ -57,5 +57,11 @@ def uncordon_node(name: str, services: ServicesDep, user: UserDep) -> NodeView:
     return _one(services, name, user)
 
 
+@router.delete("/nodes/{name}", status_code=204)
+def remove_node(name: str, services: ServicesDep, user: UserDep) -> None:
+    """Forget a gone node that no job holds (admins); any other is a 409 saying why."""
+    services.nodes.remove_node(name, actor=user)
+
+
 def _one(services: Services, name: str, user: str) -> NodeView:
     return services.nodes.get_node(name, actor=user)

@@ -265,6 +265,7 @@ def job_record(
         ),
         comment=slurm.comment if slurm is not None else "",
         requeue=slurm.requeue if slurm is not None else True,
+        exclusive=spec is not None and spec.exclusive is True,  # asked for, as --exclusive
         steps=tuple(steps),
     )
 
