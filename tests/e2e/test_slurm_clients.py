@@ -1,7 +1,8 @@
 """Real Slurm clients, unchanged, against gpuyard's Slurm-compatible commands (docs/slurm.md):
-submitit's SlurmExecutor (checkpoint and requeue on preemption included), PyTorch Lightning's
-SLURMEnvironment under srun, and a lab's sbatch script that starts torchrun on every node with
-srun and scontrol show hostnames (and sacct's step rows for it)."""
+submitit's SlurmExecutor (a map_array of 20 tasks, checkpoint and requeue on preemption
+included), PyTorch Lightning's SLURMEnvironment under srun, and a lab's sbatch script that
+starts torchrun on every node with srun and scontrol show hostnames (and sacct's step rows
+for it)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,21 @@ def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     for step in ("submit ok", "array ok", "failure ok", "cancel ok"):
         assert step in done.stdout, done.stdout + done.stderr
+
+
+def test_submitit_map_array_with_a_folder_per_task(env: dict[str, str], tmp_path: Path) -> None:
+    # The batch step creates the task's log folder if submitit has not yet (docs/slurm.md).
+    done = subprocess.run(
+        [sys.executable, str(CLIENTS / "submitit_array.py"), str(tmp_path / "logs")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "map_array ok" in done.stdout, done.stdout + done.stderr
 
 
 def test_submitit_checkpoints_and_requeues_when_preempted(

@@ -6,6 +6,8 @@
    never interrupted.
 2. A job that ignores the notice is SIGKILLed after its graceful period and requeued at its
    original position, and its events say so.
+3. A pause (issue 29): `gpuyard suspend --hold` keeps a torchrun job suspended, its event says
+   it was suspended, and `gpuyard resume` lets it finish from its checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from gpuyard.testing.process import ServerProcess
+from gpuyard.testing.waits import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("time-sharing")]
 
@@ -130,3 +133,23 @@ def test_a_job_that_ignores_the_notice_is_killed_and_requeued_at_its_place(
     pool.cli("stop", str(stubborn))
     pool.cli("stop", str(later))
     pool.cli("pools", "set", "default", "--notice", "60s")
+
+
+def test_suspend_hold_pauses_a_torchrun_job_until_resume(pool: ServerProcess) -> None:
+    job = submit(
+        pool, "--name", "paused", "--mode", "pytorch", "--nodes", "1", "--gpus", "1", "--",
+        PYTHON, str(TRAIN), "--steps", "200", "--step-time", "0.05",
+    )  # fmt: skip
+    pool.wait_for_step(job, 10)
+    assert pool.cli("suspend", "--hold", str(job)).stdout == f"job {job}: suspending, held\n"
+    wait_until(lambda: pool.cli_json("show", str(job))["state"] == "suspended", timeout=120)
+    shown = pool.cli_json("show", str(job))
+    assert (shown["on_hold"], shown["attempt"], shown["wait_code"]) == (True, 1, "held")
+    # A clean suspension reads as one although torchrun turned the rank's 75 into its 1.
+    [exited] = [e["reason"] for e in events(pool, job) if e["kind"] == "worker_exited"]
+    assert "was suspended: it checkpointed and exited to be requeued" in exited, exited
+    assert "launcher exited with code 1" in exited, exited
+    assert pool.cli("resume", str(job)).stdout == f"job {job}: released, suspended\n"
+    done = pool.wait_status(job, ENDED, 180)
+    assert (done["status"], done["attempt"]) == ("succeeded", 1)
+    assert "attempt 1: resuming at step" in pool.cli("logs", str(job)).stdout

@@ -1,4 +1,5 @@
-"""Job commands: submit, ls, show, logs, stop, suspend, priority, rm, clone, events, wait."""
+"""Job commands: submit, ls, show, logs, stop, suspend, resume, priority, rm, clone, events,
+wait."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(stop)
     app.command()(suspend)
+    app.command()(resume)
     app.command()(priority)
     app.command()(hold)
     app.command()(release)
@@ -599,16 +601,38 @@ def stop(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None
     _report_failures(result)
 
 
-def suspend(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+def suspend(
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    hold: Annotated[
+        bool,
+        typer.Option(
+            "--hold",
+            help="Keep them held once suspended: they are not placed again until "
+            "`gpuyard resume` (a pause).",
+        ),
+    ] = False,
+) -> None:
     """Suspend running jobs: they checkpoint and wait in the queue at their place.
 
-    They resume later from their checkpoint, as their next attempt."""
+    They resume later from their checkpoint, as their next attempt: at once if there is room,
+    or, with --hold, once `gpuyard resume` releases them."""
     from gpuyard.cli.output import console
 
     client = _client()
     for job_id in job_ids:
-        job = client.suspend(job_id)
-        console().print(f"job {job.id}: {job.state.value}")
+        job = client.suspend(job_id, hold=hold)
+        console().print(f"job {job.id}: {job.state.value}{', held' if job.on_hold else ''}")
+
+
+def resume(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+    """Release held jobs (suspended with --hold, or held): they queue again at their place and
+    resume from their checkpoint when their turn comes."""
+    from gpuyard.cli.output import console
+
+    result = _client().hold_many(job_ids, held=False)
+    for job_id in result.done:
+        console().print(f"job {job_id}: released, {result.states[job_id].value}")
+    _report_failures(result)
 
 
 def priority(
@@ -628,10 +652,11 @@ def priority(
 
 
 def hold(
-    job_id: Annotated[int, typer.Argument(help="A queued or suspended job.")],
+    job_id: Annotated[int, typer.Argument(help="A queued, suspending or suspended job.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep a waiting job from starting until `gpuyard release`."""
+    """Keep a waiting job from starting until `gpuyard release` (a running one: `gpuyard
+    suspend --hold`)."""
     _held(job_id, as_json, held=True)
 
 

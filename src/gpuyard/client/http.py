@@ -245,9 +245,12 @@ class Client:
             self._request("POST", f"/jobs/{job_id}/signal", json=body).json()
         )
 
-    def suspend(self, job_id: int) -> JobView:
-        """Ask a running job to checkpoint and go back to the queue at its place."""
-        return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/suspend").json())
+    def suspend(self, job_id: int, *, hold: bool = False) -> JobView:
+        """Ask a running job to checkpoint and go back to the queue at its place; with
+        ``hold``, keep it held there until :meth:`release` (a pause)."""
+        body = {"hold": True} if hold else None
+        response = self._request("POST", f"/jobs/{job_id}/suspend", json=body)
+        return JobView.model_validate(response.json())
 
     def change_priority(self, job_id: int, priority: Priority | str) -> JobView:
         """Move a queued or suspended job to another tier (its owner or an admin)."""
@@ -279,6 +282,7 @@ class Client:
         return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/hold").json())
 
     def release(self, job_id: int) -> JobView:
+        """Let a held job (waiting, suspending or suspended) be placed again: resume it."""
         return JobView.model_validate(self._request("POST", f"/jobs/{job_id}/release").json())
 
     def faults(self, job_id: int) -> list[FaultEntry]:

@@ -34,7 +34,7 @@ from gpuyard.controller.apply import launch_spec, worker_rows
 from gpuyard.controller.hold import Hold
 from gpuyard.controller.pulls import ImagePulls, PullWaiting
 from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
-from gpuyard.controller.suspension import Suspender, asked_to_suspend
+from gpuyard.controller.suspension import EXIT_SUSPENDED, Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, Verdict, WorkerFacts, settle
 from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
 from gpuyard.errors import StaleWrite
@@ -623,8 +623,11 @@ def _facts(w: WorkerRow) -> WorkerFacts:
     )
 
 
-def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -> str:
-    """How a worker ended, in words, from what its executor reported."""
+def describe_exit(
+    worker: WorkerRow, status: WorkerStatus, job: JobRow | None, *, suspended: bool = False
+) -> str:
+    """How a worker ended, in words, from what its executor reported; ``suspended``: its
+    runtime wrote ``suspended.json`` (a launcher may have turned its 75 into its own code)."""
     who = f"worker {worker.rank} on {worker.node}"
     code = status.exit_code
     if status.state is WorkerState.LOST:
@@ -641,6 +644,19 @@ def describe_exit(worker: WorkerRow, status: WorkerStatus, job: JobRow | None) -
         )
     if status.signal:
         return f"{who} was ended by {status.signal} (exit code {code})"
+    return _plain_exit(who, code, suspended)
+
+
+def _plain_exit(who: str, code: int | None, suspended: bool) -> str:
+    """A worker that exited by itself: with the suspended code (75), or with its launcher's
+    failing code after its runtime wrote ``suspended.json``, it was suspended, not failed."""
+    if code == EXIT_SUSPENDED:
+        return f"{who} was suspended: it checkpointed and exited to be requeued (exit code 75)"
+    if suspended and code not in (0, None):
+        return (
+            f"{who} was suspended: it checkpointed and exited to be requeued (its launcher "
+            f"exited with code {code} for the rank's 75)"
+        )
     return f"{who} exited with code {code}"
 
 

@@ -375,6 +375,7 @@ class Controller:
             return set()
         now = self.clock.now()
         jobs: set[int] = set()
+        suspended = self._suspended_themselves(rows, ended)
         with self.store.write() as session:
             for worker_id, st in ended:
                 worker = session.get(WorkerRow, worker_id)
@@ -382,7 +383,7 @@ class Controller:
                     continue
                 job = session.get(JobRow, worker.job_id)
                 lost = st.state is WorkerState.LOST
-                detail = describe_exit(worker, st, job)
+                detail = describe_exit(worker, st, job, suspended=worker_id in suspended)
                 set_worker_state(
                     session,
                     worker,
@@ -404,6 +405,26 @@ class Controller:
                     )
         self._dirty = True
         return jobs
+
+    def _suspended_themselves(
+        self, rows: Sequence[Any], ended: Sequence[tuple[int, WorkerStatus]]
+    ) -> set[int]:
+        """The ended workers whose runtime wrote ``suspended.json`` before a failing exit: a
+        launcher such as torchrun reports its own code (1) for a rank's 75. Read only for
+        those, once, when they end; an unreadable control directory counts as not."""
+        handles = {worker_id: handle for worker_id, _, handle in rows}
+        failed = [
+            worker_id
+            for worker_id, st in ended
+            if st.state is WorkerState.EXITED and st.exit_code not in (None, 0) and not st.signal
+        ]
+        if not failed:
+            return set()
+        try:
+            states = self.executor.control([handles[w] for w in failed])
+        except Exception:  # only the wording of the exit depends on it
+            return set()
+        return {w for w, state in zip(failed, states, strict=True) if state.suspended_at}
 
     def _running_workers(self, only: Collection[WorkerKey] | None) -> list[Any]:
         """(worker id, job id, handle) of the running workers (``only``: of these)."""

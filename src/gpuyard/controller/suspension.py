@@ -6,7 +6,7 @@ Each pass over a job in ``suspending``:
    Slurm batch job Slurm's own notice (:func:`slurm_preemption_signals`);
 2. reads what the workers' runtimes wrote back (acknowledgement, checkpoints) and records it;
 3. once the deadline has passed, tells the workers still running to exit (SIGTERM, SIGKILL
-   after the graceful period, as a stop does);
+   after the graceful period, as a stop does; at once when the job asked to be requeued);
 4. once every worker has exited, requeues the job at its original position, or, if its
    primaries had in fact all finished with status 0, lets it succeed.
 """
@@ -73,7 +73,9 @@ class Suspender:
                 self._record_notices(session, job, unnotified, deadline, now)
             self._record_control(session, job, list(zip(handled, states, strict=True)), now)
         if now >= deadline and live:
-            self.actions.drain(job, JobState.SUSPENDING, workers)
+            # A job that asked to be requeued has nobody to warn and nothing to save: its
+            # workers are ended at once, not after the graceful period (docs/slurm.md).
+            self.actions.drain(job, JobState.SUSPENDING, workers, grace=0.0 if asked else None)
         if all(w.state.is_ended() for w in workers):
             self._requeue(job, workers, now)
 

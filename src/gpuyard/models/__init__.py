@@ -66,7 +66,7 @@ from gpuyard.models.job import (
     WorkerView,
 )
 from gpuyard.models.node import CordonRequest, NodeState, NodeView
-from gpuyard.models.scheduling import Prediction
+from gpuyard.models.scheduling import Prediction, SuspendRequest
 from gpuyard.models.slurm import SlurmState
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.waiting import WaitCode
@@ -136,6 +136,7 @@ __all__ = [
     "SlurmState",
     "SubTask",
     "SubmittedJobs",
+    "SuspendRequest",
     "TokenSpec",
     "TokenView",
     "TorchLauncher",

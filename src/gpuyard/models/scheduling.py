@@ -1,4 +1,4 @@
-"""What the API says about scheduling: queue predictions."""
+"""What the API says about scheduling: queue predictions; what a suspension by hand asks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Prediction"]
+__all__ = ["Prediction", "SuspendRequest"]
 
 
 class Prediction(BaseModel):
@@ -33,3 +33,13 @@ class Prediction(BaseModel):
         0, description="How many other running jobs it waits for: counted, never named."
     )
     reason: str = Field(description="The prediction in words.")
+
+
+class SuspendRequest(BaseModel):
+    """The optional body of ``POST /jobs/{id}/suspend``."""
+
+    hold: bool = Field(
+        False,
+        description="Keep the job held once suspended: it is not placed again until released "
+        "(`POST /jobs/{id}/release`, `gpuyard resume`).",
+    )

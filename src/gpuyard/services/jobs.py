@@ -48,6 +48,7 @@ from gpuyard.services.images import ImagePinner
 from gpuyard.services.job_exec import stop_held
 from gpuyard.services.job_search import check_page, filtered, ordering
 from gpuyard.services.notify import Notify, nobody
+from gpuyard.services.suspension import set_held
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.services.views import event_view, job_view, queued_view
 from gpuyard.store.engine import Store
@@ -399,12 +400,12 @@ class JobService:
         return view
 
     def hold(self, job_id: int, *, actor: str, held: bool = True) -> JobView:
-        """Hold a waiting job (it does not start until released) or release it: whoever may
-        stop it. Holding a held job, or releasing a free one, changes nothing."""
+        """Hold a waiting or suspending job (it does not start until released) or release it:
+        whoever may stop it (:func:`~gpuyard.services.suspension.set_held`)."""
         now = self.clock.now()
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.STOP)
-            self._hold_row(session, row, actor=actor, held=held, now=now)
+            set_held(session, row, actor=actor, held=held, now=now, audit=self.audit)
             view = job_view(row)
         self.notify(job_id)
         return view
@@ -419,7 +420,7 @@ class JobService:
         with self.store.write() as session:
             for row in self._each_allowed(session, actor, ids, Action.STOP, result.failed):
                 try:
-                    self._hold_row(session, row, actor=actor, held=held, now=now)
+                    set_held(session, row, actor=actor, held=held, now=now, audit=self.audit)
                 except Conflict as exc:
                     result.failed.append(_refusal(row.id, exc))
                     continue
@@ -428,31 +429,6 @@ class JobService:
         if result.done:
             self.notify()
         return result
-
-    def _hold_row(
-        self, session: Session, row: JobRow, *, actor: str, held: bool, now: float
-    ) -> None:
-        verb = "hold" if held else "release"
-        state = JobState(row.state)
-        if state not in PENDING:
-            raise Conflict(
-                f"job {row.id} is {state.value}; only a queued or suspended job can be "
-                f"{'held' if held else 'released'}"
-                + (f" (`gpuyard suspend {row.id}` requeues a running one)" if held else ""),
-                extra={"state": state.value},
-            )
-        if bool(row.held) is held:
-            return
-        guarded_update(session, row, held=held)  # a new version: a start decided is dropped
-        self.audit.record(session, Actor.user(actor), f"job.{verb}", f"job:{row.id}")
-        record_event(
-            session,
-            row,
-            kind=EventKind.HOLD if held else EventKind.RELEASE,
-            actor=Actor.user(actor),
-            reason=f"held by {actor}" if held else f"released by {actor}",
-            time=now,
-        )
 
     def change_priority(self, job_id: int, priority: Priority, *, actor: str) -> JobView:
         """Move a queued or suspended job to another tier (docs/jobs.md, "Changing…"): its

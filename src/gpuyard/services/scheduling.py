@@ -25,7 +25,7 @@ from gpuyard.scheduler.predict import Forecast, in_words, predict
 from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.disclosure import Viewer
 from gpuyard.services.notify import Notify, nobody
-from gpuyard.services.suspension import begin_suspension
+from gpuyard.services.suspension import HOLDABLE, begin_suspension, set_held
 from gpuyard.services.views import job_view
 from gpuyard.store.engine import Store
 from gpuyard.store.forecasts import stored_forecast
@@ -57,28 +57,25 @@ class SchedulingService:
         """What a submission would be refused for (tiers, limits, pools): a dry run says so
         rather than predict a start that cannot happen."""
 
-    def suspend(self, job_id: int, *, actor: str) -> JobView:
+    def suspend(self, job_id: int, *, actor: str, hold: bool = False) -> JobView:
+        """Ask a running job to checkpoint and requeue (docs/preemption.md); with ``hold``,
+        keep it held once suspended, a pause until it is released. A suspending job is
+        suspended already (``hold`` holds it); with ``hold``, a waiting one is held."""
         now = self.clock.now()
         with self.store.write() as session:
             row = self.policy.check_job(
                 session, actor, session.get(JobRow, job_id), job_id, Action.SUSPEND
             )
             state = JobState(row.state)
-            if state is JobState.SUSPENDING:
-                return job_view(row)  # suspending twice is not an error
-            if state is not JobState.RUNNING:
-                hint = (
-                    "; it is still being launched, try again in a moment"
-                    if state is JobState.STARTING
-                    else ""
+            if state is JobState.RUNNING:
+                begin_suspension(
+                    session, row, actor=Actor.user(actor), why=f"suspended by {actor}", now=now
                 )
-                raise Conflict(
-                    f"job {job_id} is {state.value}: only a running job can be suspended{hint}"
-                )
-            begin_suspension(
-                session, row, actor=Actor.user(actor), why=f"suspended by {actor}", now=now
-            )
-            self.policy.audit.record(session, Actor.user(actor), "job.suspend", f"job:{job_id}")
+                self.policy.audit.record(session, Actor.user(actor), "job.suspend", f"job:{job_id}")
+            elif not (state is JobState.SUSPENDING or (hold and state in HOLDABLE)):
+                raise Conflict(_not_suspendable(job_id, state))
+            if hold:
+                set_held(session, row, actor=actor, held=True, now=now, audit=self.policy.audit)
             view = job_view(row)
         self.notify(job_id)
         return view
@@ -141,3 +138,10 @@ def _prediction(session: Session, viewer: Viewer, forecast: Forecast, now: float
         hidden_waits_for=waits.hidden,
         reason=in_words(shown, now, hidden_ahead=ahead.hidden, hidden_waits=waits.hidden),
     )
+
+
+def _not_suspendable(job_id: int, state: JobState) -> str:
+    hint = (
+        "; it is still being launched, try again in a moment" if state is JobState.STARTING else ""
+    )
+    return f"job {job_id} is {state.value}: only a running job can be suspended{hint}"

@@ -485,11 +485,14 @@ async def log_download(
 
 @router.post("/jobs/{job_id}/{action}")
 async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -> Response:
-    """stop, delete, priority, runtime: each the API's own service call."""
+    """stop, delete, priority, runtime, suspend, hold, release: each the API's own service
+    call."""
     form = await read_form(request)
     check_post(request, form)
     jobs = services(request).jobs
     actor = caller.name
+    if action in PAUSE_ACTIONS:
+        return await _pause(request, job_id, action, form, actor)
     if action == "stop":
         await run_in_threadpool(jobs.stop, job_id, actor=actor)
         return back_to(f"/jobs/{job_id}", f"job {job_id}: stop requested")
@@ -512,4 +515,25 @@ async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -
             raise InvalidSpec("max runtime: give more than 0 and at most 366 days")
         await run_in_threadpool(jobs.change_runtime, job_id, seconds, actor=actor)
         return back_to(f"/jobs/{job_id}", f"max runtime set to {text}")
-    raise InvalidSpec(f"{action!r} is not an action (stop, delete, priority, runtime)")
+    raise InvalidSpec(
+        f"{action!r} is not an action (stop, delete, priority, runtime, suspend, hold, release)"
+    )
+
+
+PAUSE_ACTIONS = ("suspend", "hold", "release")
+
+
+async def _pause(
+    request: Request, job_id: int, action: str, form: dict[str, list[str]], actor: str
+) -> Response:
+    """suspend (with ``hold=1``: a pause, held once suspended), hold, release (docs/jobs.md)."""
+    if action == "suspend":
+        hold = (form.get("hold") or [""])[-1] == "1"
+        scheduling = services(request).scheduling
+        await run_in_threadpool(scheduling.suspend, job_id, actor=actor, hold=hold)
+        return back_to(
+            f"/jobs/{job_id}", f"job {job_id}: suspend{' and hold' if hold else ''} requested"
+        )
+    held = action == "hold"
+    await run_in_threadpool(services(request).jobs.hold, job_id, actor=actor, held=held)
+    return back_to(f"/jobs/{job_id}", f"job {job_id}: {'held' if held else 'released'}")

@@ -119,6 +119,9 @@ def test_a_job_that_asks_to_be_requeued_is_requeued_at_once(
     events = [e.reason or "" for e in client.events(job.id)]
     assert any("asked to be requeued" in reason for reason in events), events
     assert client.job(job.id).state in (JobState.SUSPENDING, JobState.SUSPENDED)
+    # Nobody is left to warn: its workers are ended at once, not after the graceful period
+    # (a script that ignores SIGTERM would otherwise sit in CG for it).
+    assert fake_executor.workers[WorkerKey(job.id, 0, 0)].terminated_with_grace == 0.0
     # Its --signal is for preemption and the time limit: a job that requeues itself (Lightning
     # does on that very signal) does not get it again, as in Slurm.
     assert signals(fake_executor, job.id) == []
@@ -463,6 +466,7 @@ def test_scontrol_holds_and_releases_a_list_of_jobs_in_one_request(
     slurm: Any,
     client: Client,
     controller: Controller,
+    fake_executor: FakeExecutor,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -475,10 +479,22 @@ def test_scontrol_holds_and_releases_a_list_of_jobs_in_one_request(
     assert {client.job(int(i)).state for i in ids} == {JobState.RUNNING}
     status, _, err = slurm("scontrol", "hold", ids[0], capsys=capsys)
     assert status == 1
-    assert (
-        err == f"scontrol: error: Job {ids[0]}: job {ids[0]} is running; only a queued or "
-        f"suspended job can be held (`gpuyard suspend {ids[0]}` requeues a running one)\n"
+    assert err == (
+        f"scontrol: error: Job {ids[0]}: job {ids[0]} is running; only a queued, suspending or "
+        f"suspended job can be held (`gpuyard suspend --hold {ids[0]}` suspends a running one "
+        "and holds it)\n"
     )
+    # requeuehold: requeued and held until released, as in Slurm.
+    assert slurm("scontrol", "requeuehold", ids[0], capsys=capsys) == (0, "", "")
+    assert client.job(int(ids[0])).on_hold
+    fake_executor.exit(int(ids[0]), code=143)  # its SIGTERM (--signal) ended it
+    for _ in range(3):
+        controller.tick()
+    assert client.job(int(ids[0])).state is JobState.SUSPENDED
+    assert slurm("scontrol", "release", ids[0], capsys=capsys) == (0, "", "")
+    controller.tick()
+    job = client.job(int(ids[0]))
+    assert (job.state, job.attempt, job.on_hold) == (JobState.RUNNING, 1, False)
 
 
 def test_a_heterogeneous_job_shows_as_its_components(

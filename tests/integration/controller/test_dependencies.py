@@ -87,7 +87,7 @@ def test_hold_and_release(pool: Pool) -> None:
     pool.jobs.hold(held, actor="alice", held=False)
     pool.tick()
     assert pool.view(held)[0] is JobState.RUNNING
-    with pytest.raises(Conflict, match="only a queued or suspended job can be held"):
+    with pytest.raises(Conflict, match="only a queued, suspending or suspended job can be held"):
         pool.jobs.hold(held, actor="alice")
     waiting = pool.submit(resources={"gpus": 8})  # no room: it waits, then is held
     pool.tick()

@@ -8,7 +8,7 @@ import pytest
 
 from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
-from gpuyard.errors import NotFound
+from gpuyard.errors import Conflict, NotFound
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState, JobStatus
 from gpuyard.models.worker import NodeInfo, WorkerKey
@@ -191,6 +191,40 @@ def test_a_person_can_suspend_a_job_by_hand(pool: Pool) -> None:
     assert why.startswith("suspended by alice")
 
 
+def test_a_job_suspended_with_a_hold_pauses_until_released(pool: Pool) -> None:
+    job = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    with pytest.raises(Conflict, match="suspend --hold"):  # a plain hold needs a waiting job
+        pool.jobs.hold(job, actor="alice")
+    view = pool.scheduling.suspend(job, actor="alice", hold=True)
+    assert (view.state, view.on_hold) == (JobState.SUSPENDING, True)
+    pool.controller.tick()
+    pool.executor.exit(job, code=75)
+    for _ in range(3):  # room for it on every pass, and still it is not placed again
+        pool.controller.tick()
+    view = pool.jobs.get(job, actor=OPS)
+    assert (view.state, view.on_hold, view.attempt) == (JobState.SUSPENDED, True, 0 + 1)
+    assert pool.events(job, "hold") == ["held by alice"]
+    pool.jobs.hold(job, actor="alice", held=False)  # gpuyard resume
+    pool.controller.tick()
+    view = pool.jobs.get(job, actor=OPS)
+    assert (view.state, view.on_hold, view.attempt) == (JobState.RUNNING, False, 1)
+
+
+def test_a_suspending_job_can_be_held_and_released_before_it_is_suspended(pool: Pool) -> None:
+    job = pool.submit(resources={"gpus": 1})
+    pool.controller.tick()
+    pool.scheduling.suspend(job, actor="alice")
+    assert pool.scheduling.suspend(job, actor="alice", hold=True).on_hold  # held on its way
+    pool.jobs.hold(job, actor="alice", held=False)
+    pool.controller.tick()
+    pool.executor.exit(job, code=75)
+    pool.controller.tick()
+    assert pool.state(job) is JobState.RUNNING  # released: it resumed at once
+    with pytest.raises(Conflict, match="only a running job can be suspended"):
+        pool.scheduling.suspend(pool.submit(resources={"gpus": 1}, hold=True), actor="alice")
+
+
 def test_a_worker_that_suspends_itself_requeues_the_job(pool: Pool) -> None:
     job = pool.submit(nodes=2, resources={"gpus": 1})
     pool.controller.tick()
@@ -202,6 +236,12 @@ def test_a_worker_that_suspends_itself_requeues_the_job(pool: Pool) -> None:
     pool.executor.exit(job, 1, code=75)
     pool.controller.tick()
     assert pool.jobs.get(job, actor=OPS).attempt == 1 and pool.state(job) is JobState.RUNNING
+    # A clean suspension reads as one, whatever code torchrun turned the 75 into.
+    assert pool.events(job, "worker_exited") == [
+        "worker 0 on n0 was suspended: it checkpointed and exited to be requeued (its launcher "
+        "exited with code 1 for the rank's 75)",
+        "worker 1 on n1 was suspended: it checkpointed and exited to be requeued (exit code 75)",
+    ]
 
 
 def test_stopping_a_suspended_job_ends_it(pool: Pool) -> None:

@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 from gpuyard.client import Client
+from gpuyard.controller.loop import Controller
+from gpuyard.executors.fake import FakeExecutor
 from gpuyard.testing.auth import TokenFor
 
 
@@ -217,3 +219,36 @@ def test_a_web_session_is_a_token_of_its_own_that_sign_out_revokes(
         assert answer.headers["location"].startswith("/login")
     # The API token itself is untouched by the sign-out.
     assert Client(api_url, token=token).user_info().name == "alice"
+
+
+def test_a_job_page_suspends_and_holds_then_releases_a_job(
+    web: httpx.Client,
+    token_for: TokenFor,
+    as_user: Any,
+    controller: Controller,
+    fake_executor: FakeExecutor,
+) -> None:
+    alice = as_user("alice")
+    job = submit(alice)
+    controller.tick()
+    csrf = signed_in(web, token_for("alice"))
+    page = web.get(f"/jobs/{job}").text
+    assert 'id="suspend-hold-job"' in page and 'id="hold-job"' not in page
+    assert web.post(f"/jobs/{job}/suspend", data={"hold": "1"}).status_code == 403  # no CSRF
+    done = web.post(f"/jobs/{job}/suspend", data={"csrf": csrf, "hold": "1"})
+    assert done.status_code == 303, done.text
+    assert (alice.job(job).state.value, alice.job(job).on_hold) == ("suspending", True)
+    controller.tick()
+    fake_executor.exit(job, code=75)
+    for _ in range(3):
+        controller.tick()
+    assert (alice.job(job).state.value, alice.job(job).on_hold) == ("suspended", True)
+    page = web.get(f"/jobs/{job}").text
+    assert 'id="release-job"' in page and 'id="suspend-job"' not in page
+    assert web.post(f"/jobs/{job}/release", data={"csrf": csrf}).status_code == 303
+    controller.tick()
+    assert (alice.job(job).state.value, alice.job(job).on_hold) == ("running", False)
+    # Someone else's job is a missing one, for a hold as for the rest.
+    theirs = signed_in(web, token_for("carol"))
+    assert web.post(f"/jobs/{job}/suspend", data={"csrf": theirs}).status_code == 404
+    assert not alice.job(job).on_hold

@@ -10,17 +10,27 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
 from typer.testing import CliRunner
 
 from gpuyard.cli.jobs import describe_prediction
 from gpuyard.cli.main import app as cli_app
 from gpuyard.client import Client
 from gpuyard.errors import InvalidSpec, NotFound
-from gpuyard.models import JobSpec, JobState, JobStatus, JobView, Prediction
+from gpuyard.models import (
+    BulkResult,
+    JobFailure,
+    JobIds,
+    JobSpec,
+    JobState,
+    JobStatus,
+    JobView,
+    Prediction,
+    SuspendRequest,
+)
 from gpuyard.server.errors import install_error_handlers
 from gpuyard.testing.server import serve
 
@@ -31,6 +41,8 @@ class FakeApi:
     def __init__(self) -> None:
         self.specs: list[dict[str, Any]] = []
         self.suspended: list[int] = []
+        self.held: list[int] = []
+        self.released: list[int] = []
         self.prediction = Prediction(now=True, reason="it fits now")
         self.app = FastAPI()
         install_error_handlers(self.app)
@@ -38,6 +50,7 @@ class FakeApi:
         self.app.get("/api/v1/jobs/{job_id}/prediction")(self.job_prediction)
         self.app.post("/api/v1/jobs/{job_id}/suspend")(self.suspend)
         self.app.post("/api/v1/jobs", status_code=201)(self.create)
+        self.app.post("/api/v1/jobs/release")(self.release)
 
     def create(self, spec: JobSpec) -> JobView:
         self.specs.append(spec.model_dump(mode="json", exclude_unset=True))
@@ -61,8 +74,12 @@ class FakeApi:
             raise NotFound(f"job {job_id} does not exist")
         return self.prediction
 
-    def suspend(self, job_id: int) -> JobView:
+    def suspend(
+        self, job_id: int, request: Annotated[SuspendRequest | None, Body()] = None
+    ) -> JobView:
         self.suspended.append(job_id)
+        if request is not None and request.hold:
+            self.held.append(job_id)
         return JobView(
             id=job_id,
             name="train",
@@ -72,6 +89,18 @@ class FakeApi:
             spec=JobSpec(command="python train.py"),
             attempt=0,
             created_at=NOW,
+            on_hold=job_id in self.held,
+        )
+
+    def release(self, ids: JobIds) -> BulkResult:
+        self.released += ids.ids
+        known = [i for i in ids.ids if i != 404]
+        return BulkResult(
+            done=known,
+            states=dict.fromkeys(known, JobState.SUSPENDED),
+            failed=[JobFailure(id=404, code="not_found", detail="job 404 does not exist")]
+            if 404 in ids.ids
+            else [],
         )
 
 
@@ -191,6 +220,21 @@ def test_suspend_and_job_prediction(fake_api: tuple[FakeApi, str]) -> None:
             client.prediction(8)
         assert client.predict(JobSpec(command="x")).now
         assert client.suspend(9).state is JobState.SUSPENDING
+    assert api.held == []
+
+
+def test_suspend_with_a_hold_and_resume(fake_api: tuple[FakeApi, str]) -> None:
+    api, url = fake_api
+    result = _cli(url, "suspend", "--hold", "5")
+    assert (result.exit_code, result.stdout) == (0, "job 5: suspending, held\n")
+    assert api.held == [5]
+    result = _cli(url, "resume", "5", "404")
+    assert result.exit_code == 1
+    assert result.stdout == "job 5: released, suspended\n"
+    assert "job 404 does not exist" in result.stderr
+    assert api.released == [5, 404]
+    with Client(url, token="test-token") as client:
+        assert client.suspend(9, hold=True).on_hold
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -454,6 +456,18 @@ def test_scontrol_show_hostnames(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "n0001\nn0002\ngpu7\n"
 
 
+def test_scontrol_requeuehold_inside_a_job_is_refused_not_a_plain_requeue(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("GPUYARD_CONTROL_DIR", str(tmp_path))
+    assert step.main(["scontrol", "requeuehold", "9"]) != 0
+    assert "cannot hold it" in capsys.readouterr().err
+    assert not (tmp_path / "suspended.json").exists()
+    assert step.main(["scontrol", "requeue", "9"]) == 0
+    assert json.loads((tmp_path / "suspended.json").read_text())["requeue"] is True
+
+
 def test_main_usage_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert step.main(["bogus"]) == step.EXIT_USAGE
     assert capsys.readouterr().err == "usage: slurmstep.py {batch|srun|scontrol} ...\n"
@@ -641,3 +655,42 @@ def test_a_count_the_script_garbled_is_refused_by_name() -> None:
     alloc._env = {**HET_ENV, "SLURM_NTASKS_PER_NODE_HET_GROUP_1": "two"}
     with pytest.raises(step.SlurmError, match=r"^SLURM_NTASKS_PER_NODE_HET_GROUP_1='two' in"):
         step._plan([step.parse_srun(["--het-group=1", "true"])], alloc)
+
+
+# --- the batch step's output ----------------------------------------------------------------
+
+
+def run_batch(tmp_path: Path, output: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\necho hello from the batch step\n")
+    script.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_ARRAY_JOB_ID": "6"}
+    env |= {"SLURM_ARRAY_TASK_ID": "2", "GPUYARD_SLURM_OUTPUT": output}
+    entry = Path(step.__file__).with_name("entry.py")
+    return subprocess.run(
+        [sys.executable, "-I", "-S", str(entry), "batch", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_batch_step_creates_the_missing_directory_of_its_output(tmp_path: Path) -> None:
+    # submitit creates an array task's folder only after sbatch returned (docs/slurm.md).
+    done = run_batch(tmp_path, str(tmp_path / "logs" / "%A_%a" / "%A_%a_0_log.out"))
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "logs" / "6_2" / "6_2_0_log.out"
+    assert log.read_text() == "hello from the batch step\n"
+
+
+def test_the_batch_step_fails_as_slurm_where_it_cannot_create_the_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("")  # a file where a directory would have to be
+    done = run_batch(tmp_path, str(tmp_path / "file" / "logs" / "%j.out"))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"slurmstepd: error: cannot open {tmp_path / 'file'}"), (
+        done.stderr
+    )

@@ -204,7 +204,8 @@ def slurm_steps(job_id: JobId, services: ServicesDep, user: UserDep) -> list[Slu
 
 @router.post("/{job_id}/hold")
 def hold(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
-    """Keep a waiting job from starting until it is released."""
+    """Keep a waiting (or suspending) job from starting until it is released; a running one
+    is paused with `POST /jobs/{id}/suspend` and `{"hold": true}`."""
     return services.jobs.hold(job_id, actor=user, held=True)
 
 

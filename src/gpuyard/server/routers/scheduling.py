@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from gpuyard.models import JobSpec, JobView, Prediction
+from fastapi import APIRouter, Body
+
+from gpuyard.models import JobSpec, JobView, Prediction, SuspendRequest
 from gpuyard.server.deps import JobId, ServicesDep, UserDep
 
 router = APIRouter(prefix="/jobs", tags=["scheduling"])
@@ -17,9 +19,16 @@ def predict(spec: JobSpec, services: ServicesDep, user: UserDep) -> Prediction:
 
 
 @router.post("/{job_id}/suspend")
-def suspend(job_id: JobId, services: ServicesDep, user: UserDep) -> JobView:
-    """Checkpoint, exit and requeue at the original position (docs/preemption.md)."""
-    return services.scheduling.suspend(job_id, actor=user)
+def suspend(
+    job_id: JobId,
+    services: ServicesDep,
+    user: UserDep,
+    request: Annotated[SuspendRequest | None, Body()] = None,
+) -> JobView:
+    """Checkpoint, exit and requeue at the original position (docs/preemption.md); with
+    `{"hold": true}`, stay held once suspended until released (a pause; docs/jobs.md)."""
+    hold = request.hold if request is not None else False
+    return services.scheduling.suspend(job_id, actor=user, hold=hold)
 
 
 @router.get(

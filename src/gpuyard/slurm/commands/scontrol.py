@@ -1,5 +1,5 @@
-"""``scontrol`` outside a job: show job, hostnames, hostlist, config; requeue, hold, release,
-ping (a job's own ``scontrol`` is :mod:`gpuyard.slurm.step`)."""
+"""``scontrol`` outside a job: show job, hostnames, hostlist, config; requeue, requeuehold,
+hold, release, ping (a job's own ``scontrol`` is :mod:`gpuyard.slurm.step`)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def _show_job(words: Sequence[str], oneliner: bool, out: TextIO) -> int:
 
 
 def _requeue(words: Sequence[str]) -> int:
-    """``requeue|requeuehold ID...``: each job back to the queue (gpuyard suspends it)."""
+    """``requeue|requeuehold ID...``: each job back to the queue (gpuyard suspends it);
+    ``requeuehold`` keeps it held there until ``scontrol release``."""
     if len(words) < 2:
         raise CommandError("Invalid job id specified")
     try:
@@ -108,7 +109,7 @@ def _requeue(words: Sequence[str]) -> int:
     with open_client() as client:
         for job in jobs_for(client, ids):
             try:
-                client.suspend(job.id)
+                client.suspend(job.id, hold=words[0] == "requeuehold")
             except ClientError as exc:
                 raise CommandError(f"Requeue of job {job.id} failed: {exc.detail}") from None
     return 0
@@ -141,5 +142,6 @@ def scontrol(args: Sequence[str], out: TextIO) -> int:
         return 0
     raise CommandError(
         f"`scontrol {' '.join(args)}` is not supported; gpuyard answers show job, show "
-        "hostnames, show hostlist, show config, requeue, hold, release and ping (docs/slurm.md)"
+        "hostnames, show hostlist, show config, requeue, requeuehold, hold, release and ping "
+        "(docs/slurm.md)"
     )

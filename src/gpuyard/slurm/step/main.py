@@ -173,6 +173,14 @@ def _pattern_values(
 
 
 def _open_output(path: str, append: bool) -> int:
+    """Open the batch step's ``--output``/``--error`` file, creating its missing directories
+    first: a deliberate difference from Slurm (docs/slurm.md). submitit creates an array
+    task's log folder just after ``sbatch`` returns, and a pool with an idle node starts the
+    task before that. The step runs as the job's account, so it creates only what that account
+    may; where it may not, the open fails as Slurm's does."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     return os.open(path, flags, 0o644)
 
@@ -1079,8 +1087,15 @@ def scontrol(args: Sequence[str]) -> int:
         for name in expand_hostlist(text):
             print(name)
         return 0
-    if words and words[0] in ("requeue", "requeuehold"):
+    if words and words[0] == "requeue":
         return _requeue(words[1:])
+    if words and words[0] == "requeuehold":
+        # Never a plain requeue in its place (docs/slurm.md: nothing is silently ignored).
+        raise SlurmError(
+            "inside a job, scontrol requeues the job itself but cannot hold it; run "
+            f"`scontrol {' '.join(words)}` where gpuyard's Slurm commands are installed "
+            "(gpuyard slurm-shims), or `gpuyard suspend --hold`"
+        )
     raise SlurmError(
         f"inside a job, scontrol answers `show hostnames` and `requeue` of "
         f"the job itself; run `scontrol {' '.join(words)}` where gpuyard's Slurm commands "

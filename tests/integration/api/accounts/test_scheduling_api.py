@@ -74,3 +74,32 @@ def test_suspend_by_hand_follows_the_rules(
     refuse("GET", f"/jobs/{job.id}/prediction", user="alice", status=409, says="not queued")
     assert client.suspend(job.id).state.value == "suspending"
     assert admin.suspend(job.id).state.value == "suspending"  # twice is not an error
+
+
+def test_suspend_with_a_hold_is_a_pause_through_the_api(
+    client: Client, controller: Controller, refuse: Refuse
+) -> None:
+    job = client.submit({"command": "python a.py", "resources": {"gpus": 1}})
+    controller.tick()
+    refuse(
+        "POST",
+        f"/jobs/{job.id}/suspend",
+        user="mallory",
+        status=404,
+        says="does not exist",
+        json={"hold": True},
+    )
+    refuse("POST", f"/jobs/{job.id}/hold", user="alice", status=409, says="suspend --hold")
+    refuse(
+        "POST",
+        f"/jobs/{job.id}/suspend",
+        user="alice",
+        status=422,
+        says="hold",
+        json={"hold": "maybe"},
+    )
+    assert not client.job(job.id).on_hold
+    view = client.suspend(job.id, hold=True)
+    assert (view.state.value, view.on_hold) == ("suspending", True)
+    assert client.hold_many([job.id], held=False).done == [job.id]  # gpuyard resume
+    assert not client.job(job.id).on_hold
