@@ -24,7 +24,20 @@ from dataclasses import dataclass
 
 from gpuyard.models.access import Access, Action, Caller, Verdict, decide, relation_to
 
-__all__ = ["Disclosed", "JobFacts", "disclose", "job_ids_in", "may_see", "name_jobs", "redact"]
+__all__ = [
+    "HIDDEN_VALUE",
+    "Disclosed",
+    "JobFacts",
+    "disclose",
+    "env_for",
+    "job_ids_in",
+    "may_see",
+    "name_jobs",
+    "redact",
+]
+
+HIDDEN_VALUE = "(hidden: only its owner and admins see the values)"
+"""What another viewer reads for each value of a job's ``env``."""
 
 _JOB_LIST = re.compile(r"\bjobs? (\d+(?:, \d+)*)\b")
 """How reasons name jobs: ``job 7``, ``jobs 3, 4``."""
@@ -101,3 +114,13 @@ def redact(text: str | None, sees: Callable[[int], bool]) -> str | None:
         return match.group(0) if not found.hidden else name_jobs(found.shown, found.hidden)
 
     return _JOB_LIST.sub(one, text)
+
+
+def env_for(caller: Caller, owner: str, env: dict[str, str]) -> dict[str, str]:
+    """A job's ``env`` as ``caller`` may read it: whole for its owner and admins; for anyone
+    else who may view the job (its group, with its access), the names only. From the CLI
+    ``env`` holds the submitting shell's variables (``--export=ALL``), where cloud keys and
+    tokens live: a job shared read-only shares its command, not its owner's secrets."""
+    if caller.admin or caller.name == owner:
+        return env
+    return dict.fromkeys(env, HIDDEN_VALUE)

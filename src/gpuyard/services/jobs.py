@@ -33,6 +33,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.access import Action
 from gpuyard.models.actor import Actor
+from gpuyard.models.disclosure import env_for
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.job_query import MAX_PAGE, JobQuery
@@ -249,7 +250,12 @@ class JobService:
             source = self.policy.check_job(
                 session, actor, session.get(JobRow, job_id), job_id, Action.CLONE
             )
+            caller = self.policy.caller(session, actor)
             data = dict(source.spec)
+        if "env" in data and caller.name != source.owner:
+            # Another's clone leaves the owner's env out: from the CLI it is the owner's shell,
+            # secrets included (docs/jobs.md); the clone's --env sets what it needs.
+            data["env"] = {}
         if not self.policy.sharing():
             data["access"] = "none"  # what the source gave others is not open any more
         data.update(overrides or {})
@@ -852,8 +858,13 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
 
 def _disclosed(session: Session, viewer: Viewer, view: JobView) -> JobView:
     """``view`` with its reason naming only the jobs ``viewer`` may see ("suspended to make
-    room for job 7" names another user's job)."""
-    if not view.reason:
-        return view
-    reason = viewer.redact(session, view.reason)
-    return view if reason == view.reason else view.model_copy(update={"reason": reason})
+    room for job 7" names another user's job), and its env's values only for its owner and
+    admins (:func:`env_for`)."""
+    update: dict[str, Any] = {}
+    if view.reason and (reason := viewer.redact(session, view.reason)) != view.reason:
+        update["reason"] = reason
+    if view.spec is not None and view.spec.env:
+        env = env_for(viewer.caller, view.owner, view.spec.env)
+        if env is not view.spec.env:
+            update["spec"] = view.spec.model_copy(update={"env": env})
+    return view.model_copy(update=update) if update else view

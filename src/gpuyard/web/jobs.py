@@ -254,6 +254,8 @@ def new_job(
         if Action.CLONE not in view.allowed:
             raise InvalidSpec(f"you may not clone job {clone}")
         spec = view.spec
+        if spec is not None and view.owner != caller.name:
+            spec = spec.model_copy(update={"env": {}})  # another's values are hidden (env_for)
     values = form_values(spec)
     yaml_text = spec_yaml(spec) if spec is not None else ""
     return _form_page(request, caller, values, yaml_text=yaml_text, clone_of=clone)

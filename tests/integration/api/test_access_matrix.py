@@ -206,3 +206,23 @@ def test_a_user_cannot_make_itself_admin_and_role_changes_are_audited(call: Call
     [entry] = call(ADMIN, "GET", "/audit", params={"action": "user.update"}).json()
     assert (entry["actor"], entry["target"]) == ("user:ada", f"user:{MEMBER}")
     assert '"role":"admin"' in entry["detail"]
+
+
+def test_a_shared_jobs_env_values_are_its_owners_and_admins_alone(call: Call) -> None:
+    """From the CLI a job's env is its owner's shell (--export=ALL): a group member who may
+    read or clone the job gets the names, never the values, and a clone of theirs leaves
+    the env out."""
+    env = {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "PATH": "/home/alice/venv/bin:/usr/bin"}
+    spec = {"command": "x", "access": "read-write", "env": env}
+    job_id = call(OWNER, "POST", "/jobs", json=spec).json()["id"]
+    for who in (OWNER, ADMIN):
+        assert call(who, "GET", f"/jobs/{job_id}").json()["spec"]["env"] == env
+    seen = call(MEMBER, "GET", f"/jobs/{job_id}").json()["spec"]["env"]
+    assert sorted(seen) == sorted(env) and "s3cr3t" not in str(seen)
+    [listed] = call(MEMBER, "GET", "/jobs").json()["items"]
+    assert "s3cr3t" not in str(listed)
+    clone = call(MEMBER, "POST", f"/jobs/{job_id}/clone", json={})
+    assert clone.status_code == 201, clone.text
+    assert clone.json()["spec"]["env"] == {}
+    own = call(OWNER, "POST", f"/jobs/{job_id}/clone", json={}).json()
+    assert own["spec"]["env"] == env
