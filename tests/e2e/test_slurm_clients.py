@@ -67,50 +67,38 @@ def sbatch_and_wait(
     return job_id, output
 
 
-def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path: Path) -> None:
+def _client(script: str, folder: Path, env: dict[str, str]) -> str:
+    """Run the client ``script`` on ``folder`` (from its parent); what it printed."""
     done = subprocess.run(
-        [sys.executable, str(CLIENTS / "submitit_client.py"), str(tmp_path / "submitit")],
+        [sys.executable, str(CLIENTS / script), str(folder)],
         env=env,
         capture_output=True,
         text=True,
         timeout=400,
         check=False,
-        cwd=tmp_path,
+        cwd=folder.parent,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_submitit_submit_array_failure_and_cancel(env: dict[str, str], tmp_path: Path) -> None:
+    printed = _client("submitit_client.py", tmp_path / "submitit", env)
     for step in ("submit ok", "array ok", "failure ok", "cancel ok"):
-        assert step in done.stdout, done.stdout + done.stderr
+        assert step in printed, printed
 
 
 def test_submitit_map_array_with_a_folder_per_task(env: dict[str, str], tmp_path: Path) -> None:
     # The batch step creates the task's log folder if submitit has not yet (docs/slurm.md).
-    done = subprocess.run(
-        [sys.executable, str(CLIENTS / "submitit_array.py"), str(tmp_path / "logs")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "map_array ok" in done.stdout, done.stdout + done.stderr
+    printed = _client("submitit_array.py", tmp_path / "logs", env)
+    assert "map_array ok" in printed, printed
 
 
 def test_submitit_checkpoints_and_requeues_when_preempted(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, str(CLIENTS / "submitit_preempt.py"), str(tmp_path / "submitit")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "requeue ok" in done.stdout, done.stdout + done.stderr
+    printed = _client("submitit_preempt.py", tmp_path / "submitit", env)
+    assert "requeue ok" in printed, printed
     logs = "".join(p.read_text() for p in (tmp_path / "submitit").glob("*_log.err"))
     assert "Caught signal SIGUSR2" in logs and "this job is preempted" in logs, logs
 
