@@ -10,6 +10,7 @@ from fastapi import Request
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
 from gpuyard.services.image_catalogue import ImageCatalogue
+from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
@@ -43,6 +44,8 @@ class WebServices(Protocol):
     def search(self) -> JobSearch: ...
     @property
     def images(self) -> ImageCatalogue: ...
+    @property
+    def execs(self) -> ExecService: ...
 
 
 def services(request: Request) -> WebServices:

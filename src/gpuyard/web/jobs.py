@@ -22,11 +22,13 @@ from fastapi.responses import (
     Response,
     StreamingResponse,
 )
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from gpuyard.errors import Conflict, GpuyardError, InvalidSpec
 from gpuyard.models import JobEvent, JobMode, JobStatus, JobView, Priority
 from gpuyard.models.access import Access, Action, Caller
+from gpuyard.models.execs import ExecRun, ExecStop, ExecTarget
 from gpuyard.models.ids import MAX_ID
 from gpuyard.models.image_catalogue import ImageScope
 from gpuyard.models.job_query import MAX_WEB_PAGE, JobQuery, JobSort
@@ -495,6 +497,8 @@ async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -
     actor = caller.name
     if action in PAUSE_ACTIONS:
         return await _pause(request, job_id, action, form, actor)
+    if action in EXEC_ACTIONS:
+        return await _exec(request, job_id, action, form, actor)
     if action == "stop":
         await run_in_threadpool(jobs.stop, job_id, actor=actor)
         return back_to(f"/jobs/{job_id}", f"job {job_id}: stop requested")
@@ -518,11 +522,36 @@ async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -
         await run_in_threadpool(jobs.change_runtime, job_id, seconds, actor=actor)
         return back_to(f"/jobs/{job_id}", f"max runtime set to {text}")
     raise InvalidSpec(
-        f"{action!r} is not an action (stop, delete, priority, runtime, suspend, hold, release)"
+        f"{action!r} is not an action (stop, delete, priority, runtime, suspend, hold, release, "
+        f"{', '.join(EXEC_ACTIONS)})"
     )
 
 
 PAUSE_ACTIONS = ("suspend", "hold", "release")
+EXEC_ACTIONS = ("exec-stop", "exec-start", "exec-check")
+"""``gpuyard exec JOB stop --hold``, ``start`` and ``run -t checker`` (docs/jobs.md)."""
+
+
+async def _exec(
+    request: Request, job_id: int, action: str, form: dict[str, list[str]], actor: str
+) -> Response:
+    """Hold a running job for debugging (for ``hold``, a duration; default as the API's),
+    run a held job's command again, or the node check on its nodes: the exec service's
+    own calls, with its rules."""
+    execs = services(request).execs
+    if action == "exec-stop":
+        text = (form.get("hold") or [""])[-1].strip()
+        try:
+            hold = ExecStop(hold=parse_duration(text) if text else None).hold
+        except (ValueError, ValidationError) as exc:
+            raise InvalidSpec(f"hold for: {exc}") from None
+        done = await run_in_threadpool(execs.stop, job_id, actor=actor, hold=hold)
+    elif action == "exec-start":
+        done = await run_in_threadpool(execs.start, job_id, actor=actor)
+    else:
+        checker = ExecRun(target=ExecTarget.CHECKER)
+        done = await run_in_threadpool(execs.run, job_id, checker, actor=actor)
+    return back_to(f"/jobs/{job_id}", f"job {job_id}: {done.outcome}")
 
 
 async def _pause(

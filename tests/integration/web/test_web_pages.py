@@ -252,3 +252,33 @@ def test_a_job_page_suspends_and_holds_then_releases_a_job(
     theirs = signed_in(web, token_for("carol"))
     assert web.post(f"/jobs/{job}/suspend", data={"csrf": theirs}).status_code == 404
     assert not alice.job(job).on_hold
+
+
+def test_a_job_page_holds_a_job_for_debugging_and_runs_it_again(
+    web: httpx.Client, token_for: TokenFor, as_user: Any, controller: Controller
+) -> None:
+    """The exec buttons: hold a running job with its nodes, then its command again or the
+    node check; a bad duration is a message, and another's job a missing one."""
+    alice = as_user("alice")
+    job = submit(alice)
+    controller.tick()
+    csrf = signed_in(web, token_for("alice"))
+    page = web.get(f"/jobs/{job}").text
+    assert 'id="exec-stop-job"' in page and 'id="exec-start-job"' not in page
+    bad = web.post(f"/jobs/{job}/exec-stop", data={"csrf": csrf, "hold": "soon"})
+    assert bad.status_code == 422 and "hold for" in bad.text
+    assert web.post(f"/jobs/{job}/exec-stop", data={"hold": "10m"}).status_code == 403  # no CSRF
+    done = web.post(f"/jobs/{job}/exec-stop", data={"csrf": csrf, "hold": "10m"})
+    assert done.status_code == 303, done.text
+    controller.tick()
+    controller.tick()
+    assert alice.job(job).state.value == "held"
+    page = web.get(f"/jobs/{job}").text
+    assert 'id="exec-start-job"' in page and 'id="exec-check-job"' in page
+    checked = web.post(f"/jobs/{job}/exec-check", data={"csrf": csrf})
+    assert checked.status_code == 303, checked.text
+    # While the check runs, its command cannot start again: the exec service's rule, as a page.
+    again = web.post(f"/jobs/{job}/exec-start", data={"csrf": csrf})
+    assert again.status_code == 409 and "still run" in again.text
+    theirs = signed_in(web, token_for("carol"))
+    assert web.post(f"/jobs/{job}/exec-start", data={"csrf": theirs}).status_code == 404
