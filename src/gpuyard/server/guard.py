@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl
 
 from gpuyard.errors import StorageFull
 from gpuyard.store.full import is_storage_full
+from gpuyard.web.images import PUSH_PATH
 
 __all__ = ["MAX_BODY", "STREAMED", "RequestGuard", "check_value"]
 
@@ -40,9 +41,9 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 4 * 1024 * 1024
 """Bytes a request body may have (a batch of 5,000 typical specs is about 1 MiB)."""
-STREAMED = frozenset({("POST", "/api/v1/images")})
+STREAMED = frozenset({("POST", "/api/v1/images"), ("POST", PUSH_PATH)})
 """Routes whose body this guard passes on unread: they stream it to disk and cap it
-themselves (``GPUYARD_IMAGE_UPLOAD_MAX``)."""
+themselves (``GPUYARD_IMAGE_UPLOAD_MAX``): the API's image push and the web UI's."""
 MAX_DEPTH = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
 FULL = "the pool's storage is full, so nothing was changed; it works again once space is freed"

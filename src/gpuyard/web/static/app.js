@@ -206,7 +206,50 @@ function watchState() {
   setTimeout(poll, 1000);
 }
 
+function imagePush() {
+  // The archive goes as the raw request body (streamed to disk by the server, never parsed
+  // as multipart), the other fields in the query string, the CSRF token in a header.
+  const form = document.getElementById("image-push");
+  if (!form) return;
+  form.hidden = false;
+  const error = document.getElementById("image-push-error");
+  const status = document.getElementById("image-push-status");
+  const say = (box, text) => { box.textContent = text; box.hidden = !text; };
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const file = form.elements.archive.files[0];
+    if (!file) return;
+    const query = new URLSearchParams();
+    for (const key of ["name", "scope", "accelerator", "description", "visibility"]) {
+      if (form.elements[key].value) query.set(key, form.elements[key].value);
+    }
+    say(error, "");
+    say(status, `pushing ${file.name}…`);
+    form.querySelector("button[type=submit]").disabled = true;
+    try {
+      const answer = await fetch(`/images/push?${query}`, {
+        method: "POST", body: file, credentials: "same-origin",
+        headers: { "Content-Type": "application/octet-stream", "X-Gpuyard-CSRF": form.dataset.csrf },
+      });
+      const type = answer.headers.get("content-type") || "";
+      if (answer.ok && type.startsWith("application/json")) {
+        location.href = (await answer.json()).next;
+        return;
+      }
+      if (answer.ok) { location.href = answer.url; return; }  // signed out: the sign-in page
+      const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+      const detail = page.querySelector(".error");
+      say(error, detail ? detail.textContent : `the push failed (${answer.status})`);
+    } catch (failed) {
+      say(error, `the push failed: ${failed}`);
+    }
+    say(status, "");
+    form.querySelector("button[type=submit]").disabled = false;
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  imagePush();
   selectAll();
   jobForm();
   followLog();
