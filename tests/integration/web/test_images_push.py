@@ -114,6 +114,11 @@ def test_an_image_is_pushed_shared_and_deleted_from_the_page(
     assert refused.status_code == 403, refused.text  # official is for admins only
     _sign_in(web, bob_token)
     assert _names(web.get("/images").text) == ["alice/webx:1"]
+    root_csrf = _sign_in(web, token_for("root", admin=True))
+    assert 'value="official"' in web.get("/images").text
+    made = {"csrf": root_csrf, "name": "alice/webx:1", "visibility": "official"}
+    assert web.post("/images/share", data=made).status_code == 303
+    assert "<td>official</td>" in web.get("/images").text
     csrf = _sign_in(web, token_for("alice", group="lab"))
     gone = web.post("/images/delete", data={"csrf": csrf, "name": "alice/webx:1"})
     assert gone.status_code == 303
