@@ -14,6 +14,7 @@ import pytest
 
 from gpuyard.settings import Settings
 from gpuyard.testing.auth import TokenFor
+from gpuyard.testing.browser import chromium, unavailable_reason
 from gpuyard.testing.registry import (
     NODE_ARCH,
     TestRegistry,
@@ -168,3 +169,32 @@ def test_a_bad_push_is_the_pages_error_and_records_nothing(
     assert streamed.status_code == 413, streamed.text
     assert _names(web.get("/images").text) == []
     _nothing_left(settings)
+
+
+def test_the_pages_script_pushes_the_chosen_file_and_shows_a_refusal(
+    api_url: str, token_for: TokenFor, archive: Path
+) -> None:
+    """In a real browser: the upload form's script sends the file and lands on the list, and
+    a refused push is the form's error message."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no browser: {reason}")
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        context = browser.new_context(base_url=api_url)
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.goto("/login?next=/images")
+        page.get_by_label("Token").fill(token_for("alice"))
+        page.get_by_role("button", name="Sign in").click()
+        form = page.locator("#image-push")
+        form.get_by_label("Archive").set_input_files(str(archive))
+        form.get_by_label("Name").fill("bob/webjs:1")
+        form.get_by_role("button", name="Push").click()
+        expect(page.locator("#image-push-error")).to_contain_text("not bob/webjs")
+        form.get_by_label("Name").fill("webjs:1")
+        form.get_by_role("button", name="Push").click()
+        expect(page.locator(".notice")).to_contain_text("pushed alice/webjs:1 (private)")
+        expect(page.locator('th[scope="row"] code')).to_have_text(["alice/webjs:1"])
+        context.close()
