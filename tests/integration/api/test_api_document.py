@@ -20,7 +20,7 @@ from gpuyard.server.guard import MAX_BODY
 
 @pytest.fixture
 def http(api_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{api_url}/api/v1") as client:
+    with httpx.Client(base_url=f"{api_url}/api/v1", timeout=60) as client:
         yield client
 
 

@@ -57,7 +57,7 @@ def _stored(store: Store) -> tuple[int, int]:
 @pytest.fixture
 def http(api_url: str, token_for: TokenFor) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {token_for('eve')}"}
-    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers) as c:
+    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers, timeout=60) as c:
         yield c
 
 

@@ -75,7 +75,7 @@ def test_requests_without_a_valid_token_get_401(
     api_url: str, header: str | None, says: str
 ) -> None:
     headers = {"Authorization": header} if header is not None else {}
-    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers) as http:
+    with httpx.Client(base_url=f"{api_url}/api/v1", headers=headers, timeout=60) as http:
         for method, path in [("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/nodes")]:
             response = http.request(method, path, json={"command": "x"})
             assert response.status_code == 401, response.text
