@@ -587,11 +587,17 @@ class Ledger:
         held: frozenset[int],
     ) -> NodeFree:
         """A node holding the job's image that is as good a fit as ``found`` (as many free
-        GPUs left, in its pool), if there is one; else ``found``. Costs one look at each node
-        holding the image, and nothing for a job without one."""
+        GPUs left, in its pool), if there is one; else ``found``. Looks at the nodes holding
+        the image or at those with as many free GPUs, whichever are fewer (nothing for a job
+        without an image)."""
         gpus = _left(found, taken)[1].gpus
         nodes = self.nodes
-        for idx in sorted(held):
+        bucket = self._pools[constraint.pool].by_free[found.free_g]
+        if taken or len(held) < len(bucket):
+            order: Iterable[int] = sorted(held)
+        else:  # a popular image: walk the equally good nodes instead
+            order = (idx for idx in bucket if idx in held)
+        for idx in order:
             node = nodes[idx]
             if (
                 node.pool == constraint.pool

@@ -7,7 +7,15 @@ from dataclasses import replace
 from typing import Any
 
 from gpuyard.models import Priority
-from gpuyard.scheduler import Decisions, NodeCapacity, PendingJob, PoolPolicy, decide
+from gpuyard.scheduler import (
+    Decisions,
+    Member,
+    NodeCapacity,
+    PendingJob,
+    PoolPolicy,
+    Request,
+    decide,
+)
 from gpuyard.testing.builders import alloc, job, node, running, snapshot
 
 IMAGE = "sha256:" + "a" * 64
@@ -79,3 +87,25 @@ def test_a_gang_keeps_to_one_zone_whatever_the_image() -> None:
     ]
     snap = snapshot(nodes, [in_image(1, gpus=8, nodes=2)], pools=[PoolPolicy(same_zone=True)])
     assert sorted(on(decide(snap))[1]) == ["a", "b"]
+
+
+def test_an_image_held_on_more_nodes_than_are_equally_good_walks_those_nodes() -> None:
+    # More nodes hold the image (c, d are in another pool) than have "a"'s free GPUs here.
+    nodes = [
+        node("a"),
+        holding("b", IMAGE),
+        holding("c", IMAGE, pool="other"),
+        holding("d", IMAGE, pool="other"),
+    ]
+    assert on(decide(snapshot(nodes, [in_image(1, gpus=2)]))) == {1: ["b"]}
+
+
+def test_a_gang_of_unlike_members_takes_the_nodes_holding_the_image_first() -> None:
+    nodes = [node("a", gpus=4), node("b"), holding("c", IMAGE, gpus=4), holding("d", IMAGE)]
+    gang = replace(
+        in_image(1),
+        request=Request(
+            (Member(gpus=8, cpus=1, whole_node=True), Member(gpus=4, cpus=1, whole_node=True))
+        ),
+    )
+    assert sorted(on(decide(snapshot(nodes, [gang])))[1]) == ["c", "d"]
