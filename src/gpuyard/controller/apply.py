@@ -94,7 +94,8 @@ class Applier:
         """Each job's start is guarded: its failure is the job's, not the pass's."""
         self.give_up = give_up
         """Fail a job whose start keeps failing."""
-        self.loader = SnapshotLoader(lambda: store.generation("nodes", "pools"))
+        # node_images too: a node that now holds an image is preferred from the next pass.
+        self.loader = SnapshotLoader(lambda: store.generation("nodes", "pools", "node_images"))
         self._port_cursor = secrets.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
         self._written: dict[int, float] = {}
         """When each waiting job's reason was last written (monotonic)."""

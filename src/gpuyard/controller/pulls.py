@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
@@ -30,11 +31,12 @@ from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchDeferred, LaunchError
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
+from gpuyard.models.image import pinned_digest
 from gpuyard.quantities import format_bytes, format_duration
 from gpuyard.services.transitions import record_event
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import guarded_update
-from gpuyard.store.tables import JobRow
+from gpuyard.store.tables import JobRow, NodeImageRow
 
 __all__ = ["RETRY_EVERY", "ImagePulls", "PullWaiting"]
 
@@ -77,8 +79,10 @@ class ImagePulls:
         while its registry cannot be reached, :class:`LaunchError` (its message the job's
         reason) when the image cannot be had or the wait has lasted past the timeout."""
         cleared = False
-        for node in dict.fromkeys(nodes):
+        held = list(dict.fromkeys(nodes))
+        for node in held:
             cleared = self._pull_on(job, ref, node) or cleared
+        self._record_held(ref, held)
         with self._lock:
             waited = self._waiting.pop((job.id, job.attempt), None)
         if waited is not None and not cleared:  # another job pulled it meanwhile
@@ -101,6 +105,29 @@ class ImagePulls:
         took = time.monotonic() - (began[0] if began else time.monotonic())
         self._note(job, _pulled(ref, node, pulled, took), reason="")
         return True
+
+    def _record_held(self, ref: str, nodes: list[str]) -> None:
+        """Note that ``nodes`` hold the image, for the scheduler's preference
+        (docs/images.md, "Placement"); only nodes not noted yet are written, so that a job
+        whose nodes had it already costs one read."""
+        digest = pinned_digest(ref)
+        if digest is None or not nodes:
+            return
+        with self.store.read() as session:
+            known = set(
+                session.scalars(
+                    select(NodeImageRow.node).where(
+                        NodeImageRow.digest == digest, NodeImageRow.node.in_(nodes)
+                    )
+                )
+            )
+        new = [node for node in nodes if node not in known]
+        if not new:
+            return
+        with self.store.write() as session:
+            now = self.clock.now()
+            for node in new:
+                session.merge(NodeImageRow(node=node, digest=digest, at=now))
 
     def _wait(self, job: JobRow, reason: str) -> NoReturn:
         now = self.clock.now()

@@ -37,6 +37,7 @@ __all__ = [
     "MediaType",
     "go_architecture",
     "parse_manifest",
+    "pinned_digest",
 ]
 
 MAX_NAME_LENGTH = 255
@@ -187,6 +188,17 @@ class ImageRef:
 
 
 _ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def pinned_digest(image: str | None) -> str | None:
+    """The digest a job's image reference names (``…@sha256:…``), None if it names none or
+    does not parse (a job's image is pinned at submission: docs/images.md)."""
+    if not image:
+        return None
+    try:
+        return ImageRef.parse(image).digest
+    except ValueError:
+        return None
 
 
 def go_architecture(machine: str) -> str:

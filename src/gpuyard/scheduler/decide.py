@@ -415,7 +415,9 @@ class _Cycle:
         if fit is MAY_FIT:
             end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
             same_zone = policy.same_zone
-            allocations = self.ledger.place(request, constraint, same_zone=same_zone, end=end)
+            allocations = self.ledger.place(
+                request, constraint, same_zone=same_zone, end=end, image=job.image
+            )
             if allocations is not None:
                 self.start(job, request, allocations, 0, end)
                 return
@@ -453,7 +455,9 @@ class _Cycle:
                 i and self.quotas.check(job.owner, job.group, job.priority, request)
             ):
                 continue
-            allocations = self.ledger.place(request, constraint, same_zone=same_zone, end=end)
+            allocations = self.ledger.place(
+                request, constraint, same_zone=same_zone, end=end, image=job.image
+            )
             if allocations is None:
                 if self.ledger.holds and self.ledger.place(
                     request, constraint, same_zone=same_zone, ignore_holds=True

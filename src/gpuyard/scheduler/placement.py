@@ -208,6 +208,13 @@ class Topology:
         for n, pool in zip(self.nodes, self.pools, strict=True):
             if n.schedulable:
                 self.max_gpus[pool] = max(self.max_gpus.get(pool, 0), n.gpus)
+        self.images: dict[str, frozenset[int]] = {}
+        """Per image digest, the indices of the nodes whose cache holds it."""
+        held: dict[str, set[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for digest in n.images:
+                held.setdefault(digest, set()).add(i)
+        self.images = {digest: frozenset(found) for digest, found in held.items()}
         self._candidates: dict[Constraint, list[int]] = {}
         self._classes: dict[Constraint, dict[tuple[str, int], int]] = {}
         self._never: dict[tuple[Constraint, tuple[Member, ...], bool], str | None] = {}
@@ -391,18 +398,21 @@ class Ledger:
         same_zone: bool = False,
         end: float = INFINITY,
         ignore_holds: bool = False,
+        image: str = "",
     ) -> tuple[Allocation, ...] | None:
         """An allocation for every member (in member order), or None; changes nothing.
 
         ``end`` is when the job will have ended at the latest: it decides which holds the
-        placement must leave room for (none with ``ignore_holds``)."""
+        placement must leave room for (none with ``ignore_holds``). ``image``: the digest of
+        the job's image; among nodes otherwise equally good, those holding it are chosen."""
+        held = self.topology.images.get(image, _NO_NODES) if image else _NO_NODES
         scan = bool(constraint.nodes) or constraint.driver is not None or bool(constraint.exclude)
         if not scan and constraint.pool not in self._pools:
             return None
         members = request.members
         if len(members) == 1 and not members[0].whole_node:  # the common job: one worker
             member = members[0]
-            node = self._best_fit(member, constraint, scan, _NONE_TAKEN, end, ignore_holds)
+            node = self._best_fit(member, constraint, scan, _NONE_TAKEN, end, ignore_holds, held)
             if node is None:
                 return None
             first = tuple(node.free_gpus[: member.gpus])
@@ -412,7 +422,7 @@ class Ledger:
         whole = [i for i, m in enumerate(members) if m.whole_node]
         if whole:
             chosen = self._place_whole(
-                request, whole, constraint, scan, same_zone, end, ignore_holds
+                request, whole, constraint, scan, same_zone, end, ignore_holds, held
             )
             if chosen is None:
                 return None
@@ -426,7 +436,7 @@ class Ledger:
         for i, member in enumerate(members):
             if member.whole_node:
                 continue
-            node = self._best_fit(member, constraint, scan, taken, end, ignore_holds)
+            node = self._best_fit(member, constraint, scan, taken, end, ignore_holds, held)
             if node is None:
                 return None
             gpus, _ = _left(node, taken)
@@ -451,8 +461,11 @@ class Ledger:
         same_zone: bool,
         end: float,
         ignore_holds: bool,
+        held: frozenset[int],
     ) -> dict[int, NodeFree] | None:
         groups = self._idle_groups(constraint, scan)
+        if held:  # within each size class, the nodes holding the image first
+            groups = {k: _preferring(v, held) for k, v in groups.items()}
         if same_zone:
             zones = sorted({zone for zone, _ in groups})
             best: dict[int, NodeFree] | None = None
@@ -556,15 +569,62 @@ class Ledger:
         taken: dict[int, list[Allocation]],
         end: float,
         ignore_holds: bool,
+        held: frozenset[int] = frozenset(),
+    ) -> NodeFree | None:
+        found = self._first_fit(member, constraint, scan, taken, end, ignore_holds, held)
+        if found is None or not held or scan or found.index in held:
+            return found
+        return self._held_alike(found, member, constraint, taken, end, ignore_holds, held)
+
+    def _held_alike(
+        self,
+        found: NodeFree,
+        member: Member,
+        constraint: Constraint,
+        taken: dict[int, list[Allocation]],
+        end: float,
+        ignore_holds: bool,
+        held: frozenset[int],
+    ) -> NodeFree:
+        """A node holding the job's image that is as good a fit as ``found`` (as many free
+        GPUs left, in its pool), if there is one; else ``found``. Looks at the nodes holding
+        the image or at those with as many free GPUs, whichever are fewer (nothing for a job
+        without an image)."""
+        gpus = _left(found, taken)[1].gpus
+        nodes = self.nodes
+        bucket = self._pools[constraint.pool].by_free[found.free_g]
+        if taken or len(held) < len(bucket):
+            order: Iterable[int] = sorted(held)
+        else:  # a popular image: walk the equally good nodes instead
+            order = (idx for idx in bucket if idx in held)
+        for idx in order:
+            node = nodes[idx]
+            if (
+                node.pool == constraint.pool
+                and _left(node, taken)[1].gpus == gpus
+                and self._fits_with(node, member, taken, end, ignore_holds)
+            ):
+                return node
+        return found
+
+    def _first_fit(
+        self,
+        member: Member,
+        constraint: Constraint,
+        scan: bool,
+        taken: dict[int, list[Allocation]],
+        end: float,
+        ignore_holds: bool,
+        held: frozenset[int],
     ) -> NodeFree | None:
         need = member.need
         if scan or need.mcpus <= 0:
             best: NodeFree | None = None
-            best_key: tuple[Resources, str] | None = None
+            best_key: tuple[Resources, bool, str] | None = None
             for node in self.candidates(constraint):
                 if not self._fits_with(node, member, taken, end, ignore_holds):
                     continue
-                key = (_left(node, taken)[1] - need, node.capacity.name)
+                key = (_left(node, taken)[1] - need, node.index not in held, node.capacity.name)
                 if best_key is None or key < best_key:
                     best, best_key = node, key
             return best
@@ -796,6 +856,14 @@ def _first(gpus: int) -> tuple[int, ...]:
 _FIRST = [tuple(range(n)) for n in range(17)]
 
 _NONE_TAKEN: dict[int, list[Allocation]] = {}
+_NO_NODES: frozenset[int] = frozenset()
+
+
+def _preferring(group: Collection[int], held: frozenset[int]) -> list[int]:
+    """``group``'s node indices, those in ``held`` first, each part in the group's order."""
+    return [i for i in group if i in held] + [i for i in group if i not in held]
+
+
 """What a one-member placement has already taken: nothing (never written to)."""
 
 

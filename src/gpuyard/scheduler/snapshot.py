@@ -56,6 +56,9 @@ class NodeCapacity:
     schedulable: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     """``pool``, ``zone``, ``driver``, ``gpu_model``, ``network``, and anything else."""
+    images: frozenset[str] = frozenset()
+    """Digests (``sha256:…``) of the job images its node cache holds: among nodes otherwise
+    equally good, placement prefers those holding a job's image (docs/images.md)."""
     total: Resources = field(init=False, repr=False, compare=False, hash=False)
     """Its GPUs, CPUs and memory as one value."""
 
@@ -168,6 +171,9 @@ class PendingJob:
     blocked: tuple[WaitCode, str] | None = None
     """Why it may not start whatever the room, as (wait code, reason): it is held, or waits
     for other jobs. It reserves nothing and holds no one back."""
+    image: str = ""
+    """The digest (``sha256:…``) of the image it runs in, pinned at submission; "" if none.
+    Only a tie-break: nodes holding it are preferred among equally good ones."""
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""

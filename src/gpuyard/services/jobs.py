@@ -35,6 +35,7 @@ from gpuyard.models.access import Action
 from gpuyard.models.actor import Actor
 from gpuyard.models.disclosure import env_for
 from gpuyard.models.events import EventKind
+from gpuyard.models.image import pinned_digest
 from gpuyard.models.job import MAX_BATCH
 from gpuyard.models.job_query import MAX_PAGE, JobQuery
 from gpuyard.models.request import request_of
@@ -852,6 +853,7 @@ def _job_values(spec: JobSpec, owner: str, group: str, now: float) -> dict[str, 
             and spec.fault_tolerance.performance is not None
             else None
         ),
+        "image_digest": pinned_digest(spec.image),
         **request_columns(request_of(spec)),
     }
 

@@ -32,6 +32,7 @@ from gpuyard.scheduler import (
 from gpuyard.store.tables import (
     REQUEST_COLUMNS,
     JobRow,
+    NodeImageRow,
     NodeRow,
     PoolRow,
     QuotaRow,
@@ -115,6 +116,7 @@ class _Asks:
             # queued_since is its wait in all, as PendingJob says (for a suspended job, its
             # wait before each earlier attempt plus the one since its last suspension).
             queued_since=row.created_at + (row.ran or 0.0),
+            image=row.image_digest or "",
         )
 
 
@@ -132,10 +134,11 @@ class SnapshotLoader:
     A deep queue is read once: afterwards each load reads only the ids and versions of the
     queued jobs, and the full rows of those that are new or whose version moved (every change
     to a queued job that the scheduler reads bumps its version: a priority change, a
-    suspension). The nodes are read again only when a write of this process touched the
-    nodes or pools tables (:meth:`Store.generation`), or after :data:`MAX_AGE` seconds (a
-    write made elsewhere); which of them are schedulable is read every time, after the jobs
-    (see :meth:`_schedulable`). Running jobs, quotas, shares and pools are few: read every time.
+    suspension). The nodes (with the images they hold) are read again only when a write of
+    this process touched the tables its ``generation`` names (:meth:`Store.generation`), or
+    after :data:`MAX_AGE` seconds (a write made elsewhere); which of them are schedulable is
+    read every time, after the jobs (see :meth:`_schedulable`). Running jobs, quotas, shares
+    and pools are few: read every time.
     With 2,000 queued jobs, a pass that read them all was what spaced the passes out (they
     wait twice their own length) and left slots idle in a deep queue.
     """
@@ -183,6 +186,7 @@ class SnapshotLoader:
             if generation == self._generation() and monotonic - loaded_at < MAX_AGE:
                 return self._nodes
         generation = self._generation() if self._generation is not None else None
+        images = _node_images(session)
         self._nodes = tuple(
             NodeCapacity(
                 name=row.name,
@@ -191,6 +195,7 @@ class SnapshotLoader:
                 memory=row.memory,
                 schedulable=row.state is NodeState.READY,
                 labels=row.effective_labels(),
+                images=images.get(row.name, _NO_IMAGES),
             )
             for row in session.scalars(select(NodeRow).order_by(NodeRow.name))
         )
@@ -251,6 +256,18 @@ _UNSCHEDULABLE = select(NodeRow.name).where(NodeRow.state != NodeState.READY)
 """Seconds a loader's view of the nodes serves at most (writes by other processes)."""
 
 
+_NO_IMAGES: frozenset[str] = frozenset()
+
+
+def _node_images(session: Session) -> dict[str, frozenset[str]]:
+    """The image digests each node was last known to hold (read with the nodes: a view up
+    to :data:`MAX_AGE` old only delays a preference)."""
+    held: dict[str, set[str]] = {}
+    for node, digest in session.execute(select(NodeImageRow.node, NodeImageRow.digest)):
+        held.setdefault(node, set()).add(digest)
+    return {node: frozenset(digests) for node, digests in held.items()}
+
+
 def _version(cached: Mapping[int, PendingJob], job_id: int) -> int | None:
     job = cached.get(job_id)
     return None if job is None else job.version
@@ -299,6 +316,7 @@ _PENDING_ROWS = select(
     JobRow.attained,
     JobRow.created_at,
     JobRow.ran,
+    JobRow.image_digest,
 )
 
 

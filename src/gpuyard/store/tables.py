@@ -40,6 +40,7 @@ __all__ = [
     "GroupRow",
     "ImageRow",
     "JobRow",
+    "NodeImageRow",
     "NodeRow",
     "NodeUsageRow",
     "PoolRow",
@@ -184,6 +185,9 @@ class JobRow(Base):
     exclusive: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
     """Whether its workers take their nodes whole; None: the default (whole nodes for a
     multi-node job; docs/scheduling.md, "Whole nodes")."""
+    image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True, default=None)
+    """The digest its image was pinned to at submission (None: no image): the scheduler
+    prefers nodes holding it (docs/images.md, "Placement")."""
     access: Mapped[str] = mapped_column(String(16), default="none")
     """What the other members of the owner's group may do with it: read-write, read-only or
     none (docs/accounts.md, 他人访问权限; gpuyard.models.access.Access)."""
@@ -552,6 +556,19 @@ class ImageRow(Base):
         Index("ix_images_digest", "digest"),
         {"sqlite_autoincrement": True},
     )
+
+
+class NodeImageRow(Base):
+    """An image a node's cache was last known to hold: written when a pull for a job on
+    the node completes. Only a preference of the scheduler reads it (docs/images.md,
+    "Placement"), so a row the node's cache has since evicted costs nothing but that."""
+
+    __tablename__ = "node_images"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(71), primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    """When a job last had it on the node."""
 
 
 class SettingRow(Base):

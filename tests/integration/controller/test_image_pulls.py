@@ -133,3 +133,24 @@ def test_a_job_fails_once_the_registry_stays_away_past_the_timeout(pool: Pool) -
     assert "cannot be reached" in reason and "GPUYARD_IMAGE_PULL_TIMEOUT" in reason
     assert waited >= TIMEOUT - RETRY_EVERY  # not before the timeout
     assert pool.executor.launches == []
+
+
+def test_a_node_that_pulled_the_image_is_preferred_for_the_next_job_in_it(pool: Pool) -> None:
+    # A job without an image fills n0, so the first job in the image lands on n1.
+    blocker = pool.jobs.submit(
+        JobSpec.model_validate({"command": "sleep 1", "resources": {"cpus": 8}}), owner="alice"
+    ).id
+    first = pool.submit()
+    pool.tick()
+    assert pool.executor.pulls == [("n1", IMAGE)]
+    pool.executor.exit(blocker, 0, code=0)
+    pool.executor.exit(first, 0, code=0)
+    pool.tick(after=1)
+    assert pool.state(first) is JobState.SUCCEEDED
+    # Both nodes are free and alike: the next job in the image goes where it is held already
+    # (by node order alone it would take n0 and pull again).
+    second = pool.submit()
+    pool.tick(after=1)
+    assert pool.state(second) is JobState.RUNNING, pool.reason(second)
+    assert pool.executor.pulls == [("n1", IMAGE)]
+    assert pool.image_events(second) == []

@@ -16,7 +16,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.nodes import cordon_node, uncordon_node
 from gpuyard.store.engine import Store
 from gpuyard.store.snapshot import SnapshotLoader, load_snapshot
-from gpuyard.store.tables import JobRow
+from gpuyard.store.tables import JobRow, NodeImageRow
 
 NODES = [NodeInfo(f"n{i}", f"10.0.0.{i}", gpus=4, cpus=8, memory=1 << 34) for i in range(3)]
 
@@ -71,6 +71,36 @@ def test_the_loader_agrees_with_a_fresh_load_after_each_change(
             .values(attained=50.0, version=JobRow.version + 1)
         )
     agrees()
+
+
+def test_the_snapshot_has_each_nodes_images_and_each_jobs_image(
+    store: Store, clock: ManualClock
+) -> None:
+    Controller(store, FakeExecutor(NODES), clock=clock).register_nodes()
+    jobs = JobService(store, clock=clock)
+    digest = "sha256:" + "c" * 64
+    spec = JobSpec.model_validate({"command": "train", "resources": {"gpus": 4}})
+    plain, in_image = (j.id for j in jobs.submit_many([spec] * 2, owner="alice"))
+    with store.write() as session:  # what submission stores for a job in a pinned image
+        session.execute(
+            update(JobRow)
+            .where(JobRow.id == in_image)
+            .values(image_digest=digest, version=JobRow.version + 1)
+        )
+    loader = SnapshotLoader(lambda: store.generation("nodes", "pools", "node_images"))
+    with store.read() as session:
+        loaded = loader.load(session, clock.now(), monotonic=clock.monotonic())
+    assert {j.id: j.image for j in loaded.pending} == {plain: "", in_image: digest}
+    assert all(not n.images for n in loaded.nodes)
+    with store.write() as session:  # a pull completed on n1
+        session.add(NodeImageRow(node="n1", digest=digest, at=clock.now()))
+    with store.read() as session:  # seen at once: the table is one of the generation's
+        loaded = loader.load(session, clock.now(), monotonic=clock.monotonic())
+    assert {n.name: n.images for n in loaded.nodes} == {
+        "n0": frozenset(),
+        "n1": frozenset({digest}),
+        "n2": frozenset(),
+    }
 
 
 def test_a_node_cordoned_with_a_requeue_is_never_scheduled_from_the_node_cache(

@@ -16,6 +16,7 @@ from gpuyard.models.image import (
     MediaType,
     go_architecture,
     parse_manifest,
+    pinned_digest,
 )
 
 DIGEST = "sha256:" + "ab" * 32
@@ -239,3 +240,12 @@ def test_the_image_fields_of_a_job_need_an_image_and_mount_below_its_root() -> N
     with pytest.raises(ValidationError, match="not an environment variable name"):
         JobSpec(command="x", image="a/b:1", env_over_image=["A-B"])
     JobSpec(command="x", image="a/b:1", container_mounts=[mount], env_over_image=["PATH"])
+
+
+def test_pinned_digest_is_the_digest_a_reference_names() -> None:
+    digest = "sha256:" + "d" * 64
+    assert pinned_digest(f"registry.test/alice/train:1@{digest}") == digest
+    assert pinned_digest(f"official/pytorch@{digest}") == digest
+    assert pinned_digest("official/pytorch:2.13") is None  # not pinned
+    assert pinned_digest(None) is None
+    assert pinned_digest("Not A Reference") is None
