@@ -856,15 +856,14 @@ def _first(gpus: int) -> tuple[int, ...]:
 _FIRST = [tuple(range(n)) for n in range(17)]
 
 _NONE_TAKEN: dict[int, list[Allocation]] = {}
+"""What a one-member placement has already taken: nothing (never written to)."""
 _NO_NODES: frozenset[int] = frozenset()
+"""The nodes holding the image of a job without one."""
 
 
 def _preferring(group: Collection[int], held: frozenset[int]) -> list[int]:
     """``group``'s node indices, those in ``held`` first, each part in the group's order."""
     return [i for i in group if i in held] + [i for i in group if i not in held]
-
-
-"""What a one-member placement has already taken: nothing (never written to)."""
 
 
 def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[Sequence[int], Resources]:
