@@ -416,6 +416,7 @@ class _Hypothetical:
     version = 0
     attained = 0.0
     ran = 0.0
+    image_digest: str | None = None  # a prediction places it without the image preference
 
     def __init__(
         self, *, owner: str, group_name: str, seq: int, priority: Priority, created_at: float
