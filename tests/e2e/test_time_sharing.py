@@ -130,8 +130,10 @@ def test_a_job_that_ignores_the_notice_is_killed_and_requeued_at_its_place(
     assert not any(e["kind"] == "acknowledged" for e in log)
     exits = [e["reason"] for e in log if e["kind"] == "worker_exited"]
     assert any("SIGKILL" in r for r in exits)
-    pool.cli("stop", str(stubborn))
+    # `later` first, while `stubborn` still holds the nodes: stopped the other way round,
+    # `later` starts at once and its `sleep 1` may have ended before its stop arrives.
     pool.cli("stop", str(later))
+    pool.cli("stop", str(stubborn))
     pool.cli("pools", "set", "default", "--notice", "60s")
 
 
