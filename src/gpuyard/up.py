@@ -221,8 +221,8 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
 class _PoolServer(uvicorn.Server):
     """uvicorn's server, except that the SIGINT or SIGTERM that ends it is not raised again
     once it has stopped. uvicorn raises it again so that the process dies by it, which would
-    skip the pool's own shutdown after it: the controller, the store, the server file and the
-    pool's own registry (`gpuyard down` left that registry running)."""
+    skip the pool's own shutdown after it: the controller, the store, the disk reserve and the
+    server file (the pool's own registry died with it only through its parent-death signal)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
