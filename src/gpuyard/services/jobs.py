@@ -373,10 +373,10 @@ class JobService:
             row = self._may(session, actor, job_id, Action.STOP)
             target = _stop_target(row, actor)
             self.audit.record(session, Actor.user(actor), "job.stop", f"job:{job_id}")
-            if target is None:
-                return job_view(row)  # already stopping: stopping twice is not an error
+            if target is None:  # already stopping: stopping twice is not an error
+                return self._shown(session, actor, row)
             _stop_row(session, row, target, actor=actor, now=now)
-            view = job_view(row)
+            view = self._shown(session, actor, row)
         self.notify(job_id)
         return view
 
@@ -402,7 +402,7 @@ class JobService:
                 f"job:{job_id}",
                 f"signal {signum} to the {'steps' if steps else 'batch shell'}",
             )
-            view = job_view(row)
+            view = self._shown(session, actor, row)
         self.notify(job_id)
         return view
 
@@ -413,7 +413,7 @@ class JobService:
         with self.store.write() as session:
             row = self._may(session, actor, job_id, Action.STOP)
             set_held(session, row, actor=actor, held=held, now=now, audit=self.audit)
-            view = job_view(row)
+            view = self._shown(session, actor, row)
         self.notify(job_id)
         return view
 
@@ -454,7 +454,7 @@ class JobService:
                 )
             old = Priority(row.priority)
             if old is priority:
-                return job_view(row)
+                return self._shown(session, actor, row)
             self.accounts.check_tier(session, actor, priority)
             group = row.group_name or self._group_of(session, row.owner)
             self.accounts.check_urgent_limit(session, group, priority)
@@ -476,7 +476,7 @@ class JobService:
                 reason=f"priority {old.value} -> {priority.value}",
                 time=now,
             )
-            view = job_view(row)
+            view = self._shown(session, actor, row)
         self.notify(job_id)
         return view
 
@@ -495,7 +495,7 @@ class JobService:
                 )
             old = row.max_runtime
             if old == max_runtime:
-                return job_view(row)
+                return self._shown(session, actor, row)
             guarded_update(
                 session,
                 row,
@@ -513,9 +513,14 @@ class JobService:
                 time=now,
             )
             self.audit.record(session, Actor.user(actor), "job.runtime", f"job:{job_id}", change)
-            view = job_view(row)
+            view = self._shown(session, actor, row)
         self.notify(job_id)
         return view
+
+    def _shown(self, session: Session, actor: str, row: JobRow) -> JobView:
+        """``row`` as ``actor`` may read it (:func:`_disclosed`): an action's answer shows no
+        more than a read of the job would (a group member who may stop it reads no env values)."""
+        return _disclosed(session, Viewer.of(session, self.policy, actor), job_view(row))
 
     @staticmethod
     def _group_ids(session: Session, names: set[str]) -> dict[str, int]:

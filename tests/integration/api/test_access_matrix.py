@@ -221,8 +221,18 @@ def test_a_shared_jobs_env_values_are_its_owners_and_admins_alone(call: Call) ->
     assert sorted(seen) == sorted(env) and "s3cr3t" not in str(seen)
     [listed] = call(MEMBER, "GET", "/jobs").json()["items"]
     assert "s3cr3t" not in str(listed)
+    # An action's answer shows no more than a read: priority, runtime, stop.
+    for method, path, body in (
+        ("PATCH", f"/jobs/{job_id}", {"priority": "low"}),
+        ("PATCH", f"/jobs/{job_id}", {"max_runtime": "2h"}),
+    ):
+        answer = call(MEMBER, method, path, json=body)
+        assert answer.status_code == 200, answer.text
+        assert "s3cr3t" not in answer.text
     clone = call(MEMBER, "POST", f"/jobs/{job_id}/clone", json={})
     assert clone.status_code == 201, clone.text
     assert clone.json()["spec"]["env"] == {}
     own = call(OWNER, "POST", f"/jobs/{job_id}/clone", json={}).json()
     assert own["spec"]["env"] == env
+    stopped = call(MEMBER, "POST", f"/jobs/{job_id}/stop")
+    assert stopped.status_code == 200 and "s3cr3t" not in stopped.text
