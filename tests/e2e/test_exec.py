@@ -51,8 +51,7 @@ def execute(pool: ServerProcess, job_id: int, verb: str, *args: str) -> Any:
 
 
 def show(pool: ServerProcess, job_id: int) -> dict[str, Any]:
-    job: dict[str, Any] = pool.cli_json("show", str(job_id))
-    return job
+    return pool.job(job_id)
 
 
 def wait_for(
@@ -74,7 +73,7 @@ def wait_run(
     """The exec workers of ``ranks`` once each has ended."""
     deadline = time.monotonic() + timeout
     while True:
-        status = execute(pool, job_id, "status")
+        status = pool.client.exec_status(job_id).model_dump(mode="json")
         workers = {w["rank"]: w for w in status["workers"] if w["rank"] in ranks}
         if len(workers) == len(ranks) and all(
             w["state"] in ("exited", "lost") for w in workers.values()
@@ -164,9 +163,11 @@ def test_stop_run_check_start_and_the_job_completes(pool: ServerProcess) -> None
     check = execute(pool, job_id, "run", "-t", "checker")
     checks = wait_run(pool, job_id, check["ranks"], timeout=120)
     assert {w["role"] for w in checks.values()} == {"check"}
+    shown = execute(pool, job_id, "status")["workers"]  # the CLI's `exec status --json`
+    assert {w["rank"]: w for w in shown if w["rank"] in checks} == checks
     deadline = time.monotonic() + 20
     while True:
-        entries = pool.cli_json("ft-log", str(job_id))
+        entries = [e.model_dump(mode="json") for e in pool.client.faults(job_id)]
         if entries[-1]["outcome"] is not None or time.monotonic() > deadline:
             break
         time.sleep(0.3)

@@ -53,7 +53,7 @@ def submit(pool: ServerProcess, *args: str) -> int:
 def wait_ended(pool: ServerProcess, job_id: int, timeout: float = 150) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        job: dict[str, Any] = pool.cli_json("show", str(job_id))
+        job = pool.job(job_id)
         if job["status"] in ENDED:
             return job
         time.sleep(0.3)
@@ -164,7 +164,7 @@ def test_a_hung_rank_is_detected_within_the_timeout_and_the_job_restarts(
     deadline = time.monotonic() + 60
     entries: list[dict[str, Any]] = []
     while time.monotonic() < deadline and not entries:
-        entries = ft_log(pool, job_id)
+        entries = [e.model_dump(mode="json") for e in pool.client.faults(job_id)]
         time.sleep(0.5)
     assert entries, pool.log_tail()
     (hang,) = entries

@@ -110,14 +110,14 @@ def test_exec_in_a_held_job_runs_in_its_image_without_the_entrypoint(
         pool.cli_json("submit", "--image", "alice/entry:1", "--", f"sh -c '{script}'")["id"]
     )
     deadline = time.monotonic() + 60
-    while "main" not in pool.cli("logs", job_id).stdout:
+    while "main" not in pool.log(int(job_id)):
         assert time.monotonic() < deadline, pool.log_tail()
         time.sleep(0.1)
     assert pool.cli("logs", job_id).stdout == "main yes\n"  # the job's command: after it
 
     pool.cli("exec", job_id, "stop", "--hold", "10m")
     pool.wait_status(int(job_id), {"running"})
-    while pool.cli_json("show", job_id).get("held_until") is None:
+    while pool.job(int(job_id)).get("held_until") is None:
         assert time.monotonic() < deadline + 60
         time.sleep(0.2)
     ran = json.loads(
@@ -128,7 +128,7 @@ def test_exec_in_a_held_job_runs_in_its_image_without_the_entrypoint(
     )  # fmt: skip
     rank = str(ran["ranks"][0])
     deadline = time.monotonic() + 60
-    while "ID=" not in (log := pool.cli("logs", job_id, "--worker", rank).stdout):
+    while "ID=" not in (log := pool.log(int(job_id), worker=int(rank))):
         assert time.monotonic() < deadline, log
         time.sleep(0.2)
     assert log.splitlines()[:2] == ["run none", "ID=gpuyard-test"]  # in the image, no ENTRYPOINT
@@ -162,7 +162,7 @@ def test_a_job_waits_for_a_registry_that_went_away_then_fails_after_the_timeout(
     while "cannot be reached" not in (waiting.get("reason") or ""):
         assert time.monotonic() < deadline, waiting
         time.sleep(0.1)
-        waiting = pool.cli_json("show", str(job["id"]))
+        waiting = pool.job(job["id"])
     assert waiting["state"] == "starting"
     assert "waiting to pull image alice/busybox:1@sha256:" in waiting["reason"]
     shown = " ".join(pool.cli("show", str(job["id"])).stdout.split())

@@ -137,8 +137,8 @@ def listeners_of_a_running_job(
     job_id = int(job["id"])
     deadline = time.monotonic() + 120
     while len(list(here.glob("ready-*"))) < ranks:
-        status = pool.cli_json("show", str(job_id))["status"]
-        assert status in ("pending", "starting", "running"), pool.cli("logs", str(job_id)).stdout
+        status = pool.job(job_id)["status"]
+        assert status in ("pending", "starting", "running"), pool.log(job_id)
         assert time.monotonic() < deadline, "the job's ranks did not all connect in 2 minutes"
         time.sleep(0.2)
     try:

@@ -47,7 +47,7 @@ def pids_controller() -> None:
 def wait_for(pool: ServerProcess, job_id: int, text: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while True:
-        log = pool.cli("logs", str(job_id)).stdout
+        log = pool.log(job_id)
         if text in log:
             return log
         if time.monotonic() > deadline:

@@ -72,7 +72,7 @@ def nodes(pool: ServerProcess) -> dict[str, dict[str, Any]]:
 def wait_running(pool: ServerProcess, job_id: int, attempt: int = 0, timeout: float = 60) -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        job = pool.cli_json("show", str(job_id))
+        job = pool.job(job_id)
         if job["status"] == "running" and job.get("attempt", 0) >= attempt:
             workers = job["workers"]
             if workers and all(w["state"] == "running" for w in workers):

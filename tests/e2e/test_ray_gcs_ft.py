@@ -101,7 +101,7 @@ def test_a_job_outlives_a_gcs_crash_with_redis(ft_cluster: RayCluster, tmp_path:
     try:
         job = pool.cli_json("submit", "--cpus", "0.5", "--", "bash", "-c", "echo up; sleep 600")
         deadline = time.monotonic() + 60
-        while pool.cli_json("show", str(job["id"]))["status"] != "running":
+        while pool.job(job["id"])["status"] != "running":
             assert time.monotonic() < deadline
             time.sleep(0.3)
         gcs = _gcs(ft_cluster)

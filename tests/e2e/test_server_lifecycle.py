@@ -33,7 +33,7 @@ def test_a_crashed_pool_restarts_and_adopts_its_running_job(
     assert job["status"] == "queued"
     job_id = job["id"]
     deadline = time.monotonic() + 30
-    while "line 2" not in pool.cli("logs", str(job_id)).stdout:
+    while "line 2" not in pool.log(job_id):
         assert time.monotonic() < deadline, pool.log_tail()
         time.sleep(0.1)
 
@@ -69,7 +69,7 @@ def test_max_runtime_expires_and_stop_escalates_to_sigkill(
         "submit", "--graceful-shutdown", "2", "--name", "stubborn", "--", "bash", "-c", trap
     )["id"]
     deadline = time.monotonic() + 30
-    while "ready" not in pool.cli("logs", str(stubborn)).stdout:
+    while "ready" not in pool.log(stubborn):
         assert time.monotonic() < deadline, pool.log_tail()
         time.sleep(0.1)
     stop_at = time.monotonic()

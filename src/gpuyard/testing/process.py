@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
+
+if TYPE_CHECKING:
+    from gpuyard.client import Client
 
 __all__ = ["ServerProcess", "kill_workers"]
 
@@ -41,6 +44,7 @@ class ServerProcess:
         self.settings = dict(settings or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self._client: Client | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -84,6 +88,7 @@ class ServerProcess:
                 info = {}
             if info.get("pid") == self.proc.pid:
                 self.url = info["url"]
+                self._client = None
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"gpuyard up not ready in {timeout}s: {self.log_tail()}")
@@ -114,6 +119,9 @@ class ServerProcess:
                 self.proc.wait()
         if workers:
             kill_workers(self.home)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def cli(
         self, *args: str, check: bool = True, timeout: float = 60
@@ -137,10 +145,43 @@ class ServerProcess:
         """Run ``gpuyard COMMAND --json ARGS…`` (--json first: a job's command follows --)."""
         return json.loads(self.cli(command, "--json", *args).stdout)
 
+    @property
+    def client(self) -> Client:
+        """A client of this pool in the test's own process, signed in as the CLI would be
+        (``GPUYARD_TOKEN`` of :attr:`settings`, else the owner's token), for polling: each
+        ``gpuyard show`` is a Python start of about a second of CPU, which a test waiting on
+        a job spent several times a second, and the tests beside it waited for."""
+        if self._client is None:
+            from gpuyard.client import Client
+
+            token = self.settings.get("GPUYARD_TOKEN")
+            if not token:
+                token = (self.home / "owner.token").read_text().strip()
+            self._client = Client(self.url, token=token)
+        return self._client
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        """What ``gpuyard show --json JOB`` prints, asked without starting the CLI."""
+        return self.client.job(job_id).model_dump(mode="json")
+
+    def log(self, job_id: int, *, worker: int = 0) -> str:
+        """What ``gpuyard logs JOB --worker N`` prints, asked without starting the CLI."""
+        from gpuyard.terminal import StreamFilter
+
+        clean, text, offset = StreamFilter(), [], 0
+        while True:
+            chunk = self.client.logs(job_id, worker=worker, offset=offset, limit=1 << 20)
+            text.append(clean.feed(chunk.data.encode()))
+            if chunk.next_offset >= chunk.size or chunk.next_offset == chunk.offset:
+                break
+            offset = chunk.next_offset
+        text.append(clean.feed(b"", final=True))
+        return "".join(text)
+
     def wait_status(self, job_id: int, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            job: dict[str, Any] = self.cli_json("show", str(job_id))
+            job = self.job(job_id)
             if job["status"] in statuses:
                 return job
             if time.monotonic() > deadline:
