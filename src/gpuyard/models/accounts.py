@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -21,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpuyard.models.base import Model
 from gpuyard.models.ids import MAX_INT32
 from gpuyard.models.job import Priority
 from gpuyard.models.units import Seconds
@@ -138,7 +138,7 @@ class PoolPreemption(StrEnum):
 # -- users --------------------------------------------------------------------------------
 
 
-class UserView(BaseModel):
+class UserView(Model):
     name: str
     group: str | None = Field(description="The group whose quotas and urgent limit it shares.")
     role: Role
@@ -150,7 +150,7 @@ class UserView(BaseModel):
     created_at: datetime
 
 
-class UserSpec(BaseModel):
+class UserSpec(Model):
     """A user to create (admins only)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -181,7 +181,7 @@ class UserSpec(BaseModel):
         return _account_name(value, "group")
 
 
-class UserUpdate(BaseModel):
+class UserUpdate(Model):
     """Fields of a user to change (admins only); the others stay."""
 
     model_config = ConfigDict(extra="forbid")
@@ -215,7 +215,7 @@ class UserUpdate(BaseModel):
 # -- groups -------------------------------------------------------------------------------
 
 
-class GroupView(BaseModel):
+class GroupView(Model):
     name: str
     urgent_limit: int | None = Field(
         description="Most running + queued jobs of the group at the urgent tier; none: no limit."
@@ -225,7 +225,7 @@ class GroupView(BaseModel):
     created_at: datetime
 
 
-class GroupSpec(BaseModel):
+class GroupSpec(Model):
     """A group to create (admins only)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -244,7 +244,7 @@ class GroupSpec(BaseModel):
         return _account_name(value, "group")
 
 
-class GroupUpdate(BaseModel):
+class GroupUpdate(Model):
     """``{"urgent_limit": N}`` sets the limit, ``{"urgent_limit": null}`` removes it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -255,7 +255,7 @@ class GroupUpdate(BaseModel):
 # -- quotas -------------------------------------------------------------------------------
 
 
-class QuotaSpec(BaseModel):
+class QuotaSpec(Model):
     """How much one user or group may hold at one tier (the HAI model: "10 nodes at NORMAL").
     Setting a quota replaces the one of the same subject and tier."""
 
@@ -284,7 +284,7 @@ class QuotaSpec(BaseModel):
         return self
 
 
-class QuotaView(BaseModel):
+class QuotaView(Model):
     kind: QuotaKind
     subject: str
     tier: Priority
@@ -368,7 +368,7 @@ FLOOR_HELP = (
 )
 
 
-class PoolSpec(BaseModel):
+class PoolSpec(Model):
     """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
     is the pool of nodes without one."""
 
@@ -400,7 +400,7 @@ class PoolSpec(BaseModel):
         return _pool_name(value)
 
 
-class PoolUpdate(BaseModel):
+class PoolUpdate(Model):
     """Fields of a pool's policy to change; the others stay."""
 
     model_config = ConfigDict(extra="forbid")
@@ -432,7 +432,7 @@ class PoolUpdate(BaseModel):
         return self
 
 
-class PoolView(BaseModel):
+class PoolView(Model):
     name: str
     preemption: PoolPreemption
     same_zone: bool
@@ -460,7 +460,7 @@ class PoolView(BaseModel):
 LabelMap = Annotated[dict[str, str], Field(default_factory=dict)]
 
 
-class LabelsUpdate(BaseModel):
+class LabelsUpdate(Model):
     """Admin labels to set and to remove on one node (pool, zone, network, driver, …). They win
     over the labels the executor reports, which cannot be removed, only overridden."""
 
@@ -483,7 +483,7 @@ class LabelsUpdate(BaseModel):
         return self
 
 
-class NodeLabels(BaseModel):
+class NodeLabels(Model):
     node: str
     labels: dict[str, str] = Field(description="What the executor reports.")
     extra_labels: dict[str, str] = Field(description="What admins set; wins over `labels`.")
@@ -493,7 +493,7 @@ class NodeLabels(BaseModel):
 # -- jobs ---------------------------------------------------------------------------------
 
 
-class PriorityChange(BaseModel):
+class PriorityChange(Model):
     """Change a queued or suspended job's tier (docs/jobs.md, "Changing a job's tier…")."""
 
     model_config = ConfigDict(extra="forbid")
@@ -501,7 +501,7 @@ class PriorityChange(BaseModel):
     priority: Priority
 
 
-class JobChange(BaseModel):
+class JobChange(Model):
     """Change a job's priority (queued or suspended jobs: 调整优先级) and/or its runtime limit
     (调整使用时长: any job that has not ended; measured from its start)."""
 
@@ -532,7 +532,7 @@ class TokenKind(StrEnum):
     """A web UI session's: made at sign-in, carried by its cookie, revoked at sign-out."""
 
 
-class TokenSpec(BaseModel):
+class TokenSpec(Model):
     """A new API token. Only admins create tokens for other users."""
 
     model_config = ConfigDict(extra="forbid")
@@ -559,7 +559,7 @@ class TokenSpec(BaseModel):
         return value
 
 
-class TokenView(BaseModel):
+class TokenView(Model):
     id: int
     user: str
     label: str
@@ -580,14 +580,14 @@ class IssuedToken(TokenView):
     token: str = Field(description="The token itself: shown this once, stored only as a hash.")
 
 
-class PoolSettings(BaseModel):
+class PoolSettings(Model):
     sharing: bool = Field(
         description="Whether jobs may give their group's other members access (docs/accounts.md, "
         "他人访问权限): off, every job's access for others is none."
     )
 
 
-class PoolSettingsUpdate(BaseModel):
+class PoolSettingsUpdate(Model):
     model_config = ConfigDict(extra="forbid")
 
     sharing: bool | None = None
@@ -599,7 +599,7 @@ class PoolSettingsUpdate(BaseModel):
         return self
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(Model):
     id: int
     time: datetime
     actor: str = Field(description="user:<name>, pool or controller.")
@@ -608,7 +608,7 @@ class AuditEntry(BaseModel):
     detail: str
 
 
-class SignalRequest(BaseModel):
+class SignalRequest(Model):
     """A signal for a running job (``scancel --signal``)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from gpuyard.models.base import Model
 from gpuyard.models.faults import MAX_HOLD, MIN_HOLD
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Seconds
@@ -47,7 +48,7 @@ class ExecTarget(StrEnum):
     """The node check of the pre-flight (compute burn, collective across the job's nodes)."""
 
 
-class ExecStop(BaseModel):
+class ExecStop(Model):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     hold: Seconds | None = Field(
@@ -59,7 +60,7 @@ class ExecStop(BaseModel):
     )
 
 
-class ExecRun(BaseModel):
+class ExecRun(Model):
     model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(
@@ -103,7 +104,7 @@ class ExecRun(BaseModel):
         return self
 
 
-class ExecKill(BaseModel):
+class ExecKill(Model):
     model_config = ConfigDict(extra="forbid")
 
     ranks: list[int] = Field(
@@ -121,7 +122,7 @@ class ExecKill(BaseModel):
         return list(dict.fromkeys(ranks))
 
 
-class ExecWorker(BaseModel):
+class ExecWorker(Model):
     """One worker of the job's current attempt, with what is known of its processes."""
 
     rank: int
@@ -139,7 +140,7 @@ class ExecWorker(BaseModel):
     finished_at: datetime | None = None
 
 
-class ExecStatus(BaseModel):
+class ExecStatus(Model):
     """``gpuyard exec JOB status``: the job's state and each worker of its current attempt."""
 
     job_id: int
@@ -151,7 +152,7 @@ class ExecStatus(BaseModel):
     workers: list[ExecWorker] = Field(default_factory=list)
 
 
-class ExecOutcome(BaseModel):
+class ExecOutcome(Model):
     """What an exec action did (it is also the outcome of its usercall in the ft-log)."""
 
     job_id: int

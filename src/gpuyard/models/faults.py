@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from gpuyard.models.base import Model
 from gpuyard.models.units import Seconds
 
 __all__ = ["FaultEntry", "FaultTolerance", "Performance", "Recovery", "SlowAction"]
@@ -45,7 +46,7 @@ class SlowAction(StrEnum):
     """As a fault: the job is restarted after a check of its nodes (counts as a restart)."""
 
 
-class Performance(BaseModel):
+class Performance(Model):
     """Performance detection (002 性能检测): the job's step rate against its own history."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -64,7 +65,7 @@ class Performance(BaseModel):
     action: SlowAction = Field(SlowAction.ALERT, description="alert, or reschedule.")
 
 
-class FaultTolerance(BaseModel):
+class FaultTolerance(Model):
     """What the platform does when the job fails for a reason that is not its own."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -157,7 +158,7 @@ class FaultTolerance(BaseModel):
         return self.max_restarts if self.enabled else 0
 
 
-class FaultEntry(BaseModel):
+class FaultEntry(Model):
     """One line of a job's fault-tolerance log (``gpuyard ft-log JOB``)."""
 
     id: int

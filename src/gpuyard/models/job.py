@@ -9,7 +9,6 @@ from enum import StrEnum
 from typing import Annotated, Generic, TypeVar
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -19,6 +18,7 @@ from pydantic import (
 
 from gpuyard.models.access import Access, Action
 from gpuyard.models.actor import ACTOR_FORMS
+from gpuyard.models.base import Model
 from gpuyard.models.command import CommandError, parse_command
 from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
@@ -143,7 +143,7 @@ def _check_command(value: str) -> str:
     return value.strip()
 
 
-class Mount(BaseModel):
+class Mount(Model):
     """A directory given to the job under a name in its workspace."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -170,7 +170,7 @@ class Mount(BaseModel):
         return _absolute(value, "a mount path")
 
 
-class ContainerMount(BaseModel):
+class ContainerMount(Model):
     """A host path bind-mounted at a path of the job's image (Slurm's pyxis
     ``--container-mounts``; docs/images.md, "Mounts in the image")."""
 
@@ -195,7 +195,7 @@ class ContainerMount(BaseModel):
         return value
 
 
-class Mounts(BaseModel):
+class Mounts(Model):
     """The job-style workspace (docs/distributed.md, "The workspace")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -241,7 +241,7 @@ class Mounts(BaseModel):
         return [m.model_copy(update={"readonly": False}) for m in value]
 
 
-class SubTask(BaseModel):
+class SubTask(Model):
     """One sub-task of a batch job."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -266,7 +266,7 @@ class SubTask(BaseModel):
         return None if value is None else _absolute(value, "an algorithm path")
 
 
-class NodeResources(BaseModel):
+class NodeResources(Model):
     """What one node of the job gets."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -307,7 +307,7 @@ class After(StrEnum):
     (``afternotok``)."""
 
 
-class Dependency(BaseModel):
+class Dependency(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     job: Id = Field(description="The job to wait for.")
@@ -317,7 +317,7 @@ class Dependency(BaseModel):
 MAX_DEPENDENCIES = 64
 
 
-class JobSpec(BaseModel):
+class JobSpec(Model):
     """A training job as submitted. New fields must have defaults (clients send old specs).
 
     Every field has a bound (lengths, counts, ranges): a spec is stored, shown and planned for
@@ -667,7 +667,7 @@ class JobSpec(BaseModel):
         return clean[:128]
 
 
-class Slot(BaseModel):
+class Slot(Model):
     """The share of one node given to one worker of a job."""
 
     model_config = ConfigDict(frozen=True)
@@ -686,7 +686,7 @@ class Slot(BaseModel):
     """A port reserved for this worker on its node (the master port, a TF task's port)."""
 
 
-class WorkerView(BaseModel):
+class WorkerView(Model):
     rank: int
     attempt: int
     node: str
@@ -700,7 +700,7 @@ class WorkerView(BaseModel):
     finished_at: datetime | None = None
 
 
-class JobView(BaseModel):
+class JobView(Model):
     """A job as the API returns it."""
 
     id: int
@@ -758,7 +758,7 @@ MAX_BATCH = 5000
 """Most jobs one request may submit, stop or delete."""
 
 
-class JobBatch(BaseModel):
+class JobBatch(Model):
     """Several jobs submitted in one request, all or none (a job array)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -766,13 +766,13 @@ class JobBatch(BaseModel):
     jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class SubmittedJobs(BaseModel):
+class SubmittedJobs(Model):
     """The ids of the jobs a batch queued, in the batch's order."""
 
     ids: list[int]
 
 
-class JobIds(BaseModel):
+class JobIds(Model):
     """Jobs to act on in one request."""
 
     model_config = ConfigDict(extra="forbid")
@@ -780,13 +780,13 @@ class JobIds(BaseModel):
     ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class JobFailure(BaseModel):
+class JobFailure(Model):
     id: int
     detail: str
     code: str
 
 
-class BulkResult(BaseModel):
+class BulkResult(Model):
     """What one request did to each of several jobs: those it acted on, and why the others
     were left as they are."""
 
@@ -798,7 +798,7 @@ class BulkResult(BaseModel):
     failed: list[JobFailure] = Field(default_factory=list)
 
 
-class JobEvent(BaseModel):
+class JobEvent(Model):
     """One entry of a job's event log: a transition or a notable step."""
 
     id: int
@@ -813,7 +813,7 @@ class JobEvent(BaseModel):
     attempt: int = 0
 
 
-class Page(BaseModel, Generic[T]):
+class Page(Model, Generic[T]):
     """One page of a listing."""
 
     items: list[T]
@@ -822,7 +822,7 @@ class Page(BaseModel, Generic[T]):
     limit: int
 
 
-class LogChunk(BaseModel):
+class LogChunk(Model):
     """A slice of one worker's log. Offsets are in bytes; ``data`` is whole UTF-8 characters."""
 
     job_id: int

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from gpuyard.models.base import Model
 from gpuyard.models.health import Finding
 
 __all__ = [
@@ -62,7 +63,7 @@ CONTROLLERS = ("memory", "pids", "cpu")
 _PREFIX = "isolation."
 
 
-class NodeIsolation(BaseModel):
+class NodeIsolation(Model):
     """What a node enforces for each worker, exactly: carried in the node's labels
     (``isolation``, ``isolation.enforced``, ``isolation.kill``, ``isolation.pids-ceiling``,
     ``isolation.memory-ceiling``; ``enforced`` as ``memory+pids+cpu``) so that it travels with
@@ -119,7 +120,7 @@ class NodeIsolation(BaseModel):
         return f"{self.mode.value}: " + "; ".join(parts)
 
 
-class NodeView(BaseModel):
+class NodeView(Model):
     name: str
     address: str
     state: NodeState
@@ -159,7 +160,7 @@ class NodeView(BaseModel):
     )
 
 
-class CordonRequest(BaseModel):
+class CordonRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(

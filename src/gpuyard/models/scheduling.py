@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from gpuyard.models.base import Model
 
 __all__ = ["Prediction", "SuspendRequest"]
 
 
-class Prediction(BaseModel):
+class Prediction(Model):
     """When a queued (or hypothetical) job should start, from the scheduler run forward over
     the queue with every job's max runtime as its run time (docs/scheduling.md)."""
 
@@ -35,7 +37,7 @@ class Prediction(BaseModel):
     reason: str = Field(description="The prediction in words.")
 
 
-class SuspendRequest(BaseModel):
+class SuspendRequest(Model):
     """The optional body of ``POST /jobs/{id}/suspend``."""
 
     hold: bool = Field(

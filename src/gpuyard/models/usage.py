@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from gpuyard.models.base import Model
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -229,7 +231,7 @@ def combine(points: Sequence[Point], t: float) -> Point:
 # -- views ------------------------------------------------------------------------------------
 
 
-class UsagePoint(BaseModel):
+class UsagePoint(Model):
     """The figures of one bucket of a series, averaged over the samples in it."""
 
     time: datetime = Field(description="The start of the bucket.")
@@ -242,14 +244,14 @@ class UsagePoint(BaseModel):
     gpu_memory: int | None = Field(None, description="Bytes of GPU memory in use.")
 
 
-class WorkerSeries(BaseModel):
+class WorkerSeries(Model):
     attempt: int
     rank: int
     node: str
     points: list[UsagePoint]
 
 
-class JobUsage(BaseModel):
+class JobUsage(Model):
     """A job's usage over a window: one series per worker (of every attempt in the window)."""
 
     job_id: int
@@ -259,7 +261,7 @@ class JobUsage(BaseModel):
     workers: list[WorkerSeries]
 
 
-class NodeUsageSeries(BaseModel):
+class NodeUsageSeries(Model):
     node: str
     window: Window
     step: float
@@ -267,7 +269,7 @@ class NodeUsageSeries(BaseModel):
     points: list[UsagePoint]
 
 
-class NodeNow(BaseModel):
+class NodeNow(Model):
     """A node's latest sample."""
 
     name: str
@@ -278,7 +280,7 @@ class NodeNow(BaseModel):
     gpu_memory: int | None = None
 
 
-class JobNow(BaseModel):
+class JobNow(Model):
     """A running job's latest sample, its workers added up (GPU utilisation: their mean)."""
 
     id: int
@@ -296,7 +298,7 @@ class JobNow(BaseModel):
     gpu_memory: int | None = None
 
 
-class PoolUsage(BaseModel):
+class PoolUsage(Model):
     """The pool now, for ``gpuyard top``: every node's latest sample and the running jobs the
     caller may view, busiest first."""
 
