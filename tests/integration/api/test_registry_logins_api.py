@@ -13,7 +13,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 
-from gpuyard.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
+from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied
 from gpuyard.models.image import ImageRef
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
@@ -122,13 +122,27 @@ def test_a_refused_unlisted_or_unreachable_login_is_not_kept(
         headers=headers,
     )
     assert down.status_code == 503 and "cannot be reached" in down.json()["detail"]
+    too_long = "p" * 4097
+    for password in (too_long, 12345):  # refused values are not repeated back
+        invalid = httpx.put(
+            f"{alice.url}/api/v1/registry-logins/{host}",
+            json={"username": "bob", "password": password},
+            headers=headers,
+        )
+        assert invalid.status_code == 422 and "password" in invalid.json()["detail"]
+        assert str(password) not in invalid.text
     assert alice.registry_logins() == []
     with store.read() as session:
         assert session.scalars(select(RegistryLoginRow)).all() == []
 
 
 def test_a_sealed_password_opens_only_for_its_owner_and_key(
-    as_user: AsUser, registry: TestRegistry, source: str, store: Store, settings: Settings
+    as_user: AsUser,
+    registry: TestRegistry,
+    source: str,
+    store: Store,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Another key (the key file replaced) or a sealed password moved to another user's row:
     a clear error saying to save the login again, never the password."""
@@ -155,3 +169,9 @@ def test_a_sealed_password_opens_only_for_its_owner_and_key(
         alice.copy_image(source, "rekeyed:1")
     alice.save_registry_login(host, username="bob", password=password)  # sealed anew
     assert alice.copy_image(source, "rekeyed:1").name == "alice/rekeyed:1"
+
+    key_file.write_text("not a key\n")
+    with pytest.raises(GpuyardError, match="ask an admin") as broken:
+        alice.save_registry_login(host, username="bob", password=password)
+    assert password not in broken.value.detail and str(key_file) not in broken.value.detail
+    assert f"{key_file} does not hold a key" in caplog.text  # the admin's reason, in the log
