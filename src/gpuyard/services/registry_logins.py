@@ -76,7 +76,7 @@ class RegistryLogins:
         self.sources = list(sources)
         self.sources_ca = sources_ca
 
-    def client(self, host: str, credentials: Credentials | None) -> RegistryClient:
+    def _client(self, host: str, credentials: Credentials | None) -> RegistryClient:
         """A client of the listed registry ``host``."""
         check_source_host(host, self.sources)
         return RegistryClient(f"https://{host}", credentials=credentials, ca_file=self.sources_ca)
@@ -85,7 +85,7 @@ class RegistryLogins:
         """Check ``login`` with the registry ``host`` (listed), then keep it as ``actor``'s
         (replacing theirs for that host)."""
         password = login.password.get_secret_value()
-        with self.client(host, Credentials(login.username, password)) as client:
+        with self._client(host, Credentials(login.username, password)) as client:
             try:
                 client.check_access()
             except Unauthorized:
