@@ -204,6 +204,13 @@ class Settings(BaseSettings):
         description="The CA certificates (PEM) those registries are checked with "
         "(default: the system's).",
     )
+    secrets_key_file: Path | None = Field(
+        None,
+        description="The pool's secret key (Fernet), which encrypts what users ask the pool to "
+        "keep (registry logins); made (mode 0600) when first needed. Servers sharing one "
+        "database need the same file; another key cannot read what this one sealed. "
+        "Default: <home>/secrets.key.",
+    )
     log_max: int = Field(
         64 << 20,
         ge=1 << 20,

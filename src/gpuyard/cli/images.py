@@ -1,4 +1,5 @@
-"""The image catalogue: ``gpuyard images ls|show|push|rm|share`` (docs/images.md)."""
+"""The image catalogue: ``gpuyard images ls|show|push|rm|share``, and your logins at the
+registries images are copied from: ``gpuyard images login|logout|logins`` (docs/images.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 NameArg = Annotated[str, typer.Argument(help="The image, e.g. alice/train:3.")]
 
-images_app = typer.Typer(help="Images jobs run in: list, show, push, remove, share.")
+images_app = typer.Typer(
+    help="Images jobs run in: list, show, push, remove, share; logins at registries copied from."
+)
+HostArg = Annotated[
+    str, typer.Argument(help="A registry the pool copies images from, HOST[:PORT].")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -118,7 +124,11 @@ def images_push(
         str | None, typer.Option(help="private (default), group, public; official for admins.")
     ] = None,
     username: Annotated[
-        str | None, typer.Option(help="Your user name at the registry copied from.")
+        str | None,
+        typer.Option(
+            help="Your user name at the registry copied from (without it: your saved login "
+            "there, see `gpuyard images login`, if any)."
+        ),
     ] = None,
     password_stdin: Annotated[
         bool, typer.Option("--password-stdin", help="Read that registry's password from stdin.")
@@ -207,3 +217,54 @@ def images_share(
         print_json(image)
     else:
         _print(image)
+
+
+@images_app.command("login")
+def images_login(
+    host: HostArg,
+    username: Annotated[
+        str | None, typer.Option(help="Your user name there (asked for when not given).")
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password or token from stdin.")
+    ] = False,
+) -> None:
+    """Save your login at a registry the pool copies from: checked with the registry, kept
+    encrypted, used by your own `images push HOST/REPO:TAG NAME` without --username."""
+    from gpuyard.cli.output import console
+
+    user = username or typer.prompt("Username")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("Password", hide_input=True)
+    saved = _client().save_registry_login(host, username=user, password=password)
+    console().print(
+        f"saved your login {saved.username} for {saved.host}", highlight=False, markup=False
+    )
+
+
+@images_app.command("logout")
+def images_logout(host: HostArg) -> None:
+    """Forget your saved login at a registry."""
+    from gpuyard.cli.output import console
+
+    _client().delete_registry_login(host)
+    console().print(f"forgot your login for {host}", highlight=False, markup=False)
+
+
+@images_app.command("logins")
+def images_logins(as_json: JsonOpt = False) -> None:
+    """Your saved registry logins (never their passwords)."""
+    from rich.table import Table
+
+    from gpuyard.cli.output import console, print_json
+
+    found = _client().registry_logins()
+    if as_json:
+        print_json(found)
+        return
+    table = Table("HOST", "USERNAME", "SAVED", box=None)
+    for login in found:
+        table.add_row(login.host, login.username, f"{login.saved_at:%Y-%m-%d %H:%M}")
+    console().print(table)

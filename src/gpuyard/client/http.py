@@ -41,6 +41,7 @@ from gpuyard.models import (
 )
 from gpuyard.models.image_catalogue import ImageScope, ImageView, ImageVisibility
 from gpuyard.models.job_query import JobQuery
+from gpuyard.models.registry_login import RegistryLoginView
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
@@ -625,6 +626,22 @@ class Client:
     def delete_image(self, name: str) -> None:
         self._request("DELETE", _image_path(name))
 
+    def registry_logins(self) -> list[RegistryLoginView]:
+        """Your saved logins at the registries the pool copies images from (no passwords)."""
+        found = self._request("GET", "/registry-logins").json()
+        return [RegistryLoginView.model_validate(item) for item in found]
+
+    def save_registry_login(self, host: str, *, username: str, password: str) -> RegistryLoginView:
+        """Save your login at ``host`` (HOST[:PORT], a registry the pool copies from); the
+        registry checks it first. A copy from ``host`` without credentials then uses it."""
+        body = {"username": username, "password": password}
+        response = self._request("PUT", _login_path(host), json=body)
+        return RegistryLoginView.model_validate(response.json())
+
+    def delete_registry_login(self, host: str) -> None:
+        """Forget your login at ``host``."""
+        self._request("DELETE", _login_path(host))
+
     # -- accounts ---------------------------------------------------------------------------
 
     def groups(self) -> list[GroupView]:
@@ -746,6 +763,10 @@ def _raise_for_error(response: httpx.Response) -> None:
         detail, code, extra = response.text or response.reason_phrase, "", {}
     cls = error_for_code(code) if code else GpuyardError
     raise cls(detail, extra=extra)
+
+
+def _login_path(host: str) -> str:
+    return "/registry-logins/" + quote(host, safe=":")
 
 
 def _image_path(name: str) -> str:

@@ -17,7 +17,7 @@ from gpuyard.images.archive import LayoutImage, check_layout
 from gpuyard.images.registry import RegistryClient
 from gpuyard.models.image import ImageRef, MediaType
 
-__all__ = ["check_source", "copy_to_layout"]
+__all__ = ["check_source", "check_source_host", "copy_to_layout"]
 
 
 def check_source(ref: ImageRef, allowed: list[str]) -> str:
@@ -28,6 +28,11 @@ def check_source(ref: ImageRef, allowed: list[str]) -> str:
             f"{ref} names no registry host; write HOST[:PORT]/REPO:TAG (an image of the "
             "pool's own registry is run by its name, not copied)"
         )
+    return check_source_host(host, allowed)
+
+
+def check_source_host(host: str, allowed: list[str]) -> str:
+    """``host``, if this pool copies images from it (the server connects nowhere else)."""
     if host not in allowed:
         listed = ", ".join(allowed) or "none"
         raise InvalidSpec(

@@ -253,6 +253,12 @@ class RegistryClient:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def check_access(self) -> None:
+        """Ask the registry's API root (``GET /v2/``) with the credentials, through the same
+        basic or token flow as every request: ``Unauthorized`` when it refuses them (or wants
+        some and none were given), ``RegistryUnavailable`` when it cannot be reached."""
+        self._request("GET", "", "its API (/v2/)")
+
     def manifest(self, ref: ImageRef) -> tuple[str, ImageManifest | ImageIndex]:
         """The digest and contents of ``ref``'s manifest or index, verified when pinned."""
         path = f"{self._repository(ref)}/manifests/{ref.reference}"

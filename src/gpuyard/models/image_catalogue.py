@@ -160,7 +160,12 @@ class ImageCopy(Model):
     accelerator: str = Field("", max_length=64)
     description: str = Field("", max_length=2000)
     visibility: ImageVisibility | None = None
-    username: str | None = Field(None, max_length=256, description="For that registry.")
+    username: str | None = Field(
+        None,
+        max_length=256,
+        description="For that registry; without it, your saved login there "
+        "(PUT /api/v1/registry-logins/HOST), if any.",
+    )
     password: SecretStr | None = Field(
         None, max_length=4096, description="For that registry: used for this copy, never kept."
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["readable_validation_errors"]
+__all__ = ["SECRET_FIELDS", "readable_validation_errors"]
+
+SECRET_FIELDS = frozenset({"password"})
+"""Fields whose refused value is never repeated in the message (a registry password)."""
 
 
 def readable_validation_errors(errors: list[Any]) -> str:
@@ -14,7 +17,8 @@ def readable_validation_errors(errors: list[Any]) -> str:
         loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         got = err.get("input")
-        shown = "" if err.get("type") in ("value_error", "missing") else f" (got {got!r})"
+        quiet = err.get("type") in ("value_error", "missing") or bool(SECRET_FIELDS & set(loc))
+        shown = "" if quiet else f" (got {got!r})"
         # A check across fields has no location; its message names the field itself.
         lines.append(f"{'.'.join(loc)}: {msg}{shown}" if loc else f"{msg}{shown}")
     return "; ".join(lines)

@@ -11,6 +11,7 @@ from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
 from gpuyard.images.access import RegistryAccess
+from gpuyard.secret_box import SecretBox
 from gpuyard.server.api_docs import install_api_docs
 from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
@@ -26,6 +27,7 @@ from gpuyard.server.routers import (
     metrics,
     nodes,
     pools,
+    registry_logins,
     scheduling,
     usage,
 )
@@ -41,6 +43,7 @@ from gpuyard.services.metrics import MetricsService
 from gpuyard.services.nodes import NodeService
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.program_check import ProgramCheck
+from gpuyard.services.registry_logins import RegistryLogins
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.services.shell import PlanShell, ShellService
 from gpuyard.services.slurm_steps import SlurmStepService
@@ -120,6 +123,14 @@ def _services(
     accounts = _account_service(settings, store, clock=clock, notify=notify, policy=policy)
     on_delete = executor.remove_job if executor is not None else (lambda _job_id: None)
     access = registry_access(settings)
+    logins = RegistryLogins(
+        store,
+        clock=clock,
+        policy=policy,
+        box=SecretBox(settings.secrets_key_file or settings.home / "secrets.key"),
+        sources=settings.image_sources,
+        sources_ca=settings.image_sources_ca,
+    )
     catalogue = ImageCatalogue(
         store,
         clock=clock,
@@ -129,6 +140,7 @@ def _services(
         upload_max=settings.image_upload_max,
         sources=settings.image_sources,
         sources_ca=settings.image_sources_ca,
+        saved_login=logins.credentials_for,
     )
     jobs = JobService(
         store,
@@ -162,6 +174,7 @@ def _services(
         search=JobSearch(store, policy),
         slurm_steps=SlurmStepService(store, executor, policy),
         images=catalogue,
+        registry_logins=logins,
     )
 
 
@@ -199,6 +212,7 @@ def _install_routes(app: FastAPI) -> None:
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    for router in (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage, images):
+    routers = (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage, images)
+    for router in (*routers, registry_logins):
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")

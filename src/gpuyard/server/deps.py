@@ -17,6 +17,7 @@ from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
 from gpuyard.services.logs import LogService
 from gpuyard.services.nodes import NodeService
+from gpuyard.services.registry_logins import RegistryLogins
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.services.shell import ShellService
 from gpuyard.services.slurm_steps import SlurmStepService
@@ -53,6 +54,7 @@ class Services:
     search: JobSearch
     slurm_steps: SlurmStepService
     images: ImageCatalogue
+    registry_logins: RegistryLogins
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,9 +40,12 @@ from gpuyard.services.auth import Policy
 from gpuyard.store import Store
 from gpuyard.store.tables import ImageRow
 
-__all__ = ["ImageCatalogue", "PushRequest", "receive_upload"]
+__all__ = ["ImageCatalogue", "PushRequest", "SavedLogin", "receive_upload"]
 
 _CHUNK = 1 << 20
+
+SavedLogin = Callable[[str, str], Credentials | None]
+"""(user, registry host) -> that user's saved login there, or None."""
 
 
 class PushRequest:
@@ -142,6 +145,7 @@ class ImageCatalogue:
         upload_max: int,
         sources: list[str] | None = None,
         sources_ca: Path | None = None,
+        saved_login: SavedLogin | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -152,6 +156,8 @@ class ImageCatalogue:
         self.sources = list(sources or [])
         """Registries images may be copied from (GPUYARD_IMAGE_SOURCES)."""
         self.sources_ca = sources_ca
+        self.saved_login = saved_login
+        """The caller's own saved login at a source registry (services/registry_logins.py)."""
 
     # -- seeing ---------------------------------------------------------------------------
 
@@ -263,7 +269,8 @@ class ImageCatalogue:
 
     def copy(self, wanted: ImageCopy, *, actor: str) -> ImageView:
         """Copy ``wanted.source`` from a registry the admin listed, as :meth:`push` does an
-        archive; the credentials given reach that registry only and are not kept."""
+        archive; the credentials given reach that registry only and are not kept. Without
+        any, the caller's own saved login for that registry is used, if they have one."""
         source = _parse(wanted.source)
         host = check_source(source, self.sources)
         request = PushRequest(
@@ -274,8 +281,7 @@ class ImageCatalogue:
             visibility=wanted.visibility,
         )
         caller, target = self._start(request, actor)
-        password = wanted.password.get_secret_value() if wanted.password else ""
-        credentials = Credentials(wanted.username, password) if wanted.username else None
+        credentials = self._source_credentials(wanted, host, actor)
         self.upload_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         with (
             tempfile.TemporaryDirectory(dir=self.upload_dir) as work,
@@ -285,6 +291,12 @@ class ImageCatalogue:
         ):
             image = copy_to_layout(client, source, Path(work), max_bytes=self.upload_max)
             return self._push_layout(caller, target, image, request)
+
+    def _source_credentials(self, wanted: ImageCopy, host: str, actor: str) -> Credentials | None:
+        if wanted.username:
+            password = wanted.password.get_secret_value() if wanted.password else ""
+            return Credentials(wanted.username, password)
+        return self.saved_login(actor, host) if self.saved_login is not None else None
 
     def _start(self, wanted: PushRequest, actor: str) -> tuple[Caller, ImageRef]:
         with self.store.read() as session:

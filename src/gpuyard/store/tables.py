@@ -571,6 +571,21 @@ class NodeImageRow(Base):
     """When a job last had it on the node."""
 
 
+class RegistryLoginRow(Base):
+    """A user's login at a registry images are copied from, its password sealed with the
+    pool's key (``secret_box.py``): read by that user's copies only (docs/images.md,
+    "Registry logins")."""
+
+    __tablename__ = "registry_logins"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    username: Mapped[str] = mapped_column(String(256))
+    ciphertext: Mapped[str] = mapped_column(Text)
+    """The password, sealed together with the owner and host it is for."""
+    saved_at: Mapped[float] = mapped_column(Float)
+
+
 class SettingRow(Base):
     """A pool-wide setting an admin changes at run time (e.g. ``sharing``)."""
 
