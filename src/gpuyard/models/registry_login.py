@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import Field, SecretStr
+
+from gpuyard.models.base import Model
 
 __all__ = ["RegistryLoginSave", "RegistryLoginView"]
 
 
-class RegistryLoginSave(BaseModel):
+class RegistryLoginSave(Model):
     """A login to save (the registry host is the path's)."""
 
     username: str = Field(
@@ -29,7 +31,7 @@ class RegistryLoginSave(BaseModel):
     )
 
 
-class RegistryLoginView(BaseModel):
+class RegistryLoginView(Model):
     """A saved login, without its password."""
 
     host: str
