@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field, SecretStr
-
-from gpuyard.models.base import Model
+from pydantic import BaseModel, Field, SecretStr
 
 __all__ = ["RegistryLoginSave", "RegistryLoginView"]
 
 
-class RegistryLoginSave(Model):
+class RegistryLoginSave(BaseModel):
     """A login to save (the registry host is the path's)."""
 
     username: str = Field(
@@ -31,7 +29,7 @@ class RegistryLoginSave(Model):
     )
 
 
-class RegistryLoginView(Model):
+class RegistryLoginView(BaseModel):
     """A saved login, without its password."""
 
     host: str
