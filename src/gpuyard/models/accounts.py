@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -20,7 +21,6 @@ from pydantic import (
     model_validator,
 )
 
-from gpuyard.models.base import Model
 from gpuyard.models.ids import MAX_INT32
 from gpuyard.models.job import Priority
 from gpuyard.models.units import Seconds
@@ -138,7 +138,7 @@ class PoolPreemption(StrEnum):
 # -- users --------------------------------------------------------------------------------
 
 
-class UserView(Model):
+class UserView(BaseModel):
     name: str
     group: str | None = Field(description="The group whose quotas and urgent limit it shares.")
     role: Role
@@ -150,7 +150,7 @@ class UserView(Model):
     created_at: datetime
 
 
-class UserSpec(Model):
+class UserSpec(BaseModel):
     """A user to create (admins only)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -181,7 +181,7 @@ class UserSpec(Model):
         return _account_name(value, "group")
 
 
-class UserUpdate(Model):
+class UserUpdate(BaseModel):
     """Fields of a user to change (admins only); the others stay."""
 
     model_config = ConfigDict(extra="forbid")
@@ -215,7 +215,7 @@ class UserUpdate(Model):
 # -- groups -------------------------------------------------------------------------------
 
 
-class GroupView(Model):
+class GroupView(BaseModel):
     name: str
     urgent_limit: int | None = Field(
         description="Most running + queued jobs of the group at the urgent tier; none: no limit."
@@ -225,7 +225,7 @@ class GroupView(Model):
     created_at: datetime
 
 
-class GroupSpec(Model):
+class GroupSpec(BaseModel):
     """A group to create (admins only)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -244,7 +244,7 @@ class GroupSpec(Model):
         return _account_name(value, "group")
 
 
-class GroupUpdate(Model):
+class GroupUpdate(BaseModel):
     """``{"urgent_limit": N}`` sets the limit, ``{"urgent_limit": null}`` removes it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -255,7 +255,7 @@ class GroupUpdate(Model):
 # -- quotas -------------------------------------------------------------------------------
 
 
-class QuotaSpec(Model):
+class QuotaSpec(BaseModel):
     """How much one user or group may hold at one tier (the HAI model: "10 nodes at NORMAL").
     Setting a quota replaces the one of the same subject and tier."""
 
@@ -284,7 +284,7 @@ class QuotaSpec(Model):
         return self
 
 
-class QuotaView(Model):
+class QuotaView(BaseModel):
     kind: QuotaKind
     subject: str
     tier: Priority
@@ -368,7 +368,7 @@ FLOOR_HELP = (
 )
 
 
-class PoolSpec(Model):
+class PoolSpec(BaseModel):
     """A pool's policy (admins only). Nodes join a pool by their ``pool`` label; ``default``
     is the pool of nodes without one."""
 
@@ -400,7 +400,7 @@ class PoolSpec(Model):
         return _pool_name(value)
 
 
-class PoolUpdate(Model):
+class PoolUpdate(BaseModel):
     """Fields of a pool's policy to change; the others stay."""
 
     model_config = ConfigDict(extra="forbid")
@@ -432,7 +432,7 @@ class PoolUpdate(Model):
         return self
 
 
-class PoolView(Model):
+class PoolView(BaseModel):
     name: str
     preemption: PoolPreemption
     same_zone: bool
@@ -460,7 +460,7 @@ class PoolView(Model):
 LabelMap = Annotated[dict[str, str], Field(default_factory=dict)]
 
 
-class LabelsUpdate(Model):
+class LabelsUpdate(BaseModel):
     """Admin labels to set and to remove on one node (pool, zone, network, driver, …). They win
     over the labels the executor reports, which cannot be removed, only overridden."""
 
@@ -483,7 +483,7 @@ class LabelsUpdate(Model):
         return self
 
 
-class NodeLabels(Model):
+class NodeLabels(BaseModel):
     node: str
     labels: dict[str, str] = Field(description="What the executor reports.")
     extra_labels: dict[str, str] = Field(description="What admins set; wins over `labels`.")
@@ -493,7 +493,7 @@ class NodeLabels(Model):
 # -- jobs ---------------------------------------------------------------------------------
 
 
-class PriorityChange(Model):
+class PriorityChange(BaseModel):
     """Change a queued or suspended job's tier (docs/jobs.md, "Changing a job's tier…")."""
 
     model_config = ConfigDict(extra="forbid")
@@ -501,7 +501,7 @@ class PriorityChange(Model):
     priority: Priority
 
 
-class JobChange(Model):
+class JobChange(BaseModel):
     """Change a job's priority (queued or suspended jobs: 调整优先级) and/or its runtime limit
     (调整使用时长: any job that has not ended; measured from its start)."""
 
@@ -532,7 +532,7 @@ class TokenKind(StrEnum):
     """A web UI session's: made at sign-in, carried by its cookie, revoked at sign-out."""
 
 
-class TokenSpec(Model):
+class TokenSpec(BaseModel):
     """A new API token. Only admins create tokens for other users."""
 
     model_config = ConfigDict(extra="forbid")
@@ -559,7 +559,7 @@ class TokenSpec(Model):
         return value
 
 
-class TokenView(Model):
+class TokenView(BaseModel):
     id: int
     user: str
     label: str
@@ -580,14 +580,14 @@ class IssuedToken(TokenView):
     token: str = Field(description="The token itself: shown this once, stored only as a hash.")
 
 
-class PoolSettings(Model):
+class PoolSettings(BaseModel):
     sharing: bool = Field(
         description="Whether jobs may give their group's other members access (docs/accounts.md, "
         "他人访问权限): off, every job's access for others is none."
     )
 
 
-class PoolSettingsUpdate(Model):
+class PoolSettingsUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sharing: bool | None = None
@@ -599,7 +599,7 @@ class PoolSettingsUpdate(Model):
         return self
 
 
-class AuditEntry(Model):
+class AuditEntry(BaseModel):
     id: int
     time: datetime
     actor: str = Field(description="user:<name>, pool or controller.")
@@ -608,7 +608,7 @@ class AuditEntry(Model):
     detail: str
 
 
-class SignalRequest(Model):
+class SignalRequest(BaseModel):
     """A signal for a running job (``scancel --signal``)."""
 
     model_config = ConfigDict(extra="forbid")

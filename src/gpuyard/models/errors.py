@@ -10,15 +10,14 @@ names this model for every error response (``server.openapi``).
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from gpuyard.models.base import Model
 from gpuyard.models.states import JobState
 
 __all__ = ["ErrorBody", "FieldError"]
 
 
-class FieldError(Model):
+class FieldError(BaseModel):
     """One problem of a refused request, and where it is."""
 
     loc: list[str | int] = Field(
@@ -28,7 +27,7 @@ class FieldError(Model):
     msg: str = Field(description="What is wrong with it.")
 
 
-class ErrorBody(Model):
+class ErrorBody(BaseModel):
     """Why a request was refused or failed. ``code`` is stable (clients map it back to the
     same error class, see ``gpuyard.errors``); ``detail`` is for people and says what to do."""
 

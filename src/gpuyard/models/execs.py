@@ -10,9 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuyard.models.base import Model
 from gpuyard.models.faults import MAX_HOLD, MIN_HOLD
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Seconds
@@ -48,7 +47,7 @@ class ExecTarget(StrEnum):
     """The node check of the pre-flight (compute burn, collective across the job's nodes)."""
 
 
-class ExecStop(Model):
+class ExecStop(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     hold: Seconds | None = Field(
@@ -60,7 +59,7 @@ class ExecStop(Model):
     )
 
 
-class ExecRun(Model):
+class ExecRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(
@@ -104,7 +103,7 @@ class ExecRun(Model):
         return self
 
 
-class ExecKill(Model):
+class ExecKill(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ranks: list[int] = Field(
@@ -122,7 +121,7 @@ class ExecKill(Model):
         return list(dict.fromkeys(ranks))
 
 
-class ExecWorker(Model):
+class ExecWorker(BaseModel):
     """One worker of the job's current attempt, with what is known of its processes."""
 
     rank: int
@@ -140,7 +139,7 @@ class ExecWorker(Model):
     finished_at: datetime | None = None
 
 
-class ExecStatus(Model):
+class ExecStatus(BaseModel):
     """``gpuyard exec JOB status``: the job's state and each worker of its current attempt."""
 
     job_id: int
@@ -152,7 +151,7 @@ class ExecStatus(Model):
     workers: list[ExecWorker] = Field(default_factory=list)
 
 
-class ExecOutcome(Model):
+class ExecOutcome(BaseModel):
     """What an exec action did (it is also the outcome of its usercall in the ft-log)."""
 
     job_id: int

@@ -11,9 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpuyard.models.base import Model
 from gpuyard.models.units import Seconds
 
 __all__ = ["FaultEntry", "FaultTolerance", "Performance", "Recovery", "SlowAction"]
@@ -46,7 +45,7 @@ class SlowAction(StrEnum):
     """As a fault: the job is restarted after a check of its nodes (counts as a restart)."""
 
 
-class Performance(Model):
+class Performance(BaseModel):
     """Performance detection (002 性能检测): the job's step rate against its own history."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -65,7 +64,7 @@ class Performance(Model):
     action: SlowAction = Field(SlowAction.ALERT, description="alert, or reschedule.")
 
 
-class FaultTolerance(Model):
+class FaultTolerance(BaseModel):
     """What the platform does when the job fails for a reason that is not its own."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -158,7 +157,7 @@ class FaultTolerance(Model):
         return self.max_restarts if self.enabled else 0
 
 
-class FaultEntry(Model):
+class FaultEntry(BaseModel):
     """One line of a job's fault-tolerance log (``gpuyard ft-log JOB``)."""
 
     id: int

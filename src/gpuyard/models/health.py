@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field
-
-from gpuyard.models.base import Model
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "APPLICATION_XIDS",
@@ -80,7 +78,7 @@ GPU_PROBES = (Probe.GPU_TEMPERATURE, Probe.GPU_ECC, Probe.GPU_RETIRED_PAGES, Pro
 """The probes of each GPU, in the order an executor reports them."""
 
 
-class Finding(Model):
+class Finding(BaseModel):
     """What one probe found on one node (on one of its GPUs for the ``gpu.*`` probes)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from gpuyard.models.access import Caller
-from gpuyard.models.base import Model
 from gpuyard.models.image import ImageRef
 
 __all__ = [
@@ -126,7 +125,7 @@ def push_repository(caller: Caller, ref: ImageRef) -> ImageRef:
     )
 
 
-class ImageView(Model):
+class ImageView(BaseModel):
     """One image of the catalogue, as the API shows it."""
 
     name: str = Field(description="Repository and tag in the pool's registry, e.g. alice/x:1.")
@@ -145,13 +144,13 @@ class ImageView(Model):
     pushed_at: datetime
 
 
-class ImageShare(Model):
+class ImageShare(BaseModel):
     """A change of an image's visibility."""
 
     visibility: ImageVisibility
 
 
-class ImageCopy(Model):
+class ImageCopy(BaseModel):
     """A push of an image copied from another registry (one the pool's admin listed)."""
 
     source: str = Field(max_length=512, description="HOST[:PORT]/REPO:TAG in that registry.")

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated, Generic, TypeVar
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -18,7 +19,6 @@ from pydantic import (
 
 from gpuyard.models.access import Access, Action
 from gpuyard.models.actor import ACTOR_FORMS
-from gpuyard.models.base import Model
 from gpuyard.models.command import CommandError, parse_command
 from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
@@ -143,7 +143,7 @@ def _check_command(value: str) -> str:
     return value.strip()
 
 
-class Mount(Model):
+class Mount(BaseModel):
     """A directory given to the job under a name in its workspace."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -170,7 +170,7 @@ class Mount(Model):
         return _absolute(value, "a mount path")
 
 
-class ContainerMount(Model):
+class ContainerMount(BaseModel):
     """A host path bind-mounted at a path of the job's image (Slurm's pyxis
     ``--container-mounts``; docs/images.md, "Mounts in the image")."""
 
@@ -195,7 +195,7 @@ class ContainerMount(Model):
         return value
 
 
-class Mounts(Model):
+class Mounts(BaseModel):
     """The job-style workspace (docs/distributed.md, "The workspace")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -241,7 +241,7 @@ class Mounts(Model):
         return [m.model_copy(update={"readonly": False}) for m in value]
 
 
-class SubTask(Model):
+class SubTask(BaseModel):
     """One sub-task of a batch job."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -266,7 +266,7 @@ class SubTask(Model):
         return None if value is None else _absolute(value, "an algorithm path")
 
 
-class NodeResources(Model):
+class NodeResources(BaseModel):
     """What one node of the job gets."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -307,7 +307,7 @@ class After(StrEnum):
     (``afternotok``)."""
 
 
-class Dependency(Model):
+class Dependency(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     job: Id = Field(description="The job to wait for.")
@@ -317,7 +317,7 @@ class Dependency(Model):
 MAX_DEPENDENCIES = 64
 
 
-class JobSpec(Model):
+class JobSpec(BaseModel):
     """A training job as submitted. New fields must have defaults (clients send old specs).
 
     Every field has a bound (lengths, counts, ranges): a spec is stored, shown and planned for
@@ -667,7 +667,7 @@ class JobSpec(Model):
         return clean[:128]
 
 
-class Slot(Model):
+class Slot(BaseModel):
     """The share of one node given to one worker of a job."""
 
     model_config = ConfigDict(frozen=True)
@@ -686,7 +686,7 @@ class Slot(Model):
     """A port reserved for this worker on its node (the master port, a TF task's port)."""
 
 
-class WorkerView(Model):
+class WorkerView(BaseModel):
     rank: int
     attempt: int
     node: str
@@ -700,7 +700,7 @@ class WorkerView(Model):
     finished_at: datetime | None = None
 
 
-class JobView(Model):
+class JobView(BaseModel):
     """A job as the API returns it."""
 
     id: int
@@ -758,7 +758,7 @@ MAX_BATCH = 5000
 """Most jobs one request may submit, stop or delete."""
 
 
-class JobBatch(Model):
+class JobBatch(BaseModel):
     """Several jobs submitted in one request, all or none (a job array)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -766,13 +766,13 @@ class JobBatch(Model):
     jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class SubmittedJobs(Model):
+class SubmittedJobs(BaseModel):
     """The ids of the jobs a batch queued, in the batch's order."""
 
     ids: list[int]
 
 
-class JobIds(Model):
+class JobIds(BaseModel):
     """Jobs to act on in one request."""
 
     model_config = ConfigDict(extra="forbid")
@@ -780,13 +780,13 @@ class JobIds(Model):
     ids: list[Id] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class JobFailure(Model):
+class JobFailure(BaseModel):
     id: int
     detail: str
     code: str
 
 
-class BulkResult(Model):
+class BulkResult(BaseModel):
     """What one request did to each of several jobs: those it acted on, and why the others
     were left as they are."""
 
@@ -798,7 +798,7 @@ class BulkResult(Model):
     failed: list[JobFailure] = Field(default_factory=list)
 
 
-class JobEvent(Model):
+class JobEvent(BaseModel):
     """One entry of a job's event log: a transition or a notable step."""
 
     id: int
@@ -813,7 +813,7 @@ class JobEvent(Model):
     attempt: int = 0
 
 
-class Page(Model, Generic[T]):
+class Page(BaseModel, Generic[T]):
     """One page of a listing."""
 
     items: list[T]
@@ -822,7 +822,7 @@ class Page(Model, Generic[T]):
     limit: int
 
 
-class LogChunk(Model):
+class LogChunk(BaseModel):
     """A slice of one worker's log. Offsets are in bytes; ``data`` is whole UTF-8 characters."""
 
     job_id: int

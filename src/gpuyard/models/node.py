@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from gpuyard.models.base import Model
 from gpuyard.models.health import Finding
 
 __all__ = [
@@ -63,7 +62,7 @@ CONTROLLERS = ("memory", "pids", "cpu")
 _PREFIX = "isolation."
 
 
-class NodeIsolation(Model):
+class NodeIsolation(BaseModel):
     """What a node enforces for each worker, exactly: carried in the node's labels
     (``isolation``, ``isolation.enforced``, ``isolation.kill``, ``isolation.pids-ceiling``,
     ``isolation.memory-ceiling``; ``enforced`` as ``memory+pids+cpu``) so that it travels with
@@ -120,7 +119,7 @@ class NodeIsolation(Model):
         return f"{self.mode.value}: " + "; ".join(parts)
 
 
-class NodeView(Model):
+class NodeView(BaseModel):
     name: str
     address: str
     state: NodeState
@@ -160,7 +159,7 @@ class NodeView(Model):
     )
 
 
-class CordonRequest(Model):
+class CordonRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(

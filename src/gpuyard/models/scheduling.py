@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field
-
-from gpuyard.models.base import Model
+from pydantic import BaseModel, Field
 
 __all__ = ["Prediction", "SuspendRequest"]
 
 
-class Prediction(Model):
+class Prediction(BaseModel):
     """When a queued (or hypothetical) job should start, from the scheduler run forward over
     the queue with every job's max runtime as its run time (docs/scheduling.md)."""
 
@@ -37,7 +35,7 @@ class Prediction(Model):
     reason: str = Field(description="The prediction in words.")
 
 
-class SuspendRequest(Model):
+class SuspendRequest(BaseModel):
     """The optional body of ``POST /jobs/{id}/suspend``."""
 
     hold: bool = Field(

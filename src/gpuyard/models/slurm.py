@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -20,7 +21,6 @@ from pydantic import (
     model_validator,
 )
 
-from gpuyard.models.base import Model
 from gpuyard.spec_limits import MAX_SCRIPT, signal_number
 
 __all__ = [
@@ -42,7 +42,7 @@ Word = Annotated[str, StringConstraints(max_length=4096)]
 OptionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
-class SlurmSignal(Model):
+class SlurmSignal(BaseModel):
     """``--signal=[B:]SIG[@SECONDS]``: the signal sent that long before the time limit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,7 +52,7 @@ class SlurmSignal(Model):
     batch: bool = Field(False, description="Signal the batch shell only (B:), not the steps.")
 
 
-class SlurmArray(Model):
+class SlurmArray(BaseModel):
     """One task of a job array (``--array``): its own job, linked to the array's first."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -69,7 +69,7 @@ class SlurmArray(Model):
     spec: str = Field("", max_length=4096, description="The --array value as given.")
 
 
-class SlurmComponent(Model):
+class SlurmComponent(BaseModel):
     """One component of a heterogeneous job (``#SBATCH hetjob``, ``sbatch ... : ...``): its
     nodes come after those of the components before it, in the job's node order."""
 
@@ -101,7 +101,7 @@ class SlurmComponent(Model):
         return self
 
 
-class SlurmBatch(Model):
+class SlurmBatch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     script: str = Field(max_length=MAX_SCRIPT, description="The batch script, #! line first.")
@@ -201,7 +201,7 @@ class SlurmBatch(Model):
         return self
 
 
-class SlurmStepView(Model):
+class SlurmStepView(BaseModel):
     """An ``srun`` step of a Slurm batch job's current attempt (sacct's ``<job>.<id>`` row)."""
 
     model_config = ConfigDict(frozen=True)

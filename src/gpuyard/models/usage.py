@@ -28,9 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field
-
-from gpuyard.models.base import Model
+from pydantic import BaseModel, Field
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -231,7 +229,7 @@ def combine(points: Sequence[Point], t: float) -> Point:
 # -- views ------------------------------------------------------------------------------------
 
 
-class UsagePoint(Model):
+class UsagePoint(BaseModel):
     """The figures of one bucket of a series, averaged over the samples in it."""
 
     time: datetime = Field(description="The start of the bucket.")
@@ -244,14 +242,14 @@ class UsagePoint(Model):
     gpu_memory: int | None = Field(None, description="Bytes of GPU memory in use.")
 
 
-class WorkerSeries(Model):
+class WorkerSeries(BaseModel):
     attempt: int
     rank: int
     node: str
     points: list[UsagePoint]
 
 
-class JobUsage(Model):
+class JobUsage(BaseModel):
     """A job's usage over a window: one series per worker (of every attempt in the window)."""
 
     job_id: int
@@ -261,7 +259,7 @@ class JobUsage(Model):
     workers: list[WorkerSeries]
 
 
-class NodeUsageSeries(Model):
+class NodeUsageSeries(BaseModel):
     node: str
     window: Window
     step: float
@@ -269,7 +267,7 @@ class NodeUsageSeries(Model):
     points: list[UsagePoint]
 
 
-class NodeNow(Model):
+class NodeNow(BaseModel):
     """A node's latest sample."""
 
     name: str
@@ -280,7 +278,7 @@ class NodeNow(Model):
     gpu_memory: int | None = None
 
 
-class JobNow(Model):
+class JobNow(BaseModel):
     """A running job's latest sample, its workers added up (GPU utilisation: their mean)."""
 
     id: int
@@ -298,7 +296,7 @@ class JobNow(Model):
     gpu_memory: int | None = None
 
 
-class PoolUsage(Model):
+class PoolUsage(BaseModel):
     """The pool now, for ``gpuyard top``: every node's latest sample and the running jobs the
     caller may view, busiest first."""
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field
-
-from gpuyard.models.base import Model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "CONTROL_FILES",
@@ -65,7 +63,7 @@ Pid = Annotated[int, Field(ge=1, le=(1 << 22))]
 Count = Annotated[int, Field(ge=0)]
 
 
-class _Record(Model):
+class _Record(BaseModel):
     """Strict: a number is not a string, a bool is not a number, NaN and infinities are not
     numbers; keys this version does not know are ignored (a newer writer may add some)."""
 
