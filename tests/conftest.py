@@ -181,10 +181,12 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         cluster = context.__enter__()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"a Ray test cluster cannot start here: {exc}")
+    close = _once(lambda: context.__exit__(None, None, None))
+    close_after_group("ray", close)
     try:
         yield cluster
     finally:
-        context.__exit__(None, None, None)
+        close()
 
 
 @pytest.fixture(scope="session")
@@ -194,15 +196,21 @@ def ray_agents(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     them (job ids differ: the pools' count from 1, the conformance suite's from far above).
     Yields (namespace, node home); the agents are killed at the end."""
     node_home = tmp_path_factory.mktemp("ray-node")
+
+    def shutdown() -> None:
+        import ray
+
+        from gpuyard.executors.ray.executor import RayExecutor
+
+        RayExecutor(
+            node_home, address=ray_cluster.address, namespace="gpuyard-tests", connect=False
+        ).shutdown_agents()
+        ray.shutdown()
+
+    close = _once(shutdown)
+    close_after_group("ray", close)
     yield "gpuyard-tests", node_home
-    import ray
-
-    from gpuyard.executors.ray.executor import RayExecutor
-
-    RayExecutor(
-        node_home, address=ray_cluster.address, namespace="gpuyard-tests", connect=False
-    ).shutdown_agents()
-    ray.shutdown()
+    close()
 
 
 @pytest.fixture
@@ -213,11 +221,66 @@ def ray_nodes_up(ray_cluster: Any) -> Any:
     return ray_cluster
 
 
+def _groups(item: pytest.Item | None) -> set[str]:
+    """The ``xdist_group`` names of ``item``."""
+    if item is None:
+        return set()
+    return {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+
+
+_AFTER_GROUP: dict[str, list[Callable[[], None]]] = {}
+
+
+def _once(close: Callable[[], None]) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            close()
+
+    return once
+
+
+def close_after_group(group: str, close: Callable[[], None]) -> None:
+    """Run ``close`` once the last test of the xdist group ``group`` in this process has
+    ended, not at the end of the session: a group's tests run one after the other in one
+    process (``--dist loadgroup``, and :func:`pytest_collection_modifyitems` without xdist),
+    and a session fixture only they use (the Ray test cluster, about a tenth of a core while
+    it idles) would otherwise load the machine for every test after them. Closers run last
+    registered first; ``close`` must be safe to call again (the fixture's own teardown)."""
+    _AFTER_GROUP.setdefault(group, []).append(close)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    for group in _groups(item) - _groups(nextitem):
+        for close in reversed(_AFTER_GROUP.pop(group, [])):
+            close()
+
+
+def _contiguous_groups(items: list[pytest.Item]) -> None:
+    """Each xdist group's tests together, where its first test was (as loadgroup runs them)."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        for group in sorted(_groups(item))[:1]:
+            first.setdefault(group, index)
+    order = {
+        id(item): (first[min(g)] if (g := _groups(item)) else i, i) for i, item in enumerate(items)
+    }
+    items.sort(key=lambda item: order[id(item)])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Make ``xdist_group`` marks group again under ``--dist loadgroup``: pytest-xdist 3.8
+    """Keep each xdist group's tests together (:func:`close_after_group`), and make
+    ``xdist_group`` marks group again under ``--dist loadgroup``: pytest-xdist 3.8
     suffixes a grouped test's node id by setting ``item._nodeid``, which pytest 9 no longer
     reads (the id lives in ``item._id``), so every group was spread over the workers (two
     Ray test clusters, two distributed pools at once). Same suffix, where pytest 9 reads it."""
+    _contiguous_groups(items)
     if not getattr(config.option, "loadgroup", False):
         return
     from _pytest.nodeid import coerce_node_id
