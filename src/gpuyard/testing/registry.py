@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from gpuyard.images.local_registry import (
     free_port,
     make_certificate,
@@ -34,6 +36,7 @@ from gpuyard.images.local_registry import (
 )
 from gpuyard.images.registry import Credentials, RegistryClient
 from gpuyard.models.image import ImageRef, MediaType, go_architecture
+from gpuyard.settings import Settings
 
 __all__ = [
     "NODE_ARCH",
@@ -77,6 +80,22 @@ class TestRegistry:
     storage: Path
     log: Path
     users: dict[str, str]
+
+    @property
+    def host(self) -> str:
+        """HOST:PORT, as an image reference or ``GPUYARD_IMAGE_SOURCES`` names it."""
+        return httpx.URL(self.url).netloc.decode()
+
+    def pool_settings(self, home: Path, **overrides: Any) -> Settings:
+        """The settings of a pool in ``home`` whose registry this is, reached as alice."""
+        fields: dict[str, Any] = {
+            "home": home,
+            "registry": self.url,
+            "registry_ca": self.ca_file,
+            "registry_user": "alice",
+            "registry_password": self.users["alice"],
+        }
+        return Settings(**{**fields, **overrides})
 
     def credentials(self, user: str) -> Credentials:
         return Credentials(user, self.users[user])

@@ -46,20 +46,12 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def settings(tmp_path: Path, registry: TestRegistry) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        registry=registry.url,
-        registry_ca=registry.ca_file,
-        registry_user="alice",
-        registry_password=registry.users["alice"],
+    return registry.pool_settings(
+        tmp_path / "home",
         image_upload_max=UPLOAD_MAX,
-        image_sources=[_host(registry)],
+        image_sources=[registry.host],
         image_sources_ca=registry.ca_file,
     )
-
-
-def _host(registry: TestRegistry) -> str:
-    return httpx.URL(registry.url).netloc.decode()
 
 
 def _same_answer(hidden: GpuyardError, missing: GpuyardError, name: str, other: str) -> None:
@@ -192,7 +184,7 @@ def test_an_image_is_copied_from_a_listed_registry_with_credentials_not_kept(
         client.push(layout, ImageRef.parse("ext/src:1"))
         source = client.image(ImageRef.parse("ext/src:1")).manifest
     alice = as_user("alice")
-    host = _host(registry)
+    host = registry.host
     password = registry.users["bob"]
     copied = alice.copy_image(f"{host}/ext/src:1", "copy:1", username="bob", password=password)
     assert (copied.name, copied.owner, copied.visibility) == ("alice/copy:1", "alice", "private")

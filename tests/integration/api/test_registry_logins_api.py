@@ -25,20 +25,10 @@ DOWN = "127.0.0.1:1"
 """A listed source where nothing listens."""
 
 
-def _host(registry: TestRegistry) -> str:
-    return httpx.URL(registry.url).netloc.decode()
-
-
 @pytest.fixture
 def settings(tmp_path: Path, registry: TestRegistry) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        registry=registry.url,
-        registry_ca=registry.ca_file,
-        registry_user="alice",
-        registry_password=registry.users["alice"],
-        image_sources=[_host(registry), DOWN],
-        image_sources_ca=registry.ca_file,
+    return registry.pool_settings(
+        tmp_path / "home", image_sources=[registry.host, DOWN], image_sources_ca=registry.ca_file
     )
 
 
@@ -49,7 +39,7 @@ def source(registry: TestRegistry, tmp_path_factory: pytest.TempPathFactory) -> 
     write_layout(layout, [tar_layer([("etc/logins", b"x\n")])], architecture=NODE_ARCH)
     with registry.client("bob") as client:
         client.push(layout, ImageRef.parse("ext/logins:1"))
-    return f"{_host(registry)}/ext/logins:1"
+    return f"{registry.host}/ext/logins:1"
 
 
 def _everything_stored(store: Store) -> str:
@@ -70,7 +60,7 @@ def test_a_login_is_checked_kept_sealed_and_used_by_its_owner_only(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    host, password = _host(registry), registry.users["bob"]
+    host, password = registry.host, registry.users["bob"]
     alice, bob = as_user("alice"), as_user("bob")
     headers = {"Authorization": f"Bearer {alice.token}"}
     body = {"username": "bob", "password": password}
@@ -109,7 +99,7 @@ def test_a_login_is_checked_kept_sealed_and_used_by_its_owner_only(
 def test_a_refused_unlisted_or_unreachable_login_is_not_kept(
     as_user: AsUser, registry: TestRegistry, store: Store
 ) -> None:
-    host, alice = _host(registry), as_user("alice")
+    host, alice = registry.host, as_user("alice")
     with pytest.raises(PermissionDenied, match="refused the login of bob") as refused:
         alice.save_registry_login(host, username="bob", password="wrong-pw")
     assert "wrong-pw" not in refused.value.detail
@@ -146,7 +136,7 @@ def test_a_sealed_password_opens_only_for_its_owner_and_key(
 ) -> None:
     """Another key (the key file replaced) or a sealed password moved to another user's row:
     a clear error saying to save the login again, never the password."""
-    host, password = _host(registry), registry.users["bob"]
+    host, password = registry.host, registry.users["bob"]
     alice, carol = as_user("alice"), as_user("carol")
     alice.save_registry_login(host, username="bob", password=password)
     carol.save_registry_login(host, username="alice", password=registry.users["alice"])

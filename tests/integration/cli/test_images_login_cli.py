@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -18,20 +17,10 @@ from gpuyard.testing.auth import TokenFor
 from gpuyard.testing.registry import NODE_ARCH, TestRegistry, tar_layer, write_layout
 
 
-def _host(registry: TestRegistry) -> str:
-    return httpx.URL(registry.url).netloc.decode()
-
-
 @pytest.fixture
 def settings(tmp_path: Path, registry: TestRegistry) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        registry=registry.url,
-        registry_ca=registry.ca_file,
-        registry_user="alice",
-        registry_password=registry.users["alice"],
-        image_sources=[_host(registry)],
-        image_sources_ca=registry.ca_file,
+    return registry.pool_settings(
+        tmp_path / "home", image_sources=[registry.host], image_sources_ca=registry.ca_file
     )
 
 
@@ -43,7 +32,7 @@ def test_login_logins_logout_and_a_copy_without_username(
     write_layout(layout, [tar_layer([("etc/cli", b"x\n")])], architecture=NODE_ARCH)
     with registry.client("bob") as client:
         client.push(layout, ImageRef.parse("ext/cli:1"))
-    host, password = _host(registry), registry.users["bob"]
+    host, password = registry.host, registry.users["bob"]
     env = {"GPUYARD_URL": api_url, "GPUYARD_TOKEN": token_for("alice"), "COLUMNS": "300"}
 
     def gpuyard(*args: str, stdin: str | None = None) -> tuple[int, str]:

@@ -35,14 +35,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def settings(tmp_path: Path, registry: TestRegistry) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        registry=registry.url,
-        registry_ca=registry.ca_file,
-        registry_user="alice",
-        registry_password=registry.users["alice"],
-        image_upload_max=UPLOAD_MAX,
-    )
+    return registry.pool_settings(tmp_path / "home", image_upload_max=UPLOAD_MAX)
 
 
 @pytest.fixture
