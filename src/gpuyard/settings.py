@@ -379,6 +379,11 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.home / 'gpuyard.db'}"
 
     @property
+    def resolved_secrets_key_file(self) -> Path:
+        """The pool's secret key: ``secrets_key_file``, else <home>/secrets.key."""
+        return self.secrets_key_file or self.home / "secrets.key"
+
+    @property
     def owner_token_file(self) -> Path:
         """The pool owner's token, written by `gpuyard up` (0600)."""
         return self.home / "owner.token"

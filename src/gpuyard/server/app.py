@@ -127,7 +127,7 @@ def _services(
         store,
         clock=clock,
         policy=policy,
-        box=SecretBox(settings.secrets_key_file or settings.home / "secrets.key"),
+        box=SecretBox(settings.resolved_secrets_key_file),
         sources=settings.image_sources,
         sources_ca=settings.image_sources_ca,
     )
@@ -212,7 +212,18 @@ def _install_routes(app: FastAPI) -> None:
     # Everything else needs a signed-in user: resolved once per request (FastAPI caches a
     # dependency within a request, so the routes' own UserDep reuses it).
     signed_in = [Depends(_signed_in)]
-    routers = (jobs, job_exec, nodes, accounts, pools, scheduling, auth, usage, images)
-    for router in (*routers, registry_logins):
+    routers = (
+        jobs,
+        job_exec,
+        nodes,
+        accounts,
+        pools,
+        scheduling,
+        auth,
+        usage,
+        images,
+        registry_logins,
+    )
+    for router in routers:
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")

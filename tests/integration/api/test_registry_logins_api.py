@@ -152,7 +152,7 @@ def test_a_sealed_password_opens_only_for_its_owner_and_key(
         carol.copy_image(source, "moved:1")
     assert password not in moved.value.detail
 
-    key_file = settings.home / "secrets.key"
+    key_file = settings.resolved_secrets_key_file
     assert key_file.stat().st_mode & 0o777 == 0o600
     key_file.write_bytes(Fernet.generate_key())
     with pytest.raises(Conflict, match=f"gpuyard images login {host}"):
