@@ -17,8 +17,14 @@ What it prints
    oracle) and Tiresias, all run here on the same engine, on Venus as given, with arrivals
    x0.8 and x1.25, on each Venus VC alone, and on openb shrunk to a contended cluster
    (``simulator/variants.py``): avg JCT, avg / p50 / p99 / p99.9 queueing delay, preemptions
-   per job (p50 / p99), and the goals of issue 12 checked per variant (``ok`` or the ratio
-   that misses).
+   per job (p50 / p99), and the goals of issue 30 checked per variant (``ok`` or the ratio
+   that misses). Beside gpuyard: ``gpuyard-blind``, the same pool without predicted run
+   times (what it did before), and ``gpuyard-never``, a pool without preemption (the
+   default pool), where the predictions are the whole order.
+5. **Predicted run times** (with the variants): for each variant (and each Venus VC), how the
+   run time gpuyard's predictor told each job at its submission compared with what the job
+   ran: jobs told, the median absolute log ratio (0.69 is a factor of two) and the share
+   inside the interval (the predictor aims at 80 %).
 
 Files (jobs.csv, summary.csv, queue_cdf.png) go to ``--out`` (default
 ``bench/results/simulate``; ignored by git). Traces are read from ``--traces`` (default
@@ -42,7 +48,14 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuyard.simulator.engine import PartitionResult
-from gpuyard.simulator.metrics import OVERALL, JobResult, Summary, job_results, percentile
+from gpuyard.simulator.metrics import (
+    OVERALL,
+    JobResult,
+    Summary,
+    job_results,
+    percentile,
+    prediction_error,
+)
 from gpuyard.simulator.published import label, load_published
 from gpuyard.simulator.report import summary_table
 from gpuyard.simulator.runner import POLICIES, default_workers, replay
@@ -221,17 +234,18 @@ def run_openb(args: argparse.Namespace, policies: list[str], console: Console) -
     return {"timing": timing, "summary": as_dicts(summaries)}
 
 
-VARIANT_POLICIES = ["gpuyard", "srtf", "sjf", "tiresias"]
+VARIANT_POLICIES = ["gpuyard", "gpuyard-blind", "gpuyard-never", "srtf", "sjf", "tiresias"]
 OPENB_DIVISOR = 100
 """openb's node classes at a 100th (50 GPUs: 5 G2 nodes of 8, 4 T4 of 2, 1 P100 of 2). Its
 jobs hold 42 GPUs at the median, 53 at p90, 70 at most of its 6,212: as given, nothing ever
 waits."""
 GOALS = (
-    ("p99 queue <= 1.2x SRTF", "p99_queue", "srtf", 1.2),
-    ("p99.9 queue <= Tiresias", "p999_queue", "tiresias", 1.0),
     ("avg JCT <= 1.02x SRTF", "avg_jct", "srtf", 1.02),
     ("avg queue <= 1.1x SRTF", "avg_queue", "srtf", 1.1),
+    ("p99 queue <= 1.5x SRTF", "p99_queue", "srtf", 1.5),
+    ("p99.9 queue <= Tiresias", "p999_queue", "tiresias", 1.0),
 )
+"""Issue 30's goals for gpuyard's policy."""
 
 
 def run_variants(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -259,12 +273,16 @@ def run_variants(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     )
     out: dict[str, Any] = {}
     per_vc: list[Summary] = []
+    venus_runs: list[PartitionResult] = []
+    accuracy: dict[str, list[PartitionResult]] = {}
     for name, loaded in variants:
         gpus = sum(p.gpus for p in loaded.partitions)
         results = replay(loaded.partitions, loaded.jobs, VARIANT_POLICIES, workers=args.workers)
         summaries = summaries_of(results)
+        accuracy[name] = [r for r in results if r.policy == "gpuyard"]
         if name == "venus":
             per_vc = summaries
+            venus_runs = accuracy[name]
         overall = {s.policy: s for s in summaries if s.cluster == OVERALL}
         preempts = {
             policy: [j.preemptions for r in results if r.policy == policy for j in r.jobs]
@@ -308,6 +326,41 @@ def run_variants(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "goals": goals,
         }
     out["venus per VC"] = per_vc_goals(per_vc, console)
+    for run in sorted(venus_runs, key=lambda r: -len(r.jobs)):
+        accuracy[f"  venus {run.partition}"] = [run]
+    out["predictions"] = predictions_table(accuracy, console)
+    return out
+
+
+def predictions_table(
+    runs: dict[str, list[PartitionResult]], console: Console
+) -> dict[str, dict[str, float]]:
+    """Section 5: the run times gpuyard's predictor told jobs at submission, against what
+    they ran, per variant and per Venus VC."""
+    table = Table(
+        title="predicted run times (gpuyard, told at submission) against what jobs ran",
+        title_justify="left",
+    )
+    for column in ("workload", "jobs told", "median |ln(ran/predicted)|", "inside interval"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    out: dict[str, dict[str, float]] = {}
+    for name, results in runs.items():
+        error = prediction_error(results)
+        if error is None:
+            table.add_row(name, "0", "-", "-")
+            continue
+        table.add_row(
+            name,
+            f"{error.jobs:,}",
+            f"{error.median_log_ratio:.2f} (x{math.exp(error.median_log_ratio):.1f})",
+            f"{error.coverage:.0%}",
+        )
+        out[name.strip()] = asdict(error)
+    console.print(table)
+    console.print(
+        "  the interval aims at 80 % of jobs; the first jobs of a cluster are told nothing "
+        "(no history yet)"
+    )
     return out
 
 

@@ -68,6 +68,11 @@ MAX_RESERVATIONS = 16
 ones before them start)."""
 MAX_PREEMPTIONS = 16
 """Waiting jobs per cycle that may look for victims."""
+UNKNOWN_SIZE = 30 * 24 * 3600.0
+"""Seconds taken as the run time of a job with neither a prediction nor a max runtime, for
+the order: after every predicted job of its size up to a month, aging as they do."""
+SIZE_HALFLIFE = 3 * 3600.0
+"""The wait that halves a job's size in a pool without an ``age_halflife``."""
 PROTECTED = 1
 """The band rank (higher is safer) of a running job that no job of its tier may suspend
 (within its quantum): above every waiting job's (0 at best)."""
@@ -216,7 +221,17 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot, topology: Topology | None = None) -> None:
         self.snapshot = snapshot
         self.now = snapshot.now
-        self.ledger = Ledger(snapshot.nodes, snapshot.running, snapshot.now, topology=topology)
+        self.sliced = frozenset(name for name, p in snapshot.pools.items() if p.slices)
+        """Pools where predictions order the queue but time nothing (see :class:`Ledger`)."""
+        self.ledger = Ledger(
+            snapshot.nodes,
+            snapshot.running,
+            snapshot.now,
+            topology=topology,
+            unpredicted=self.sliced,
+        )
+        self.predicted = any(job.predicted is not None for job in snapshot.pending)
+        """Whether the queue is ordered by predicted sizes (:mod:`~.order`)."""
         self.quotas = QuotaBook(snapshot.quotas, snapshot.running)
         self.limited = self.quotas.users | self.quotas.groups
         """Every user or group that a quota names (at some tier)."""
@@ -268,11 +283,10 @@ class _Cycle:
         ranked by halves for every half-life it has waited: the starvation guard of
         least-attained-service."""
         policy = self.policy(job.constraint.pool)
-        if policy.age_halflife and job.queued_since is not None and job.attained:
-            return policy.band(
-                policy.aged(job.attained, self.now - job.queued_since, job.request.gpus)
-            )
-        return policy.band(job.attained)
+        service = job.attained
+        if policy.age_halflife and job.queued_since is not None and service:
+            return policy.band(policy.aged(service, self.now - job.queued_since, job.request.gpus))
+        return policy.band(service)
 
     def pending_rank(self, job: PendingJob) -> tuple[int, int]:
         """Higher goes first: the tier, then (time-slicing) the least served band."""
@@ -292,6 +306,28 @@ class _Cycle:
             attained = policy.aged(attained, job.queued, job.gpus)
         return (job.priority, -policy.band(attained + job.gpus * max(0.0, ran)))
 
+    def size_of(self, job: PendingJob) -> float:
+        """The job's place in its tier when run times are predicted: its remaining
+        GPU-seconds (predicted, else its max runtime's, else the largest a job may be),
+        halved for every ``age_halflife`` it has waited (so nothing starves)."""
+        seconds = job.predicted if job.predicted is not None else job.max_runtime
+        if seconds is None:
+            seconds = UNKNOWN_SIZE
+        size = seconds * max(job.request.gpus, 1)
+        if job.queued_since is not None:
+            half = self.policy(job.constraint.pool).age_halflife or SIZE_HALFLIFE
+            size *= 0.5 ** (max(0.0, self.now - job.queued_since) / half)
+        return size
+
+    def end_of(self, job: PendingJob) -> float:
+        """When a job started now would end, for backfill: at its max runtime, else (outside
+        time-sliced pools) when it is predicted to, else never."""
+        if job.max_runtime is not None:
+            return self.now + job.max_runtime
+        if job.predicted is not None and job.constraint.pool not in self.sliced:
+            return self.now + job.predicted
+        return INFINITY
+
     def policy(self, pool: str) -> PoolPolicy:
         found = self.policies.get(pool)
         if found is None:
@@ -302,7 +338,15 @@ class _Cycle:
 
     def run(self) -> Decisions:
         band = self.pending_band if self.slicing else None
-        self.fair.visit(self.snapshot.pending, self.consider, band=band, settle=self.settle)
+        size = self.size_of if self.predicted else None
+        self.fair.visit(
+            self.snapshot.pending,
+            self.consider,
+            band=band,
+            settle=self.settle,
+            size=size,
+            weigh=not self.slicing,
+        )
         self.grow_elastic()
         return self.decisions
 
@@ -413,7 +457,7 @@ class _Cycle:
         held_back = False
         policy = shape.policy
         if fit is MAY_FIT:
-            end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
+            end = self.end_of(job)
             same_zone = policy.same_zone
             allocations = self.ledger.place(
                 request, constraint, same_zone=same_zone, end=end, image=job.image
@@ -448,7 +492,7 @@ class _Cycle:
             if over is not None:
                 self.waits[job.id] = _wait(job.id, WaitCode.QUOTA, over)
                 return
-        end = self.now + job.max_runtime if job.max_runtime is not None else INFINITY
+        end = self.end_of(job)
         held_back = False
         for i, request in enumerate(choices):
             if shapes[i].fit is not MAY_FIT or (

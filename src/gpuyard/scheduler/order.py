@@ -4,6 +4,18 @@ Inside a tier, the owner who holds the fewest GPUs for their share goes first (H
 priority, users take turns"); among one owner's jobs, and between owners with equal usage, the
 original submission order decides, which a suspended job keeps. Usage is live: when a job
 starts during a cycle its owner's usage grows at once, so one cycle already alternates owners.
+
+With predicted run times (``size``: a job's predicted remaining GPU-seconds, aged by its wait),
+each owner's line is by size, smallest first, and the lines merge in one of two ways
+(docs/scheduling.md#predicted-run-times):
+
+* ``weigh``: the smallest job goes first, its size weighed by its owner's usage: each
+  :data:`FAIR_GPUS` GPUs an owner holds for their share count their next job as big again, so an
+  owner who holds much waits behind others' jobs of the same size, and a long wait shrinks any
+  job's size until it is the smallest. For pools that do not time-slice: there the order is
+  the whole policy.
+* otherwise, fair share first and size second: in time-sliced pools, where the bands already
+  rank jobs by the service they had, and measured better so on the shared traces.
 """
 
 from __future__ import annotations
@@ -17,7 +29,10 @@ from typing import Any
 
 from gpuyard.scheduler.snapshot import PendingJob, RunningJob
 
-__all__ = ["FairShare"]
+__all__ = ["FAIR_GPUS", "FairShare"]
+
+FAIR_GPUS = 8.0
+"""GPUs held (for one's share) that weigh an owner's next job as big again: one node's."""
 
 
 class FairShare:
@@ -40,6 +55,8 @@ class FairShare:
         *,
         band: Callable[[PendingJob], int] | None = None,
         settle: Callable[[list[PendingJob], int], int] | None = None,
+        size: Callable[[PendingJob], float] | None = None,
+        weigh: bool = True,
     ) -> None:
         """Call ``consider`` on each job, in order. It reads usage as it goes, so ``consider``
         charges a start before it returns. ``band`` splits each tier (time-slicing: the least
@@ -50,7 +67,10 @@ class FairShare:
         from ``head`` on that it can decide at once, and returns the index of the first one it
         did not. It may decide only jobs whose decision changes nothing (no start, no usage)
         and would be the same at their turn; taking such jobs out changes neither the order
-        nor the usage the others are ordered by, and saves turning the heap once per job."""
+        nor the usage the others are ordered by, and saves turning the heap once per job.
+
+        ``size``: each job's predicted remaining GPU-seconds, aged, or None: submission
+        order. ``weigh``: how owners' lines merge by size (see the module doc)."""
         seqs = list(map(_SEQ, pending))
         if not all(map(lt, seqs, itertools.islice(seqs, 1, None))):
             # Each owner's line is in submission order: sort once (it usually is already).
@@ -64,7 +84,10 @@ class FairShare:
             for job in pending:
                 tiers[(job.priority, -band(job))][job.owner].append(job)
         for rank in sorted(tiers, reverse=True):
-            self._visit_tier(tiers[rank], consider, settle)
+            if size is None:
+                self._visit_tier(tiers[rank], consider, settle)
+            else:
+                self._visit_sized(tiers[rank], consider, settle, size, weigh)
 
     def _visit_tier(
         self,
@@ -105,6 +128,47 @@ class FairShare:
                 replace(heap, (share, line[head].seq, owner))
             else:
                 pop(heap)
+
+    def _visit_sized(
+        self,
+        owners: Mapping[str, list[PendingJob]],
+        consider: Callable[[PendingJob], None],
+        settle: Callable[[list[PendingJob], int], int] | None,
+        size: Callable[[PendingJob], float],
+        weigh: bool,
+    ) -> None:
+        """One tier by size: a merge of the owners' lines (each by size) on (size x (1 +
+        usage / share / FAIR_GPUS), seq, owner) if ``weigh``, else on (usage / share, size,
+        seq, owner)."""
+        sizes: dict[int, float] = {}
+        for line in owners.values():
+            for job in line:
+                sizes[job.id] = size(job)
+            line.sort(key=lambda job: sizes[job.id])  # stable: ties keep submission order
+        usage, shares = self.usage, self.shares
+
+        def key(owner: str, job: PendingJob) -> tuple[float, float, int, str]:
+            share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
+            if weigh:
+                return (sizes[job.id] * (1.0 + share / FAIR_GPUS), 0.0, job.seq, owner)
+            return (share, sizes[job.id], job.seq, owner)
+
+        heads = dict.fromkeys(owners, 0)
+        heap = [key(owner, line[0]) for owner, line in owners.items()]
+        heapq.heapify(heap)
+        while heap:
+            owner = heap[0][3]
+            line = owners[owner]
+            head = heads[owner]
+            consider(line[head])
+            head += 1
+            if settle is not None and head < len(line):
+                head = settle(line, head)
+            if head < len(line):
+                heads[owner] = head
+                heapq.heapreplace(heap, key(owner, line[head]))
+            else:
+                heapq.heappop(heap)
 
 
 def _lines() -> defaultdict[str, list[PendingJob]]:

@@ -305,9 +305,14 @@ class Ledger:
         now: float = 0.0,
         *,
         topology: Topology | None = None,
+        unpredicted: Collection[str] = (),
     ) -> None:
         """``topology``: the nodes' :class:`Topology`, if the caller keeps one (it is used only
-        if it was made from this very sequence of nodes)."""
+        if it was made from this very sequence of nodes). A running job ends at its
+        :attr:`~RunningJob.likely_end` (its max runtime, else its predicted end), except in
+        the ``unpredicted`` pools, where only a max runtime counts: the time-sliced ones,
+        where room held on a prediction would drain nodes that the bands need no drain for
+        (docs/scheduling.md#predicted-run-times)."""
         if topology is None or topology.nodes is not nodes:
             topology = Topology(nodes)
         self.topology = topology
@@ -338,8 +343,14 @@ class Ledger:
         """Expected ends committed since :meth:`_timeline` last sorted them in."""
         self._candidate_sets: dict[Constraint, frozenset[int]] = {}
         self._pools = {pool: _PoolIndex(g) for pool, g in topology.max_gpus.items()}
+        by_name = self.by_name
         for job in running:
-            end = INFINITY if job.expected_end is None else job.expected_end
+            end = job.likely_end
+            if unpredicted and end is not None and job.max_runtime is None and job.allocations:
+                node = by_name.get(job.allocations[0].node)
+                if node is not None and node.pool in unpredicted:
+                    end = None
+            end = INFINITY if end is None else max(end, now)
             if job.suspending:
                 end = now  # on its way out: its resources are the first to come back
             self._take_all(job.allocations, end)

@@ -160,6 +160,9 @@ class PendingJob:
     constraint: Constraint = ANYWHERE
     max_runtime: float | None = None
     """The user's limit: what backfill and prediction take as its run time."""
+    predicted: float | None = None
+    """Seconds it is predicted to run still (the duration predictor's median; None: no
+    prediction). Backfill takes it as its run time when it has no max runtime."""
     min_nodes: int | None = None
     """Elastic: start with as few as this many nodes (``request`` has the most)."""
     attained: float = 0.0
@@ -250,6 +253,8 @@ class RunningJob:
     version: int = 0
     started_at: float = 0.0
     max_runtime: float | None = None
+    predicted_end: float | None = None
+    """When the duration predictor expects it to end (None: no prediction)."""
     last_checkpoint: float | None = None
     """When it last saved a checkpoint (None: never; it would lose everything since start)."""
     suspending: bool = False
@@ -282,6 +287,14 @@ class RunningJob:
     def expected_end(self) -> float | None:
         """When it will have ended at the latest, if it has a max runtime."""
         return None if self.max_runtime is None else self.started_at + self.max_runtime
+
+    @property
+    def likely_end(self) -> float | None:
+        """When reservations take it to end: at its max runtime, else when it is predicted
+        to (docs/scheduling.md#predicted-run-times); None if neither is known."""
+        if self.max_runtime is not None:
+            return self.started_at + self.max_runtime
+        return self.predicted_end
 
     def lost_work(self, now: float) -> float:
         """Seconds of work a suspension now would throw away."""

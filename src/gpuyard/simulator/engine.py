@@ -163,6 +163,9 @@ class PartitionResult:
     """Times the policy was asked."""
     wall_seconds: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
+    predicted: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    """What each job was predicted to run when it was submitted, as (seconds, low, high), by
+    index: for a policy that predicts run times (``told_at_submission``)."""
 
 
 class Engine:

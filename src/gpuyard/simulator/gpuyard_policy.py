@@ -5,11 +5,16 @@ Only what a real scheduler knows reaches the snapshot: the nodes, each pending j
 owner, group, priority and submission order, each running job's allocations, start and
 attempt. The trace's run time never does (this policy is registered without the oracle:
 ``PolicyContext.durations`` is None here). No max runtime either (the traces carry no user
-limits), and no pool policies or quotas: every pool is ``preemption: never`` (Venus has one
-tier anyway). Jobs that finished are kept in :attr:`GpuyardPolicy.history` (owner, GPUs,
-run time) for duration estimates once the snapshot carries them. The scheduler's
-suspensions are applied as preemptions (the engine frees the GPUs at once and adds the
-overhead to the job's remaining work).
+limits), and no pool policies or quotas unless given: every pool is ``preemption: never``
+(Venus has one tier anyway). The scheduler's suspensions are applied as preemptions (the
+engine frees the GPUs at once and adds the overhead to the job's remaining work).
+
+Predicted run times, as the server's controller gives them (``predict=True``): a
+:class:`~gpuyard.scheduler.durations.DurationPredictor` learns from each job as the replay
+sees it finish, never from one that has not (no look-ahead). A pending job carries its
+predicted remaining run time, a running one its predicted end (re-predicted, given how long
+it has run, once it outlives it). What each job was told when it was submitted is scored
+against what it ran in :attr:`GpuyardPolicy.accuracy` (and per group, :attr:`by_group`).
 
 Requests: a job of up to a node's GPUs asks for that many GPUs on one node; a larger one
 asks for whole nodes (``gpus // G`` whole nodes of ``G`` GPUs, plus one member for the
@@ -20,7 +25,7 @@ CPUs and memory are not in the traces: requests and nodes carry none.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuyard.scheduler import (
     Allocation,
@@ -33,6 +38,7 @@ from gpuyard.scheduler import (
     Snapshot,
     decide,
 )
+from gpuyard.scheduler.durations import Accuracy, DurationPredictor, JobFeatures, Prediction
 from gpuyard.simulator.policy import (
     Decision,
     PolicyContext,
@@ -74,9 +80,14 @@ def request_for(gpus: int, nodes: int | None, node_gpus: int) -> Request:
 
 class GpuyardPolicy:
     def __init__(
-        self, context: PolicyContext, *, pools: Mapping[str, PoolPolicy] | None = None
+        self,
+        context: PolicyContext,
+        *,
+        pools: Mapping[str, PoolPolicy] | None = None,
+        predict: bool = True,
     ) -> None:
-        """``pools``: the pool policies of the snapshot (default: none, so ``never``)."""
+        """``pools``: the pool policies of the snapshot (default: none, so ``never``).
+        ``predict``: learn run times from finished jobs and give them to the scheduler."""
         partition = context.partition
         self._pools = dict(pools or {})
         nodes = partition.nodes
@@ -97,6 +108,16 @@ class GpuyardPolicy:
         """Snapshot entries of pending jobs, built once per queue entry."""
         self._running: dict[int, RunningJob] = {}
         self.history: list[FinishedJob] = []
+        self.predictor = DurationPredictor() if predict else None
+        self._told: dict[int, Prediction | None] = {}
+        """What each job was predicted to run when it was submitted (scored when it ends)."""
+        self.told_at_submission: dict[int, tuple[float, float, float]] = {}
+        """The same as (seconds, low, high), kept for the report."""
+        self.accuracy = Accuracy()
+        """Submission-time predictions against run times, over every finished job told one."""
+        self.by_group: dict[str, Accuracy] = {}
+        self._learnt = 0
+        """Jobs the predictor had learnt from when the pending entries were last refreshed."""
 
     def decide(self, view: View) -> Decision:
         for job in view.finished:
@@ -104,8 +125,15 @@ class GpuyardPolicy:
             self.history.append(
                 FinishedJob(job.index, job.user, job.group, job.gpus, job.submit, job.ran)
             )
+            self._learn(job)
+        if self.predictor is not None:
+            for job in view.submitted:
+                told = self._told[job.index] = self.predictor.predict(_features(job))
+                if told is not None:
+                    self.told_at_submission[job.index] = (told.seconds, told.low, told.high)
         pending = tuple(self._pending_job(job) for job in view.pending.values())
-        running = tuple(self._running_job(job) for job in view.running.values())
+        self._learnt = self.predictor.observed if self.predictor is not None else 0
+        running = tuple(self._running_job(job, view.now) for job in view.running.values())
         snapshot = Snapshot(
             now=view.now, nodes=self._nodes, pending=pending, running=running, pools=self._pools
         )
@@ -113,7 +141,7 @@ class GpuyardPolicy:
         starts: list[StartJob] = []
         for start in decisions.starts:
             job = view.pending[start.job_id]
-            self._pending.pop(start.job_id, None)
+            entry = self._pending.pop(start.job_id)
             self._running[start.job_id] = RunningJob(
                 id=job.index,
                 priority=job.priority,
@@ -122,6 +150,7 @@ class GpuyardPolicy:
                 group=job.group,
                 version=job.preemptions,
                 started_at=view.now,
+                predicted_end=None if entry.predicted is None else view.now + entry.predicted,
                 attained=job.attained_gpu_seconds(view.now),
                 queued=job.queue_time(view.now),
                 suspensions=job.preemptions,
@@ -134,9 +163,36 @@ class GpuyardPolicy:
         preempts = [p.job_id for p in decisions.preempts if p.job_id in view.running]
         return Decision(starts=starts, preempts=preempts)
 
+    def _learn(self, job: SimJob) -> None:
+        if self.predictor is None:
+            return
+        told = self._told.pop(job.index, None)
+        self.predictor.observe(_features(job), job.ran, told=told)
+        if told is not None:
+            self.accuracy.add(told, job.ran)
+            group = self.by_group.get(job.group)
+            if group is None:
+                group = self.by_group[job.group] = Accuracy()
+            group.add(told, job.ran)
+
+    def _predicted(self, job: SimJob) -> float | None:
+        """Seconds the job should still run, given what it ran in earlier attempts."""
+        if self.predictor is None:
+            return None
+        prediction = self.predictor.predict(_features(job), elapsed=job.ran)
+        return None if prediction is None else prediction.seconds - job.ran
+
     def _pending_job(self, job: SimJob) -> PendingJob:
         cached = self._pending.get(job.index)
-        if cached is None or cached.version != job.preemptions:
+        if (
+            cached is None
+            or cached.version != job.preemptions
+            or (
+                cached.predicted is None
+                and self.predictor is not None
+                and self._learnt != self.predictor.observed
+            )
+        ):
             cached = PendingJob(
                 id=job.index,
                 version=job.preemptions,
@@ -148,14 +204,24 @@ class GpuyardPolicy:
                 attained=job.attained_gpu_seconds(job.submit),
                 # Waited in all = now - submit - time run: what the server knows of it.
                 queued_since=job.submit + job.ran,
+                predicted=self._predicted(job),
             )
             self._pending[job.index] = cached
         return cached
 
-    def _running_job(self, job: SimJob) -> RunningJob:
+    def _running_job(self, job: SimJob, now: float) -> RunningJob:
         known = self._running.get(job.index)
         if known is None:
             raise SimulationError(f"job {job.job_id} runs but was not started by this policy")
+        end = known.predicted_end
+        if self.predictor is not None and (end is None or end <= now):
+            # Outlived its prediction (or had none): predicted again, given how long it ran.
+            ran = job.attained(now)
+            prediction = self.predictor.predict(_features(job), elapsed=ran)
+            if prediction is not None:
+                known = self._running[job.index] = replace(
+                    known, predicted_end=now + prediction.seconds - ran
+                )
         return known
 
     def _slots(self, allocations: tuple[Allocation, ...]) -> tuple[Slot, ...]:
@@ -167,3 +233,8 @@ class GpuyardPolicy:
             )
             for a in allocations
         )
+
+
+def _features(job: SimJob) -> JobFeatures:
+    """What the predictor knows of a trace job: no name nor command in the traces."""
+    return JobFeatures(user=job.user, group=job.group, gpus=job.gpus, nodes=job.nodes or 1)

@@ -26,9 +26,11 @@ __all__ = [
     "OVERALL",
     "JobResult",
     "Occupancy",
+    "PredictionError",
     "Summary",
     "job_results",
     "percentile",
+    "prediction_error",
     "summarize",
     "summarize_by_cluster",
 ]
@@ -166,6 +168,35 @@ def summarize_by_cluster(
     overall = list(occupancy.values()) if occupancy is not None else None
     out.append(summarize(policy, OVERALL, rows, overall, published=published))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionError:
+    """How the run times a policy predicted at submission compared with what the jobs ran
+    (those that finished and were told one)."""
+
+    jobs: int
+    median_log_ratio: float
+    """Median of |ln(ran / predicted)|: 0 is exact, 0.69 a factor of two."""
+    coverage: float
+    """Share of jobs whose run time fell inside the interval they were told."""
+
+
+def prediction_error(results: Iterable[PartitionResult]) -> PredictionError | None:
+    """Over all of ``results`` (None if no job was told a prediction)."""
+    ratios: list[float] = []
+    inside = 0
+    for result in results:
+        for index, (seconds, low, high) in result.predicted.items():
+            job = result.jobs[index]
+            if job.end is None:
+                continue
+            ran = max(job.ran, 1.0)
+            ratios.append(abs(math.log(ran / max(seconds, 1.0))))
+            inside += low <= ran <= high
+    if not ratios:
+        return None
+    return PredictionError(len(ratios), percentile(ratios, 50), inside / len(ratios))
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -60,7 +60,13 @@ POLICIES: dict[str, PolicyInfo] = {
         PolicyInfo(
             "gpuyard",
             "gpuyard.scheduler.decide() on a time-sharing pool (preemption: suspend, slices at "
-            "1, 10, 100 GPU-hours, aging 3 h, quantum 1 h), as the server runs it",
+            "1, 10, 100 GPU-hours, aging 3 h, quantum 1 h), as the server runs it, with run "
+            "times predicted from the jobs that ended",
+        ),
+        PolicyInfo(
+            "gpuyard-blind",
+            "gpuyard's time-sharing pool without predicted run times (what it did before it "
+            "learnt from history)",
         ),
         PolicyInfo(
             "gpuyard-never",
@@ -83,7 +89,7 @@ def make_policy(name: str, context: PolicyContext) -> Policy:
         from gpuyard.simulator.baselines import TiresiasPolicy
 
         return TiresiasPolicy(context)
-    if name in ("gpuyard", "gpuyard-never"):
+    if name in ("gpuyard", "gpuyard-never", "gpuyard-blind"):
         from gpuyard.scheduler import (
             TIME_SHARING_AGE_HALFLIFE,
             TIME_SHARING_MIN_RUN,
@@ -101,7 +107,9 @@ def make_policy(name: str, context: PolicyContext) -> Policy:
             age_halflife=TIME_SHARING_AGE_HALFLIFE,
             min_run=TIME_SHARING_MIN_RUN,
         )
-        return GpuyardPolicy(context, pools={sharing.name: sharing})
+        return GpuyardPolicy(
+            context, pools={sharing.name: sharing}, predict=name != "gpuyard-blind"
+        )
     raise InvalidSpec(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -132,6 +140,7 @@ def run_one(
     started = time.perf_counter()
     result = engine.run()
     result.wall_seconds = time.perf_counter() - started
+    result.predicted = dict(getattr(engine.policy, "told_at_submission", {}))
     return result
 
 

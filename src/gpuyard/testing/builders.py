@@ -54,6 +54,8 @@ def job(
     driver: str | None = None,
     alternatives: Iterable[Request] = (),
     min_nodes: int | None = None,
+    predicted: float | None = None,
+    queued_since: float | None = None,
 ) -> PendingJob:
     return PendingJob(
         id=job_id,
@@ -67,6 +69,8 @@ def job(
         constraint=Constraint(pool, frozenset(only), driver),
         max_runtime=max_runtime,
         min_nodes=min_nodes,
+        predicted=predicted,
+        queued_since=queued_since,
     )
 
 
@@ -96,6 +100,7 @@ def running(
     max_nodes: int | None = None,
     attained: float = 0.0,
     saves_on_notice: bool = False,
+    predicted_end: float | None = None,
 ) -> RunningJob:
     return RunningJob(
         job_id,
@@ -113,6 +118,7 @@ def running(
         max_nodes=max_nodes,
         attained=attained,
         saves_on_notice=saves_on_notice,
+        predicted_end=predicted_end,
     )
 
 

@@ -847,3 +847,84 @@ def test_a_victim_that_saves_on_notice_loses_no_work() -> None:
     listening = running(9, alloc("a", 1), started_at=0, saves_on_notice=True)
     deaf = running(8, alloc("a", 1), started_at=0, last_checkpoint=50)
     assert (listening.lost_work(100), deaf.lost_work(100)) == (0.0, 50.0)
+
+
+# -- predicted run times (docs/scheduling.md#predicted-run-times) -----------------------------
+
+PREDICTED = [
+    Case(
+        "a predicted end times the reservation, and a job predicted to end before it backfills",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 2), predicted_end=3600),),
+        pending=[job(1, gpus=4, priority=HIGH), job(2, gpus=2, predicted=600)],
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "a job predicted to run past the reservation does not backfill",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 2), predicted_end=3600),),
+        pending=[job(1, gpus=4, priority=HIGH), job(2, gpus=2, predicted=7200)],
+        waits={1: WaitCode.RESOURCES, 2: WaitCode.PRIORITY},
+    ),
+    Case(
+        "a max runtime outranks a prediction",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 2), predicted_end=3600),),
+        pending=[job(1, gpus=4, priority=HIGH), job(2, gpus=2, predicted=600, max_runtime=7200)],
+        waits={1: WaitCode.RESOURCES, 2: WaitCode.PRIORITY},
+    ),
+    Case(
+        "the smallest predicted job goes first, whoever submitted first",
+        nodes=[node("a", gpus=4)],
+        pending=[job(1, gpus=4, predicted=7200), job(2, gpus=4, predicted=600, owner="bob")],
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "size is GPU-time: one GPU for two hours is smaller than four for one",
+        nodes=[node("a", gpus=4)],
+        pending=[job(1, gpus=4, predicted=3600), job(2, gpus=1, predicted=7200, owner="bob")],
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "an owner who holds GPUs waits behind others' jobs of the same size",
+        nodes=[node("a", gpus=4), node("b", gpus=1)],
+        running=(running(9, alloc("a", 4)),),
+        pending=[job(1, gpus=1, predicted=600), job(2, gpus=1, predicted=600, owner="bob")],
+        starts={2: ["b"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+    Case(
+        "a long wait shrinks a job's size: it goes first in the end",
+        nodes=[node("a", gpus=4)],
+        pending=[
+            job(1, gpus=4, predicted=7200, queued_since=0),
+            job(2, gpus=4, predicted=600, owner="bob", queued_since=12 * 3600),
+        ],
+        now=12 * 3600,
+        starts={1: ["a"]},
+        waits={2: WaitCode.RESOURCES},
+    ),
+    Case(
+        "in a time-sliced pool a prediction holds no room (the bands need no drain)",
+        nodes=[node("a", gpus=4)],
+        running=(running(9, alloc("a", 2), predicted_end=3600),),
+        pending=[job(1, gpus=4, predicted=600), job(2, gpus=2, predicted=7200)],
+        pools=(SLICED,),
+        starts={2: ["a"]},
+        waits={1: WaitCode.RESOURCES},
+    ),
+]
+
+
+@table(PREDICTED)
+def test_predicted_run_times(case: Case) -> None:
+    check(case)
+
+
+def test_a_reservation_behind_a_predicted_end_says_when() -> None:
+    decisions = check(PREDICTED[1])
+    assert decisions.waits[1].start_at == 3600
+    assert "expected to start in about 1h" in decisions.waits[1].message

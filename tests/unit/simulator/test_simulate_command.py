@@ -71,7 +71,8 @@ def test_simulate_writes_results_summary_and_plot(files: tuple[Path, Path], tmp_
 
     with (out / "jobs.csv").open() as f:
         jobs = list(csv.DictReader(f))
-    assert len(jobs) == 5 * 6  # every job under fifo, sjf, srtf, tiresias, gpuyard, gpuyard-never
+    # every job under fifo, sjf, srtf, tiresias, gpuyard, gpuyard-blind, gpuyard-never
+    assert len(jobs) == 5 * 7
     fifo = {r["job_id"]: r for r in jobs if r["policy"] == "fifo"}
     # vcA: job 3 (16 GPUs) waits for both nodes: job 1 ends at 100, job 2 at 60.
     assert (fifo["3"]["start"], fifo["3"]["queue"], fifo["3"]["jct"]) == ("100", "80", "110")
