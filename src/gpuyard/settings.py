@@ -238,6 +238,13 @@ class Settings(BaseSettings):
         "temperature, ECC, retired pages, Xid events); 0: never. A new critical finding "
         "cordons the node (docs/node-health.md).",
     )
+    predict_run_times: bool = Field(
+        True,
+        description="Learn each job's run time from the jobs that ended (its user's, its "
+        "name's, its size's) and use it where a job has no max runtime: to order the queue "
+        "within a tier, to time reservations and backfill, and to predict starts with a "
+        "range (docs/scheduling.md#predicted-run-times). false: none of it, as before.",
+    )
     usage_interval: float = Field(
         10.0,
         ge=1,

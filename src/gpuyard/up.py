@@ -359,6 +359,7 @@ def _make_controller(
         launch_config=launch_config(settings, who=who),
         alert=WebhookAlerts(settings.alert_webhook) if settings.alert_webhook else None,
         usage_interval=settings.usage_interval,
+        predict_run_times=settings.predict_run_times,
     )
 
 

@@ -31,8 +31,8 @@ def simulate(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            help="fifo, sjf, srtf, tiresias, gpuyard or gpuyard-never; repeatable or "
-            "comma-separated (default: all)."
+            help="fifo, sjf, srtf, tiresias, gpuyard, gpuyard-blind or gpuyard-never; "
+            "repeatable or comma-separated (default: all)."
         ),
     ] = None,
     out: Annotated[

@@ -37,6 +37,7 @@ from gpuyard.scheduler.decide import Start
 from gpuyard.scheduler.snapshot import Allocation
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import transition
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import current
 from gpuyard.store.snapshot import SnapshotLoader
@@ -83,8 +84,11 @@ class Applier:
         mark_dirty: Callable[[], None],
         errors: JobErrors,
         give_up: Callable[[int], None],
+        run_times: RunTimes | None = None,
     ) -> None:
+        """``run_times``: the predictions to put on each snapshot (None: none)."""
         self.store = store
+        self.run_times = run_times
         self.clock = clock
         self.launch = launch
         """Launch the workers of these started jobs (the controller's launcher)."""
@@ -111,6 +115,8 @@ class Applier:
                 snapshot = self.loader.load(
                     session, now, on_bad_row=self._bad_row, monotonic=self.clock.monotonic()
                 )
+                if self.run_times is not None and snapshot.pending:
+                    snapshot = self.run_times.apply(session, snapshot)
                 nodes = {
                     name: NodeFacts(address, str((labels or {}).get("host", name)), gpus)
                     for name, address, labels, gpus in session.execute(

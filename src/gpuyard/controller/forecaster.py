@@ -22,6 +22,7 @@ from gpuyard.clock import Clock
 from gpuyard.models.states import PENDING
 from gpuyard.periodic import Periodic, paced
 from gpuyard.scheduler import Budget, forecast, frozen_heap
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.store.forecasts import forecast_to_store
 from gpuyard.store.snapshot import SnapshotLoader
@@ -55,8 +56,11 @@ class Forecaster:
         *,
         every: float = FORECAST_EVERY,
         budget: float = BUDGET,
+        run_times: RunTimes | None = None,
     ) -> None:
+        """``run_times``: the predictions to put on each snapshot (None: none)."""
         self.store = store
+        self.run_times = run_times
         self.clock = clock
         self.every = every
         self.budget = budget
@@ -89,6 +93,8 @@ class Forecaster:
         with frozen_heap() as freeze:
             with self.store.read() as session:
                 snapshot = self._loader.load(session, now, monotonic=self.clock.monotonic())
+                if self.run_times is not None and snapshot.pending:
+                    snapshot = self.run_times.apply(session, snapshot)
             if not snapshot.pending:
                 self._written.clear()
                 return 0

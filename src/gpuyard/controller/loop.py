@@ -77,6 +77,7 @@ from gpuyard.models.states import HOLDING
 from gpuyard.models.usage import DEFAULT_INTERVAL
 from gpuyard.models.worker import Handle, NodeInfo, WorkerKey, WorkerState, WorkerStatus
 from gpuyard.services.transitions import record_event
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow, WorkerRow
 from gpuyard.store.workers import set_worker_state
@@ -114,11 +115,13 @@ class Controller:
         alert: Callable[[dict[str, Any]], None] | None = None,
         inspect_every: float = INSPECT_EVERY,
         usage_interval: float = DEFAULT_INTERVAL,
+        predict_run_times: bool = True,
     ) -> None:
         """``alert``: where alerts go besides the jobs' logs (the pool's webhook).
         ``inspect_every``: seconds between inspections of the nodes' health, run beside the
         loop (:mod:`gpuyard.controller.inspection`); 0 for none. ``usage_interval``: seconds
-        between usage samples."""
+        between usage samples. ``predict_run_times``: learn run times from the jobs that
+        ended and give them to the scheduler (docs/scheduling.md#predicted-run-times)."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -158,7 +161,9 @@ class Controller:
             alert=alert,
             look_again=self._look_again,
         )
-        self.forecaster = Forecaster(store, clock)
+        self.run_times = RunTimes() if predict_run_times else None
+        """Shared by the passes and the forecasts."""
+        self.forecaster = Forecaster(store, clock, run_times=self.run_times)
         self.inspector = Inspector(
             store, executor, clock, every=inspect_every, cordoned=self.notify
         )
@@ -175,6 +180,7 @@ class Controller:
             mark_dirty=self._mark_dirty,
             errors=self.errors,
             give_up=self._give_up_on,
+            run_times=self.run_times,
         )
 
     # -- running --------------------------------------------------------------------------

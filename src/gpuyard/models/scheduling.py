@@ -16,8 +16,15 @@ class Prediction(BaseModel):
     now: bool = Field(description="It would start right away.")
     start_at: datetime | None = Field(
         None,
-        description="When it should start; none when that depends on jobs without a max runtime.",
+        description="When it should start; none when that depends on jobs without a max "
+        "runtime or a predicted run time.",
     )
+    earliest: datetime | None = Field(
+        None,
+        description="The range of its start, when it waits on predicted run times "
+        "(docs/scheduling.md#predicted-run-times): the earliest it may start.",
+    )
+    latest: datetime | None = Field(None, description="The latest it should start by.")
     ahead: list[int] = Field(
         default_factory=list,
         description="Queued jobs that should start before it, of those the caller may see.",

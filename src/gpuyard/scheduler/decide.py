@@ -308,9 +308,11 @@ class _Cycle:
 
     def size_of(self, job: PendingJob) -> float:
         """The job's place in its tier when run times are predicted: its remaining
-        GPU-seconds (predicted, else its max runtime's, else the largest a job may be),
-        halved for every ``age_halflife`` it has waited (so nothing starves)."""
-        seconds = job.predicted if job.predicted is not None else job.max_runtime
+        GPU-seconds (predicted, and no more than its max runtime; else the largest a job may
+        be), halved for every ``age_halflife`` it has waited (so nothing starves)."""
+        seconds = job.predicted
+        if job.max_runtime is not None:
+            seconds = job.max_runtime if seconds is None else min(seconds, job.max_runtime)
         if seconds is None:
             seconds = UNKNOWN_SIZE
         size = seconds * max(job.request.gpus, 1)

@@ -1,10 +1,11 @@
 """Queue prediction: when would a job start? The same ``decide()``, run forward in time.
 
 Every running job is taken to end at its max runtime (the user's own limit: the latest it can
-end). From the snapshot, repeat: decide; the jobs it starts run from now until their max
-runtime; jump to the next expected end; free that job's room. A job's first start in this
-replay is its prediction. A job waiting for room that only a job without a max runtime holds
-gets no time: the answer names the jobs it waits for instead.
+end), else at its predicted end (docs/scheduling.md#predicted-run-times). From the snapshot,
+repeat: decide; the jobs it starts run from now until their max runtime or predicted run
+time; jump to the next expected end; free that job's room. A job's first start in this
+replay is its prediction. A job waiting for room that only a job with neither holds gets no
+time: the answer names the jobs it waits for instead.
 
 The replay does not depend on which job is asked about, so one replay answers for the whole
 queue: :func:`forecast` records every job's first start as the replay goes, within a bound on
@@ -149,6 +150,7 @@ class _Replay:
                 group=job.group,
                 started_at=self.now,
                 max_runtime=job.max_runtime,
+                predicted_end=None if job.predicted is None else self.now + job.predicted,
                 preemptible=True,
             )
         for p in decisions.preempts:
@@ -161,7 +163,7 @@ class _Replay:
         has one (what is left waits for jobs without a max runtime)."""
         later = [
             end
-            for end in (job.expected_end for job in self.running.values())
+            for end in (job.likely_end for job in self.running.values())
             if end is not None and end > self.now
         ]
         if not later:
@@ -170,7 +172,7 @@ class _Replay:
         finished = [
             job
             for job in self.running.values()
-            if job.expected_end is not None and job.expected_end <= self.now
+            if (end := job.likely_end) is not None and end <= self.now
         ]
         for job in finished:
             del self.running[job.id]
@@ -191,8 +193,8 @@ class _Replay:
         return tuple(sorted(ids))
 
     def blockers(self) -> tuple[int, ...]:
-        """Running jobs without a max runtime."""
-        return tuple(sorted(job.id for job in self.running.values() if job.expected_end is None))
+        """Running jobs without a max runtime or a predicted end."""
+        return tuple(sorted(job.id for job in self.running.values() if job.likely_end is None))
 
 
 class _Forecaster:
@@ -335,15 +337,24 @@ def _requeued(job: RunningJob) -> PendingJob:
         request=Request(members),
         group=job.group,
         max_runtime=job.max_runtime,
+        predicted=None
+        if job.predicted_end is None
+        else max(0.0, job.predicted_end - job.started_at),
     )
 
 
 def in_words(
-    forecast: Forecast, now: float, *, hidden_ahead: int = 0, hidden_waits: int = 0
+    forecast: Forecast,
+    now: float,
+    *,
+    hidden_ahead: int = 0,
+    hidden_waits: int = 0,
+    within: tuple[float, float] | None = None,
 ) -> str:
     """The forecast as a sentence. ``forecast.ahead`` and ``waits_for`` are the jobs the
     reader may see; ``hidden_ahead`` and ``hidden_waits`` count the others, which are
-    mentioned without their ids (docs/security.md, "What a user can see")."""
+    mentioned without their ids (docs/security.md, "What a user can see"). ``within``: the
+    range of its start (earliest, latest), when the run times it waits on are predicted."""
     if forecast.never is not None:
         return f"it can never start: {forecast.never}"
     if forecast.now:
@@ -351,7 +362,11 @@ def in_words(
     ahead = name_jobs(forecast.ahead, hidden_ahead)
     behind = f", behind {ahead}" if ahead else ""
     if forecast.start_at is not None and not math.isinf(forecast.start_at):
-        return f"starts in about {format_duration(max(0.0, forecast.start_at - now))}{behind}"
+        about = format_duration(max(0.0, forecast.start_at - now))
+        if within is not None and within[1] > within[0]:
+            early, late = (format_duration(max(0.0, t - now)) for t in within)
+            return f"starts in {early}–{late} (about {about}){behind}"
+        return f"starts in about {about}{behind}"
     if forecast.waits_for or hidden_waits:
         which = name_jobs(forecast.waits_for, hidden_waits)
         return f"no start time can be given: it waits for {which}, with no max runtime{behind}"

@@ -49,6 +49,7 @@ from gpuyard.services.shell import PlanShell, ShellService
 from gpuyard.services.slurm_steps import SlurmStepService
 from gpuyard.services.usage import UsageService
 from gpuyard.settings import Settings
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.web import install_web
 
@@ -163,6 +164,7 @@ def _services(
             notify=notify,
             check_submission=lambda spec, owner: jobs.check_submission(spec, owner=owner),
             policy=policy,
+            run_times=RunTimes() if settings.predict_run_times else None,
         ),
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,

@@ -7,6 +7,7 @@ the real scheduler forward over the queue (:mod:`gpuyard.scheduler.predict`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -21,12 +22,15 @@ from gpuyard.models.access import Action
 from gpuyard.models.actor import Actor
 from gpuyard.models.request import request_of
 from gpuyard.models.states import PENDING
+from gpuyard.scheduler import Snapshot
+from gpuyard.scheduler.durations import JobFeatures
 from gpuyard.scheduler.predict import Forecast, in_words, predict
 from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.disclosure import Viewer
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import HOLDABLE, begin_suspension, set_held
 from gpuyard.services.views import job_view
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.store.forecasts import stored_forecast
 from gpuyard.store.snapshot import hypothetical, load_snapshot
@@ -48,8 +52,11 @@ class SchedulingService:
         notify: Notify = nobody,
         check_submission: Callable[[JobSpec, str], None] = lambda _spec, _owner: None,
         policy: Policy | None = None,
+        run_times: RunTimes | None = None,
     ) -> None:
+        """``run_times``: predicted run times for the forecasts made here (None: none)."""
         self.policy = policy or Policy(store, clock, Audit(clock))
+        self.run_times = run_times
         self.store = store
         self.clock = clock
         self.notify = notify
@@ -94,50 +101,74 @@ class SchedulingService:
             viewer = Viewer.of(session, self.policy, actor)
             stored = stored_forecast(row.prediction or {}, row.version)
             if stored is not None:  # the controller's, made for this version of the job
-                return _prediction(session, viewer, stored, now)
+                return self._prediction(session, viewer, stored, now)
             # Changed since the last forecast (just submitted, say): this job alone, bounded.
-            snapshot = load_snapshot(session, now)
+            snapshot = self._snapshot(session, now)
             found = predict(snapshot, job_id, max_steps=ON_DEMAND_STEPS)
-            return _prediction(session, viewer, found, now)
+            return self._prediction(session, viewer, found, now)
 
     def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
         """When ``spec`` would start if it were submitted now (nothing is stored)."""
         self.check_submission(spec, owner)
         now = self.clock.now()
         with self.store.read() as session:
-            snapshot = load_snapshot(session, now)
+            snapshot = self._snapshot(session, now)
             user = session.get(UserRow, owner)
             seq = (session.scalar(select(func.max(JobRow.id))) or 0) + 1
+            group = (user.group_name or "") if user else ""
+            request = request_of(spec)
             job = hypothetical(
-                snapshot,
-                request_of(spec),
-                priority=spec.priority,
-                owner=owner,
-                group=(user.group_name or "") if user else "",
-                seq=seq,
+                snapshot, request, priority=spec.priority, owner=owner, group=group, seq=seq
             )
+            if self.run_times is not None:
+                told = self.run_times.predict(
+                    JobFeatures(
+                        user=owner,
+                        group=group,
+                        name=spec.effective_name(),
+                        gpus=request.request.gpus,
+                        nodes=request.request.nodes,
+                    )
+                )
+                if told is not None:
+                    job = replace(job, predicted=told.seconds)
             snapshot = replace(snapshot, pending=(*snapshot.pending, job))
             found = predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS)
-            return _prediction(session, Viewer.of(session, self.policy, owner), found, now)
+            return self._prediction(session, Viewer.of(session, self.policy, owner), found, now)
+
+    def _snapshot(self, session: Session, now: float) -> Snapshot:
+        snapshot = load_snapshot(session, now)
+        if self.run_times is not None and snapshot.pending:
+            snapshot = self.run_times.apply(session, snapshot)
+        return snapshot
+
+    def _prediction(
+        self, session: Session, viewer: Viewer, forecast: Forecast, now: float
+    ) -> Prediction:
+        """The forecast as ``viewer`` may read it: the jobs it may not see are counted, not
+        named, in the lists and in the sentence (docs/security.md); with the range of its
+        start where it waits on predicted run times."""
+        within = None if self.run_times is None else self.run_times.within(session, forecast, now)
+        ahead = viewer.disclose(session, forecast.ahead)
+        waits = viewer.disclose(session, forecast.waits_for)
+        shown = replace(forecast, ahead=ahead.shown, waits_for=waits.shown)
+        return Prediction(
+            now=forecast.now,
+            start_at=_when(forecast.start_at),
+            earliest=None if within is None else _when(within[0]),
+            latest=None if within is None else _when(within[1]),
+            ahead=list(ahead.shown),
+            hidden_ahead=ahead.hidden,
+            waits_for=list(waits.shown),
+            hidden_waits_for=waits.hidden,
+            reason=in_words(
+                shown, now, hidden_ahead=ahead.hidden, hidden_waits=waits.hidden, within=within
+            ),
+        )
 
 
-def _prediction(session: Session, viewer: Viewer, forecast: Forecast, now: float) -> Prediction:
-    """The forecast as ``viewer`` may read it: the jobs it may not see are counted, not
-    named, in the lists and in the sentence (docs/security.md)."""
-    ahead = viewer.disclose(session, forecast.ahead)
-    waits = viewer.disclose(session, forecast.waits_for)
-    shown = replace(forecast, ahead=ahead.shown, waits_for=waits.shown)
-    return Prediction(
-        now=forecast.now,
-        start_at=None
-        if forecast.start_at is None
-        else datetime.fromtimestamp(forecast.start_at, UTC),
-        ahead=list(ahead.shown),
-        hidden_ahead=ahead.hidden,
-        waits_for=list(waits.shown),
-        hidden_waits_for=waits.hidden,
-        reason=in_words(shown, now, hidden_ahead=ahead.hidden, hidden_waits=waits.hidden),
-    )
+def _when(at: float | None) -> datetime | None:
+    return None if at is None or math.isinf(at) else datetime.fromtimestamp(at, UTC)
 
 
 def _not_suspendable(job_id: int, state: JobState) -> str:

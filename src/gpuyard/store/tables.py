@@ -273,6 +273,7 @@ class JobRow(Base):
         Index("ix_jobs_owner", "owner"),
         Index("ix_jobs_name", "name"),
         Index("ix_jobs_array", "array_id"),
+        Index("ix_jobs_finished_at", "finished_at"),
         # Ids are never reused (SQLite's AUTOINCREMENT; PostgreSQL's sequences never go
         # back): a new job with a deleted one's id would inherit what refers to it.
         {"sqlite_autoincrement": True},
