@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuyard.models.waiting import WaitCode
@@ -232,6 +233,8 @@ class _Cycle:
         )
         self.predicted = any(job.predicted is not None for job in snapshot.pending)
         """Whether the queue is ordered by predicted sizes (:mod:`~.order`)."""
+        self._halves: dict[str, float] = {}
+        """The half-life that ages sizes, per pool."""
         self.quotas = QuotaBook(snapshot.quotas, snapshot.running)
         self.limited = self.quotas.users | self.quotas.groups
         """Every user or group that a quota names (at some tier)."""
@@ -306,20 +309,25 @@ class _Cycle:
             attained = policy.aged(attained, job.queued, job.gpus)
         return (job.priority, -policy.band(attained + job.gpus * max(0.0, ran)))
 
-    def size_of(self, job: PendingJob) -> float:
-        """The job's place in its tier when run times are predicted: its remaining
+    def sizes(self, jobs: Sequence[PendingJob]) -> list[float]:
+        """Each job's place in its tier when run times are predicted: its remaining
         GPU-seconds (predicted, and no more than its max runtime; else the largest a job may
         be), halved for every ``age_halflife`` it has waited (so nothing starves)."""
-        seconds = job.predicted
-        if job.max_runtime is not None:
-            seconds = job.max_runtime if seconds is None else min(seconds, job.max_runtime)
-        if seconds is None:
-            seconds = UNKNOWN_SIZE
-        size = seconds * max(job.request.gpus, 1)
-        if job.queued_since is not None:
-            half = self.policy(job.constraint.pool).age_halflife or SIZE_HALFLIFE
-            size *= 0.5 ** (max(0.0, self.now - job.queued_since) / half)
-        return size
+        now, halves, out = self.now, self._halves, []
+        for job in jobs:
+            seconds, cap = job.predicted, job.max_runtime
+            if cap is not None and (seconds is None or cap < seconds):
+                seconds = cap
+            size = (UNKNOWN_SIZE if seconds is None else seconds) * (job.request.gpus or 1)
+            since = job.queued_since
+            if since is not None and now > since:
+                pool = job.constraint.pool
+                half = halves.get(pool)
+                if half is None:
+                    half = halves[pool] = self.policy(pool).age_halflife or SIZE_HALFLIFE
+                size *= 0.5 ** ((now - since) / half)
+            out.append(size)
+        return out
 
     def end_of(self, job: PendingJob) -> float:
         """When a job started now would end, for backfill: at its max runtime, else (outside
@@ -340,7 +348,7 @@ class _Cycle:
 
     def run(self) -> Decisions:
         band = self.pending_band if self.slicing else None
-        size = self.size_of if self.predicted else None
+        size = self.sizes if self.predicted else None
         self.fair.visit(
             self.snapshot.pending,
             self.consider,

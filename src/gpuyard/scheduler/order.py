@@ -55,7 +55,7 @@ class FairShare:
         *,
         band: Callable[[PendingJob], int] | None = None,
         settle: Callable[[list[PendingJob], int], int] | None = None,
-        size: Callable[[PendingJob], float] | None = None,
+        size: Callable[[Sequence[PendingJob]], list[float]] | None = None,
         weigh: bool = True,
     ) -> None:
         """Call ``consider`` on each job, in order. It reads usage as it goes, so ``consider``
@@ -69,8 +69,8 @@ class FairShare:
         and would be the same at their turn; taking such jobs out changes neither the order
         nor the usage the others are ordered by, and saves turning the heap once per job.
 
-        ``size``: each job's predicted remaining GPU-seconds, aged, or None: submission
-        order. ``weigh``: how owners' lines merge by size (see the module doc)."""
+        ``size``: the sizes of jobs (their predicted remaining GPU-seconds, aged), or None:
+        submission order. ``weigh``: how owners' lines merge by size (see the module doc)."""
         seqs = list(map(_SEQ, pending))
         if not all(map(lt, seqs, itertools.islice(seqs, 1, None))):
             # Each owner's line is in submission order: sort once (it usually is already).
@@ -134,27 +134,32 @@ class FairShare:
         owners: Mapping[str, list[PendingJob]],
         consider: Callable[[PendingJob], None],
         settle: Callable[[list[PendingJob], int], int] | None,
-        size: Callable[[PendingJob], float],
+        size: Callable[[Sequence[PendingJob]], list[float]],
         weigh: bool,
     ) -> None:
         """One tier by size: a merge of the owners' lines (each by size) on (size x (1 +
         usage / share / FAIR_GPUS), seq, owner) if ``weigh``, else on (usage / share, size,
         seq, owner)."""
-        sizes: dict[int, float] = {}
-        for line in owners.values():
-            for job in line:
-                sizes[job.id] = size(job)
-            line.sort(key=lambda job: sizes[job.id])  # stable: ties keep submission order
+        sizes: dict[str, list[float]] = {}
+        for owner, line in owners.items():
+            values = size(line)
+            order = sorted(range(len(line)), key=values.__getitem__)  # stable: ties by seq
+            line[:] = [line[i] for i in order]
+            sizes[owner] = [values[i] for i in order]
         usage, shares = self.usage, self.shares
 
-        def key(owner: str, job: PendingJob) -> tuple[float, float, int, str]:
+        def key(owner: str, head: int) -> tuple[float, float, int, str]:
             share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
             if weigh:
-                return (sizes[job.id] * (1.0 + share / FAIR_GPUS), 0.0, job.seq, owner)
-            return (share, sizes[job.id], job.seq, owner)
+                return (sizes[owner][head] * (1.0 + share / FAIR_GPUS), 0.0, seq(owner), owner)
+            return (share, sizes[owner][head], seq(owner), owner)
 
         heads = dict.fromkeys(owners, 0)
-        heap = [key(owner, line[0]) for owner, line in owners.items()]
+
+        def seq(owner: str) -> int:
+            return owners[owner][heads[owner]].seq
+
+        heap = [key(owner, 0) for owner in owners]
         heapq.heapify(heap)
         while heap:
             owner = heap[0][3]
@@ -166,7 +171,7 @@ class FairShare:
                 head = settle(line, head)
             if head < len(line):
                 heads[owner] = head
-                heapq.heapreplace(heap, key(owner, line[head]))
+                heapq.heapreplace(heap, key(owner, head))
             else:
                 heapq.heappop(heap)
 
