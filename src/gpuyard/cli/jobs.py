@@ -289,6 +289,8 @@ def submit(
             print_json(prediction)
             return
         console().print(describe_prediction(prediction), highlight=False)
+        if prediction.run_time:
+            console().print(prediction.run_time, highlight=False)
         return
     job = _client().submit(spec)
     if as_json:
@@ -314,6 +316,12 @@ def describe_prediction(prediction: Prediction, now: datetime | None = None) -> 
     when = prediction.start_at.astimezone()
     shown = when.strftime("%H:%M" if when.date() == now.astimezone().date() else "%Y-%m-%d %H:%M")
     wait = format_duration(max(0.0, (prediction.start_at - now).total_seconds()))
+    if prediction.earliest is not None and prediction.latest is not None:
+        early, late = (
+            format_duration(max(0.0, (t - now).total_seconds()))
+            for t in (prediction.earliest, prediction.latest)
+        )
+        wait += f"; between {early} and {late}"
     return f"starts at about {shown} (in {wait}){behind}"
 
 

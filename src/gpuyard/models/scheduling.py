@@ -25,6 +25,12 @@ class Prediction(BaseModel):
         "(docs/scheduling.md#predicted-run-times): the earliest it may start.",
     )
     latest: datetime | None = Field(None, description="The latest it should start by.")
+    run_time: str | None = Field(
+        None,
+        description="How long it is predicted to run, its range and where that comes from "
+        "('predicted 2h10m (1h05m–4h20m) from 14 earlier jobs of ada named resnet*-*'); none "
+        "before the pool has history to predict it from.",
+    )
     ahead: list[int] = Field(
         default_factory=list,
         description="Queued jobs that should start before it, of those the caller may see.",

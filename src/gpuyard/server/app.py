@@ -97,7 +97,11 @@ def create_app(
     app.state.controller_health = controller_health
     app.state.disk_health = disk_health
     app.state.metrics = MetricsService(
-        store, services.policy, controller_health or dict, services.usage.latest
+        store,
+        services.policy,
+        controller_health or dict,
+        services.usage.latest,
+        run_times=services.scheduling.run_times,
     )
     install_error_handlers(app)
     install_openapi(app)

@@ -25,10 +25,12 @@ from sqlalchemy import func, select
 from gpuyard.models import JobState
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.usage import Point
+from gpuyard.scheduler.durations import Accuracy
 from gpuyard.scheduler.snapshot import DEFAULT_POOL
 from gpuyard.services.auth import Policy
 from gpuyard.services.disclosure import Viewer
 from gpuyard.services.usage import Latest
+from gpuyard.store.durations import RunTimes
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import FaultRow, JobRow, NodeRow
 
@@ -55,11 +57,13 @@ class PoolCollector(Collector):
         controller: Callable[[], dict[str, Any] | None],
         usage: Callable[[], Latest] | None = None,
         jobs: JobFilter | None = None,
+        run_times: RunTimes | None = None,
     ) -> None:
         self.store = store
         self.controller = controller
         self.usage = usage
         self.jobs = jobs
+        self.run_times = run_times
 
     def collect(self) -> Iterator[Metric]:
         with self.store.read() as session:
@@ -79,7 +83,10 @@ class PoolCollector(Collector):
                 select(FaultRow.kind, func.count()).group_by(FaultRow.kind)
             ).all()
             restarts = session.scalar(select(func.coalesce(func.sum(JobRow.restarts), 0)))
+            accuracy = None if self.run_times is None else self.run_times.accuracy(session)
         yield from self._jobs(states, waiting)
+        if accuracy is not None:
+            yield from _run_times(accuracy)
         yield from self._nodes(nodes, placements)
         faults_metric = CounterMetricFamily(
             "gpuyard_faults", "Faults in the jobs' fault-tolerance logs, by kind.", labels=["kind"]
@@ -192,17 +199,39 @@ def _usage(kind: str, what: str, points: dict[Any, Point]) -> Iterator[Metric]:
         yield family
 
 
+def _run_times(accuracy: Accuracy) -> Iterator[Metric]:
+    """How the predicted run times compared with what jobs ran (docs/scheduling.md)."""
+    yield CounterMetricFamily(
+        "gpuyard_run_time_predictions",
+        "Ended jobs whose predicted run time was scored against what they ran.",
+        value=accuracy.jobs,
+    )
+    if accuracy.jobs:
+        yield GaugeMetricFamily(
+            "gpuyard_run_time_prediction_error",
+            "Median of |ln(ran / predicted)| over the scored jobs (0.69: off by 2x).",
+            value=accuracy.median_log_ratio or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "gpuyard_run_time_prediction_coverage",
+            "Share of the scored jobs that ran within their predicted interval.",
+            value=accuracy.coverage or 0.0,
+        )
+
+
 def registry(
     store: Store,
     controller: Callable[[], dict[str, Any] | None],
     usage: Callable[[], Latest] | None = None,
     jobs: JobFilter | None = None,
+    run_times: RunTimes | None = None,
 ) -> CollectorRegistry:
     """A registry of the pool's collector alone (no process or platform series: the server's
     own, not the pool's). ``usage``: the latest samples, for per-node series, and per-job
-    series of the jobs that ``jobs`` keeps (None: no per-job series at all)."""
+    series of the jobs that ``jobs`` keeps (None: no per-job series at all). ``run_times``:
+    the predictor whose accuracy to report (None: none)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(store, controller, usage, jobs))
+    registry.register(PoolCollector(store, controller, usage, jobs, run_times))
     return registry
 
 
@@ -215,17 +244,21 @@ class MetricsService:
         policy: Policy,
         controller: Callable[[], dict[str, Any] | None],
         usage: Callable[[], Latest] | None = None,
+        run_times: RunTimes | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
         self.controller = controller
         self.usage = usage
+        self.run_times = run_times
 
     def exposition(self, viewer: str | None) -> bytes:
         """The text format for ``viewer`` (a signed-in user's name; None: an anonymous
         scrape, which gets no per-job series)."""
         jobs = None if viewer is None else self._visible_to(viewer)
-        return generate_latest(registry(self.store, self.controller, self.usage, jobs))
+        return generate_latest(
+            registry(self.store, self.controller, self.usage, jobs, self.run_times)
+        )
 
     def _visible_to(self, actor: str) -> JobFilter:
         def visible(points: dict[int, Point]) -> dict[int, Point]:

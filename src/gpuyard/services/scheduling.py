@@ -100,12 +100,16 @@ class SchedulingService:
                 )
             viewer = Viewer.of(session, self.policy, actor)
             stored = stored_forecast(row.prediction or {}, row.version)
+            run_time = None
+            if self.run_times is not None:
+                told = self.run_times.of_job(session, job_id, now)
+                run_time = None if told is None else told.describe()
             if stored is not None:  # the controller's, made for this version of the job
-                return self._prediction(session, viewer, stored, now)
+                return self._prediction(session, viewer, stored, now, run_time)
             # Changed since the last forecast (just submitted, say): this job alone, bounded.
             snapshot = self._snapshot(session, now)
             found = predict(snapshot, job_id, max_steps=ON_DEMAND_STEPS)
-            return self._prediction(session, viewer, found, now)
+            return self._prediction(session, viewer, found, now, run_time)
 
     def predict(self, spec: JobSpec, *, owner: str) -> Prediction:
         """When ``spec`` would start if it were submitted now (nothing is stored)."""
@@ -120,6 +124,7 @@ class SchedulingService:
             job = hypothetical(
                 snapshot, request, priority=spec.priority, owner=owner, group=group, seq=seq
             )
+            told = None
             if self.run_times is not None:
                 told = self.run_times.predict(
                     JobFeatures(
@@ -134,7 +139,10 @@ class SchedulingService:
                     job = replace(job, predicted=told.seconds)
             snapshot = replace(snapshot, pending=(*snapshot.pending, job))
             found = predict(snapshot, job.id, max_steps=ON_DEMAND_STEPS)
-            return self._prediction(session, Viewer.of(session, self.policy, owner), found, now)
+            viewer = Viewer.of(session, self.policy, owner)
+            return self._prediction(
+                session, viewer, found, now, None if told is None else told.describe()
+            )
 
     def _snapshot(self, session: Session, now: float) -> Snapshot:
         snapshot = load_snapshot(session, now)
@@ -143,7 +151,12 @@ class SchedulingService:
         return snapshot
 
     def _prediction(
-        self, session: Session, viewer: Viewer, forecast: Forecast, now: float
+        self,
+        session: Session,
+        viewer: Viewer,
+        forecast: Forecast,
+        now: float,
+        run_time: str | None = None,
     ) -> Prediction:
         """The forecast as ``viewer`` may read it: the jobs it may not see are counted, not
         named, in the lists and in the sentence (docs/security.md); with the range of its
@@ -161,6 +174,7 @@ class SchedulingService:
             hidden_ahead=ahead.hidden,
             waits_for=list(waits.shown),
             hidden_waits_for=waits.hidden,
+            run_time=run_time,
             reason=in_words(
                 shown, now, hidden_ahead=ahead.hidden, hidden_waits=waits.hidden, within=within
             ),

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from gpuyard.models import JobState
 from gpuyard.scheduler import PendingJob, RunningJob, Snapshot
-from gpuyard.scheduler.durations import DurationPredictor, JobFeatures, Prediction
+from gpuyard.scheduler.durations import Accuracy, DurationPredictor, JobFeatures, Prediction
 from gpuyard.scheduler.predict import Forecast
 from gpuyard.store.tables import JobRow
 
@@ -126,6 +126,28 @@ class RunTimes:
             return None
         return (max(now, forecast.start_at - down), forecast.start_at + up)
 
+    def of_job(self, session: Session, job_id: int, now: float) -> Prediction | None:
+        """A job's run time in all, as predicted now (given what it has run, if it runs)."""
+        row = session.execute(
+            select(*_FEATURES, JobRow.ran, JobRow.started_at, JobRow.state).where(
+                JobRow.id == job_id
+            )
+        ).first()
+        if row is None:
+            return None
+        elapsed = row.ran or 0.0
+        if JobState(row.state).holds_resources() and row.started_at is not None:
+            elapsed += max(0.0, now - row.started_at)
+        with self._lock:
+            self._learn(session)
+            return self.predictor.predict(features_of(row), elapsed=elapsed)
+
+    def accuracy(self, session: Session) -> Accuracy:
+        """How the predictions of the jobs learnt so far compared with what they ran."""
+        with self._lock:
+            self._learn(session)
+            return self.predictor.accuracy
+
     def told(self, job_id: int) -> Prediction | None:
         """What a queued job was predicted to run when it was first seen."""
         with self._lock:
@@ -141,7 +163,7 @@ class RunTimes:
                 )
             )
             rows.reverse()
-            self._observe(rows, scored=False)
+            self._observe(rows)
             if rows:
                 self._mark = (rows[-1].finished_at, rows[-1].id)
             else:
@@ -164,19 +186,19 @@ class RunTimes:
             )
             if not rows:
                 return
-            self._observe(rows, scored=True)
+            self._observe(rows)
             self._mark = (rows[-1].finished_at, rows[-1].id)
             if len(rows) < BATCH:
                 return
 
-    def _observe(self, rows: Sequence[Any], *, scored: bool) -> None:
+    def _observe(self, rows: Sequence[Any]) -> None:
+        """Learn each ended job, scored on what it was told when this process first saw it
+        queued, else on what it would have been told just before it ended."""
         for row in rows:
             ran = (row.ran or 0.0) + max(0.0, row.finished_at - row.started_at)
-            told = self._told.pop(row.id, None)
             features = features_of(row)
-            self.predictor.observe(
-                features, ran, told=told if scored else self.predictor.predict(features)
-            )
+            told = self._told.pop(row.id, None) or self.predictor.predict(features)
+            self.predictor.observe(features, ran, told=told)
 
     # -- predicting -----------------------------------------------------------------------
 

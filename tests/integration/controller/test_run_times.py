@@ -78,6 +78,15 @@ def test_the_eleventh_run_gets_a_start_with_a_range(store: Store, clock: ManualC
     assert found.earliest.timestamp() <= found.start_at.timestamp() <= found.latest.timestamp()
     assert found.earliest < found.latest
     assert found.reason.startswith("starts in ") and "–" in found.reason, found.reason
+    assert found.run_time is not None
+    assert found.run_time.startswith("predicted 10m00s (")
+    assert found.run_time.endswith("from 10 earlier 4-GPU jobs of ada named resnet*-run*")
+    # A dry run of the next one says the same.
+    spec = JobSpec.model_validate(
+        {"command": "python train.py", "name": "resnet50-run13", "resources": {"gpus": 4}}
+    )
+    dry = pool.scheduling.predict(spec, owner="ada")
+    assert dry.run_time == found.run_time and dry.earliest is not None
     # The controller's own wait message says when, from the predicted ends.
     view = pool.jobs.get(waiting, actor=OPS)
     assert view.state is JobState.QUEUED and "expected to start in about 9m" in (view.reason or "")
@@ -121,3 +130,23 @@ def test_without_history_nothing_changes(store: Store, clock: ManualClock) -> No
     assert found.start_at is None and found.earliest is None
     assert "with no max runtime" in found.reason
     assert pool.state(first) is JobState.RUNNING
+
+
+def test_metrics_say_how_good_the_predictions_are(store: Store, clock: ManualClock) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuyard.services.metrics import registry
+
+    pool = Pool(store, clock)
+    ada_history(pool)
+    text = generate_latest(registry(store, dict, run_times=pool.scheduling.run_times))
+    found = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+    # The first three runs had nothing to be predicted from: seven were scored, all exact.
+    assert found["gpuyard_run_time_predictions_total"] == 7
+    assert found["gpuyard_run_time_prediction_error"] == 0.0
+    assert found["gpuyard_run_time_prediction_coverage"] == 1.0

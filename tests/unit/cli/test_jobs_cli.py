@@ -131,6 +131,16 @@ def test_describe_prediction() -> None:
     tomorrow = later.model_copy(update={"start_at": NOW + timedelta(days=2), "ahead": []})
     shown = (NOW + timedelta(days=2)).astimezone().strftime("%Y-%m-%d %H:%M")
     assert describe_prediction(tomorrow, NOW) == f"starts at about {shown} (in 2d00h)"
+    ranged = later.model_copy(
+        update={
+            "earliest": NOW + timedelta(minutes=5),
+            "latest": NOW + timedelta(minutes=30),
+            "ahead": [],
+        }
+    )
+    assert describe_prediction(ranged, NOW) == (
+        f"starts at about {local} (in 12m00s; between 5m00s and 30m00s)"
+    )
     unknown = Prediction(now=False, ahead=[4], reason="job 4 has no max runtime")
     assert describe_prediction(unknown, NOW) == (
         "cannot say when it starts, behind jobs 4: job 4 has no max runtime"
