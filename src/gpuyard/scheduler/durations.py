@@ -59,6 +59,11 @@ SCORES = 512
 USER_SCORES = 64
 DEFAULT_SPREAD = math.log(4.0)
 """The interval's half-width (log) before any score: from a quarter to four times."""
+BIAS_JOBS = 16
+"""A user's recent jobs whose bias (running longer than told) raises their predictions."""
+BIAS_FLOOR = math.log(2.0)
+"""A bias below this (half of the user's recent jobs ran less than twice as long as told)
+is the model's ordinary error, not a habit: it raises nothing."""
 SHORTEST = 1.0
 """Run times are taken as at least a second (a log ratio needs a positive time)."""
 
@@ -103,6 +108,9 @@ class Prediction:
     """Which key of the ladder answered (``name+gpus`` … ``pool``)."""
     basis: str
     """Where it came from, in words: ``14 earlier jobs of ada named resnet*-run*``."""
+    raised: float = 1.0
+    """The factor its history's median was raised by, the user's jobs having run longer
+    than told (see :meth:`DurationPredictor._under`)."""
 
     def describe(self) -> str:
         """``predicted 2h10m (1h20m–3h30m) from 14 earlier jobs of ada named resnet*-*``."""
@@ -251,6 +259,8 @@ class DurationPredictor:
         self._histories: dict[Hashable, _History] = {}
         self._level_scores = {name: _Scores(SCORES) for name in LEVEL_NAMES}
         self._user_scores: dict[str, _Scores] = {}
+        self._signed: dict[str, deque[float]] = {}
+        """Each user's last signed log ratios (ran / told): their jobs' bias."""
         self.accuracy = Accuracy()
         """Over every scored job."""
         self.by_user: dict[str, Accuracy] = {}
@@ -267,6 +277,11 @@ class DurationPredictor:
             if history is None or len(history.recent) < MIN_SAMPLES:
                 continue
             median = max(history.given(elapsed), SHORTEST)
+            basis = f"{len(history.recent)} {level.words(job)}"
+            under = self._under(job.user)
+            if under > 0.0:
+                median *= math.exp(under)
+                basis += f", raised {math.exp(under):.1f}x: {job.user}'s jobs ran longer"
             spread = math.exp(self._spread(level.name, job.user))
             low = max(median / spread, elapsed)
             return Prediction(
@@ -275,9 +290,24 @@ class DurationPredictor:
                 high=max(median * spread, low),
                 samples=len(history.recent),
                 level=level.name,
-                basis=f"{len(history.recent)} {level.words(job)}",
+                basis=basis,
+                raised=math.exp(under),
             )
         return None
+
+    def _under(self, user: str) -> float:
+        """How much the user's recent jobs outran their predictions (the median signed log
+        ratio of their last :data:`BIAS_JOBS`), when they did; 0 otherwise. A prediction can
+        be gamed (a few short jobs of a name, then a long one of that name backfills where
+        it does not fit): once the long one has ended, that user's next predictions are
+        raised by what it outran, and only ever raised."""
+        recent = self._signed.get(user)
+        if recent is None or len(recent) < MIN_SAMPLES:
+            return 0.0
+        ordered = sorted(recent)
+        n = len(ordered)
+        mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2.0
+        return mid if mid > BIAS_FLOOR else 0.0
 
     def observe(self, job: JobFeatures, seconds: float, *, told: Prediction | None) -> None:
         """Learn that ``job`` ran ``seconds`` in all. ``told``: what it was predicted to run
@@ -286,6 +316,11 @@ class DurationPredictor:
         prior = told
         if prior is not None:
             score = abs(math.log(seconds / prior.seconds))
+            signed = math.log(seconds * prior.raised / prior.seconds)  # against its history
+            recent = self._signed.get(job.user)
+            if recent is None:
+                recent = self._signed[job.user] = deque(maxlen=BIAS_JOBS)
+            recent.append(signed)
             self._level_scores[prior.level].add(score)
             mine = self._user_scores.get(job.user)
             if mine is None:

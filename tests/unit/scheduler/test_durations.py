@@ -145,3 +145,28 @@ def test_scores_are_of_what_the_job_was_told() -> None:
 )
 def test_names_are_matched_without_their_numbers(name: str, pattern: str) -> None:
     assert name_pattern(name) == pattern
+
+
+def test_a_user_whose_jobs_outrun_their_predictions_gets_longer_ones() -> None:
+    """Gaming: three one-minute jobs of a name, then long ones of that name. The first long
+    one is predicted a minute (and may backfill where it does not fit); once a few have
+    ended, that user's predictions are raised by what their jobs outran, and only theirs."""
+    predictor = DurationPredictor()
+    learn(predictor, ada("x"), 60.0, 60.0, 60.0)
+    learn(predictor, ada("y", user="bob"), 60.0, 60.0, 60.0)
+    first = predictor.predict(ada("x"))
+    assert first is not None and first.seconds == 60.0 and first.raised == 1.0
+    learn(predictor, ada("x"), HOUR, HOUR, HOUR)  # each told a minute or so, ran an hour
+    raised = predictor.predict(ada("x-other"))
+    assert raised is not None and raised.raised > 2.0 and raised.seconds > 120.0
+    assert "ada's jobs ran longer" in raised.basis
+    bob = predictor.predict(ada("y", user="bob"))
+    assert bob is not None and (bob.seconds, bob.raised) == (60.0, 1.0)
+
+
+def test_ordinary_error_raises_nothing() -> None:
+    """Jobs that run a little over or under their prediction, as any do."""
+    predictor = DurationPredictor()
+    learn(predictor, ada("x"), *[100.0 * (1.5 if i % 2 else 0.8) for i in range(40)])
+    found = predictor.predict(ada("x"))
+    assert found is not None and found.raised == 1.0
