@@ -166,6 +166,12 @@ class PartitionResult:
     predicted: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     """What each job was predicted to run when it was submitted, as (seconds, low, high), by
     index: for a policy that predicts run times (``told_at_submission``)."""
+    forecasts: dict[int, tuple[float | None, float | None, float | None]] = field(
+        default_factory=dict
+    )
+    """The start each sampled job was predicted when it was submitted, as (start, earliest,
+    latest), by index (``start_forecasts``; see ``PolicyContext.forecast_every``): None where
+    no time could be given."""
 
 
 class Engine:
@@ -246,6 +252,9 @@ class Engine:
                 self._decide(t)
         if self.on_progress is not None:
             self.on_progress(len(self.jobs))
+        # What a predicting policy told the jobs (see PartitionResult.predicted, .forecasts).
+        self.result.predicted = dict(getattr(self.policy, "told_at_submission", {}))
+        self.result.forecasts = dict(getattr(self.policy, "start_forecasts", {}))
         return self.result
 
     def _decide(self, t: float) -> None:

@@ -24,6 +24,7 @@ CPUs and memory are not in the traces: requests and nodes carry none.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -39,6 +40,7 @@ from gpuyard.scheduler import (
     decide,
 )
 from gpuyard.scheduler.durations import Accuracy, DurationPredictor, JobFeatures, Prediction
+from gpuyard.scheduler.predict import predict
 from gpuyard.simulator.policy import (
     Decision,
     PolicyContext,
@@ -49,7 +51,11 @@ from gpuyard.simulator.policy import (
     View,
 )
 
-__all__ = ["FinishedJob", "GpuyardPolicy", "request_for"]
+__all__ = ["FORECAST_STEPS", "FinishedJob", "GpuyardPolicy", "request_for"]
+
+FORECAST_STEPS = 300
+"""Scheduling cycles a sampled queue prediction replays at most (the server's on-demand
+bound is 500)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,10 @@ class GpuyardPolicy:
         self.by_group: dict[str, Accuracy] = {}
         self._learnt = 0
         """Jobs the predictor had learnt from when the pending entries were last refreshed."""
+        self._forecast_every = context.forecast_every
+        self.start_forecasts: dict[int, tuple[float | None, float | None, float | None]] = {}
+        """The start predicted for sampled jobs when they were submitted: (start, earliest,
+        latest), as a user would have been told (``PolicyContext.forecast_every``)."""
 
     def decide(self, view: View) -> Decision:
         for job in view.finished:
@@ -137,6 +147,10 @@ class GpuyardPolicy:
         snapshot = Snapshot(
             now=view.now, nodes=self._nodes, pending=pending, running=running, pools=self._pools
         )
+        if self._forecast_every:
+            for job in view.submitted:
+                if job.index % self._forecast_every == 0 and job.index in view.pending:
+                    self.start_forecasts[job.index] = self._forecast(snapshot, job.index, view)
         decisions = decide(snapshot)
         starts: list[StartJob] = []
         for start in decisions.starts:
@@ -162,6 +176,32 @@ class GpuyardPolicy:
         # A suspension frees the victim's GPUs at once; the engine asks again right away.
         preempts = [p.job_id for p in decisions.preempts if p.job_id in view.running]
         return Decision(starts=starts, preempts=preempts)
+
+    def _forecast(
+        self, snapshot: Snapshot, index: int, view: View
+    ) -> tuple[float | None, float | None, float | None]:
+        """The queue prediction a user would get at submission: its start, and the range
+        the predicted ends it waits on give it (as the server words it)."""
+        found = predict(snapshot, index, max_steps=FORECAST_STEPS)
+        if found.now:
+            return (view.now, view.now, view.now)
+        if found.start_at is None or math.isinf(found.start_at):
+            return (None, None, None)
+        down = up = 0.0
+        for job_id in found.waits_for:
+            told = self._interval_of(job_id, view)
+            if told is not None:
+                down = max(down, told.seconds - told.low)
+                up = max(up, told.high - told.seconds)
+        return (found.start_at, max(view.now, found.start_at - down), found.start_at + up)
+
+    def _interval_of(self, job_id: int, view: View) -> Prediction | None:
+        if self.predictor is None:
+            return None
+        running = view.running.get(job_id)
+        if running is not None:
+            return self.predictor.predict(_features(running), elapsed=running.attained(view.now))
+        return self._told.get(job_id)
 
     def _learn(self, job: SimJob) -> None:
         if self.predictor is None:

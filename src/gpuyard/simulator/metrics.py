@@ -27,10 +27,12 @@ __all__ = [
     "JobResult",
     "Occupancy",
     "PredictionError",
+    "StartPredictionError",
     "Summary",
     "job_results",
     "percentile",
     "prediction_error",
+    "start_prediction_error",
     "summarize",
     "summarize_by_cluster",
 ]
@@ -197,6 +199,43 @@ def prediction_error(results: Iterable[PartitionResult]) -> PredictionError | No
     if not ratios:
         return None
     return PredictionError(len(ratios), percentile(ratios, 50), inside / len(ratios))
+
+
+@dataclass(frozen=True, slots=True)
+class StartPredictionError:
+    """How the starts predicted at submission (sampled jobs) compared with the real ones,
+    over the jobs that waited at least ``min_wait`` seconds."""
+
+    jobs: int
+    given: int
+    """Those told a start time (the others: "no start time can be given")."""
+    inside: int
+    """Those whose real start fell inside the range they were told."""
+    median_error: float | None
+    """Median |predicted start - real start|, seconds, over those told a time."""
+
+    @property
+    def coverage(self) -> float:
+        return self.inside / self.jobs if self.jobs else 0.0
+
+
+def start_prediction_error(
+    results: Iterable[PartitionResult], min_wait: float = 60.0
+) -> StartPredictionError:
+    jobs = given = inside = 0
+    errors: list[float] = []
+    for result in results:
+        for index, (start, low, high) in result.forecasts.items():
+            job = result.jobs[index]
+            if job.first_start is None or job.first_start - job.submit < min_wait:
+                continue
+            jobs += 1
+            if start is None or low is None or high is None:
+                continue
+            given += 1
+            inside += low - 1.0 <= job.first_start <= high + 1.0  # the engine's 1 s ticks
+            errors.append(abs(start - job.first_start))
+    return StartPredictionError(jobs, given, inside, percentile(errors, 50) if errors else None)
 
 
 def _mean(values: Sequence[float]) -> float:

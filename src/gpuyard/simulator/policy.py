@@ -141,6 +141,9 @@ class PolicyContext:
     overhead_of: Callable[[int], float] | None = None
     """Seconds of work a preemption adds to a job of this many GPUs (the engine's
     overhead): what an oracle needs to know a preempted job's remaining time."""
+    forecast_every: int = 0
+    """For the report: a policy that predicts starts predicts one for every job whose index
+    is a multiple of this, when it is submitted (0: none)."""
 
 
 class Policy(Protocol):

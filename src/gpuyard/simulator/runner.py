@@ -123,8 +123,10 @@ def run_one(
     jobs: Sequence[TraceJob],
     overhead: Overhead,
     on_progress: Callable[[int], None] | None = None,
+    forecast_every: int = 0,
 ) -> PartitionResult:
-    """One policy on one cluster. ``jobs``: that cluster's, in submit order."""
+    """One policy on one cluster. ``jobs``: that cluster's, in submit order.
+    ``forecast_every``: see :attr:`PolicyContext.forecast_every`."""
     info = POLICIES.get(policy)
     if info is None:
         raise InvalidSpec(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
@@ -132,7 +134,7 @@ def run_one(
     engine = Engine(
         partition,
         jobs,
-        make_policy(policy, PolicyContext(partition, durations, overhead.of)),
+        make_policy(policy, PolicyContext(partition, durations, overhead.of, forecast_every)),
         policy_name=policy,
         overhead=overhead,
         on_progress=on_progress,
@@ -140,7 +142,6 @@ def run_one(
     started = time.perf_counter()
     result = engine.run()
     result.wall_seconds = time.perf_counter() - started
-    result.predicted = dict(getattr(engine.policy, "told_at_submission", {}))
     return result
 
 
@@ -156,8 +157,10 @@ def replay(
     overhead: Overhead | None = None,
     workers: int = 1,
     progress: Progress | None = None,
+    forecast_every: int = 0,
 ) -> list[PartitionResult]:
-    """Every policy on every cluster; results in (policy, cluster file) order."""
+    """Every policy on every cluster; results in (policy, cluster file) order.
+    ``forecast_every``: see :attr:`PolicyContext.forecast_every`."""
     overhead = overhead or Overhead()
     for name in policies:
         if name not in POLICIES:
@@ -170,8 +173,11 @@ def replay(
     for policy, p, js in tasks:
         _check_placeable(policy, p, js)
     if workers <= 1 or len(tasks) <= 1:
-        return [_in_process(policy, p, js, overhead, progress) for policy, p, js in tasks]
-    return _in_workers(tasks, overhead, min(workers, len(tasks)), progress)
+        return [
+            _in_process(policy, p, js, overhead, progress, forecast_every)
+            for policy, p, js in tasks
+        ]
+    return _in_workers(tasks, overhead, min(workers, len(tasks)), progress, forecast_every)
 
 
 def _check_placeable(policy: str, partition: Partition, jobs: Sequence[TraceJob]) -> None:
@@ -200,6 +206,7 @@ def _in_process(
     jobs: Sequence[TraceJob],
     overhead: Overhead,
     progress: Progress | None,
+    forecast_every: int = 0,
 ) -> PartitionResult:
     seen = 0
 
@@ -209,7 +216,7 @@ def _in_process(
             progress(done - seen)
         seen = done
 
-    return run_one(policy, partition, jobs, overhead, report)
+    return run_one(policy, partition, jobs, overhead, report, forecast_every)
 
 
 _updates: Any = None
@@ -227,7 +234,12 @@ and a message per completion would cost more than the display gains."""
 
 
 def _run_task(
-    key: int, policy: str, partition: Partition, jobs: Sequence[TraceJob], overhead: Overhead
+    key: int,
+    policy: str,
+    partition: Partition,
+    jobs: Sequence[TraceJob],
+    overhead: Overhead,
+    forecast_every: int = 0,
 ) -> tuple[int, PartitionResult]:
     sent = latest = 0
     last = time.monotonic()
@@ -240,7 +252,7 @@ def _run_task(
             _updates.put(latest - sent)
             sent, last = latest, now
 
-    result = run_one(policy, partition, jobs, overhead, report)
+    result = run_one(policy, partition, jobs, overhead, report, forecast_every)
     if latest > sent:
         _updates.put(latest - sent)
     return key, result
@@ -251,6 +263,7 @@ def _in_workers(
     overhead: Overhead,
     workers: int,
     progress: Progress | None,
+    forecast_every: int = 0,
 ) -> list[PartitionResult]:
     context = multiprocessing.get_context("spawn")
     updates = context.Queue()
@@ -259,7 +272,9 @@ def _in_workers(
     order = sorted(range(len(tasks)), key=lambda k: -len(tasks[k][2]))
     with ProcessPoolExecutor(workers, context, _init_worker, (updates,)) as pool:
         pending: set[Future[tuple[int, PartitionResult]]] = {
-            pool.submit(_run_task, k, tasks[k][0], tasks[k][1], tasks[k][2], overhead)
+            pool.submit(
+                _run_task, k, tasks[k][0], tasks[k][1], tasks[k][2], overhead, forecast_every
+            )
             for k in order
         }
         while pending:

@@ -9,6 +9,7 @@ from gpuyard.scheduler import Member, PoolPolicy, Request
 from gpuyard.scheduler.snapshot import Preemption
 from gpuyard.simulator import Decision, Engine, Partition, PolicyContext, TraceJob, View
 from gpuyard.simulator.gpuyard_policy import GpuyardPolicy, request_for
+from gpuyard.simulator.metrics import prediction_error
 from gpuyard.simulator.runner import POLICIES
 
 
@@ -91,3 +92,25 @@ def test_suspensions_decided_by_the_scheduler_are_applied_with_their_overhead() 
     assert (high_run.first_start, high_run.end) == (10, 30)
     # low resumes when high ends: 90 s of work left plus the 40 s overhead.
     assert (low_run.preemptions, low_run.queued, low_run.end) == (1, 20, 30 + 90 + 40)
+
+
+def test_run_times_are_learnt_as_the_replay_goes_and_starts_predicted_with_a_range() -> None:
+    """One node of 8 GPUs; a user's 8-GPU jobs of 100 s, one after another. The first three
+    are told nothing (no history); later ones are told 100 s, and a job that waits behind a
+    running one is told when it starts, within a range that holds its real start."""
+    partition = Partition.uniform("c", nodes=1)
+    jobs = [job(f"j{i}", i * 200.0, 8, 100) for i in range(4)]
+    jobs += [job("a", 1000, 8, 100), job("b", 1010, 8, 100)]
+    policy = GpuyardPolicy(PolicyContext(partition, forecast_every=1))
+    result = Engine(partition, jobs, policy, policy_name="gpuyard").run()
+    assert sorted(policy.told_at_submission) == [3, 4, 5]
+    assert policy.told_at_submission[4][0] == 100.0
+    error = prediction_error([result])
+    assert error is not None and (error.jobs, error.median_log_ratio, error.coverage) == (3, 0, 1)
+    start, low, high = policy.start_forecasts[5]  # b waits for a
+    assert start == 1100.0 and low is not None and high is not None
+    assert low <= result.jobs[5].first_start <= high
+    assert policy.start_forecasts[4] == (1000.0, 1000.0, 1000.0)  # a starts at once
+    blind = GpuyardPolicy(PolicyContext(partition, forecast_every=1), predict=False)
+    Engine(partition, jobs, blind, policy_name="gpuyard-blind").run()
+    assert blind.told_at_submission == {} and blind.start_forecasts[5] == (None, None, None)
