@@ -278,6 +278,7 @@ def _predict(request: Request, form: FormFields, caller: Caller) -> dict[str, An
         "now": p.now,
         "start_at": p.start_at.isoformat(timespec="seconds") if p.start_at else None,
         "reason": p.reason,
+        "run_time": p.run_time,
         "ahead": len(p.ahead),
         "waits_for": p.waits_for[:20],
     }

@@ -107,7 +107,8 @@ function jobForm() {
     const p = answer.prediction;
     if (p) {
       text.textContent = p.reason;
-      start.textContent = p.now ? "Starts now." : (p.start_at ? "Expected start: " + new Date(p.start_at).toLocaleString() : "");
+      start.textContent = (p.now ? "Starts now." : (p.start_at ? "Expected start: " + new Date(p.start_at).toLocaleString() + "." : ""))
+        + (p.run_time ? " Run time " + p.run_time + "." : "");
       document.getElementById("prediction").dataset.state = p.now ? "now" : "waits";
     } else {
       text.textContent = "Fix the fields marked to see when it would start.";
