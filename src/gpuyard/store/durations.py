@@ -75,6 +75,8 @@ class RunTimes:
         """Per queued job: the loader's entry, when it was predicted, the entry with it."""
         self._ends: dict[int, tuple[int, float]] = {}
         """Per running job: (version, predicted end)."""
+        self._memo: dict[tuple[JobFeatures, float], Prediction | None] = {}
+        """Predictions made in the current :meth:`apply`, by (features, seconds run)."""
 
     def apply(self, session: Session, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with predictions: learn what ended since the last call, then predict
@@ -82,6 +84,7 @@ class RunTimes:
         with self._lock:
             self._learn(session)
             self._load_features(session, [*snapshot.pending, *snapshot.running])
+            self._memo = {}
             pending = tuple(self._queued_job(job, snapshot.now) for job in snapshot.pending)
             running = tuple(self._running_job(job, snapshot.now) for job in snapshot.running)
             self._forget({job.id for job in snapshot.pending} | {j.id for j in snapshot.running})
@@ -220,7 +223,11 @@ class RunTimes:
         if found is None:
             return job
         _, features, ran = found
-        prediction = self.predictor.predict(features, elapsed=ran)
+        key = (features, ran)
+        if key in self._memo:  # a queue holds many jobs alike: predicted once per pass
+            prediction = self._memo[key]
+        else:
+            prediction = self._memo[key] = self.predictor.predict(features, elapsed=ran)
         if prediction is not None and job.id not in self._told and not ran:
             self._told[job.id] = prediction
         predicted = None if prediction is None else prediction.seconds - ran
