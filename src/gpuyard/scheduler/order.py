@@ -107,27 +107,13 @@ class FairShare:
                 consider(line[head])
                 head += 1
             return
-        # Each owner's line is read in place: heads[owner] is the index of its next job.
-        heads = dict.fromkeys(owners, 0)
-        heap = [(self._key(owner), line[0].seq, owner) for owner, line in owners.items()]
-        heapq.heapify(heap)
-        usage, shares = self.usage, self.shares
-        pop, replace = heapq.heappop, heapq.heapreplace
-        while heap:
-            owner = heap[0][2]
-            line = owners[owner]
-            head = heads[owner]
-            consider(line[head])
-            head += 1
-            if settle is not None and head < len(line):
-                head = settle(line, head)
-            if head < len(line):
-                heads[owner] = head
-                # Read now: consider() may have charged a start to this owner.
-                share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
-                replace(heap, (share, line[head].seq, owner))
-            else:
-                pop(heap)
+        share = self._key
+
+        def key(owner: str, head: int) -> tuple[float, int, str]:
+            # Read at each turn: consider() may have charged a start to this owner.
+            return (share(owner), owners[owner][head].seq, owner)
+
+        _merge(owners, consider, settle, key)
 
     def _visit_sized(
         self,
@@ -146,34 +132,43 @@ class FairShare:
             order = sorted(range(len(line)), key=values.__getitem__)  # stable: ties by seq
             line[:] = [line[i] for i in order]
             sizes[owner] = [values[i] for i in order]
-        usage, shares = self.usage, self.shares
 
         def key(owner: str, head: int) -> tuple[float, float, int, str]:
-            share = usage.get(owner, 0.0) / (shares.get(owner) or 1.0)
+            share = self._key(owner)
+            seq = owners[owner][head].seq
             if weigh:
-                return (sizes[owner][head] * (1.0 + share / FAIR_GPUS), 0.0, seq(owner), owner)
-            return (share, sizes[owner][head], seq(owner), owner)
+                return (sizes[owner][head] * (1.0 + share / FAIR_GPUS), 0.0, seq, owner)
+            return (share, sizes[owner][head], seq, owner)
 
-        heads = dict.fromkeys(owners, 0)
+        _merge(owners, consider, settle, key)
 
-        def seq(owner: str) -> int:
-            return owners[owner][heads[owner]].seq
 
-        heap = [key(owner, 0) for owner in owners]
-        heapq.heapify(heap)
-        while heap:
-            owner = heap[0][3]
-            line = owners[owner]
-            head = heads[owner]
-            consider(line[head])
-            head += 1
-            if settle is not None and head < len(line):
-                head = settle(line, head)
-            if head < len(line):
-                heads[owner] = head
-                heapq.heapreplace(heap, key(owner, head))
-            else:
-                heapq.heappop(heap)
+def _merge(
+    owners: Mapping[str, list[PendingJob]],
+    consider: Callable[[PendingJob], None],
+    settle: Callable[[list[PendingJob], int], int] | None,
+    key: Callable[[str, int], tuple[Any, ...]],
+) -> None:
+    """Merge the owners' lines: ``key(owner, head)`` ranks an owner whose next job is
+    ``line[head]``, lowest first, and ends with the owner. Each line is read in place:
+    ``heads[owner]`` is the index of its next job."""
+    heads = dict.fromkeys(owners, 0)
+    heap = [key(owner, 0) for owner in owners]
+    heapq.heapify(heap)
+    pop, replace = heapq.heappop, heapq.heapreplace
+    while heap:
+        owner = heap[0][-1]
+        line = owners[owner]
+        head = heads[owner]
+        consider(line[head])
+        head += 1
+        if settle is not None and head < len(line):
+            head = settle(line, head)
+        if head < len(line):
+            heads[owner] = head
+            replace(heap, key(owner, head))
+        else:
+            pop(heap)
 
 
 def _lines() -> defaultdict[str, list[PendingJob]]:
