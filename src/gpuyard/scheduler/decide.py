@@ -312,9 +312,14 @@ class _Cycle:
     def sizes(self, jobs: Sequence[PendingJob]) -> list[float]:
         """Each job's place in its tier when run times are predicted: its remaining
         GPU-seconds (predicted, and no more than its max runtime; else the largest a job may
-        be), halved for every ``age_halflife`` it has waited (so nothing starves)."""
+        be), halved for every ``age_halflife`` it has waited (so nothing starves). A job that
+        was suspended (it has had service) is 0: it resumes at the head of its owner's line,
+        before the jobs submitted after it (docs/preemption.md), whatever their size."""
         now, halves, out = self.now, self._halves, []
         for job in jobs:
+            if job.attained > 0:
+                out.append(0.0)
+                continue
             seconds, cap = job.predicted, job.max_runtime
             if cap is not None and (seconds is None or cap < seconds):
                 seconds = cap

@@ -928,3 +928,17 @@ def test_a_reservation_behind_a_predicted_end_says_when() -> None:
     decisions = check(PREDICTED[1])
     assert decisions.waits[1].start_at == 3600
     assert "expected to start in about 1h" in decisions.waits[1].message
+
+
+def test_a_suspended_job_resumes_before_smaller_jobs_submitted_after_it() -> None:
+    suspended = replace(job(1, gpus=4, predicted=7200), attained=4 * 600.0)
+    decisions = check(
+        Case(
+            "requeued at its place",
+            nodes=[node("a", gpus=4)],
+            pending=[suspended, job(2, gpus=4, predicted=60)],
+            starts={1: ["a"]},
+            waits={2: WaitCode.RESOURCES},
+        )
+    )
+    assert decisions.starts[0].job_id == 1
