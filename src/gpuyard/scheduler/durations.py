@@ -40,6 +40,7 @@ __all__ = [
     "JobFeatures",
     "Prediction",
     "name_pattern",
+    "start_range",
 ]
 
 WINDOW = 64
@@ -59,6 +60,10 @@ SCORES = 512
 USER_SCORES = 64
 DEFAULT_SPREAD = math.log(4.0)
 """The interval's half-width (log) before any score: from a quarter to four times."""
+MAX_KEYS = 200_000
+"""Keys kept at most; past it, those learnt from least recently go. Names are the user's to
+choose: a user who gives every job a new one must not grow the controller's memory without
+end."""
 BIAS_JOBS = 16
 """A user's recent jobs whose bias (running longer than told) raises their predictions."""
 BIAS_FLOOR = math.log(2.0)
@@ -121,6 +126,19 @@ class Prediction:
 
     def holds(self, seconds: float) -> bool:
         return self.low <= seconds <= self.high
+
+
+def start_range(start: float, now: float, ends: Iterable[Prediction]) -> tuple[float, float] | None:
+    """The range of a predicted start that waits on these predicted ends (each one's
+    interval around its median): the widest interval sets each side, since the start moves
+    with the end that frees its room. None when it waits on no predicted end."""
+    down = up = 0.0
+    predicted = False
+    for end in ends:
+        predicted = True
+        down = max(down, end.seconds - end.low)
+        up = max(up, end.high - end.seconds)
+    return (max(now, start - down), start + up) if predicted else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,17 +352,13 @@ class DurationPredictor:
         for level in LEVELS:
             key = level.key(job)
             if key is not None:
-                history = self._histories.get(key)
-                if history is None:
-                    history = self._histories[key] = _History()
+                # Moved to the end: the dict's order is least recently learnt first.
+                history = self._histories.pop(key, None) or _History()
+                self._histories[key] = history
                 history.add(seconds)
+        while len(self._histories) > MAX_KEYS:
+            del self._histories[next(iter(self._histories))]
         self.observed += 1
-
-    def observe_all(self, jobs: Iterable[tuple[JobFeatures, float]]) -> None:
-        """:meth:`observe` each (job, seconds), in the order they ended, each scored on what
-        it would have been told then (a history loaded at start)."""
-        for job, seconds in jobs:
-            self.observe(job, seconds, told=self.predict(job))
 
     def _spread(self, level: str, user: str) -> float:
         mine = self._user_scores.get(user)

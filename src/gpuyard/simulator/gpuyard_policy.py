@@ -13,8 +13,9 @@ Predicted run times, as the server's controller gives them (``predict=True``): a
 :class:`~gpuyard.scheduler.durations.DurationPredictor` learns from each job as the replay
 sees it finish, never from one that has not (no look-ahead). A pending job carries its
 predicted remaining run time, a running one its predicted end (re-predicted, given how long
-it has run, once it outlives it). What each job was told when it was submitted is scored
-against what it ran in :attr:`GpuyardPolicy.accuracy` (and per group, :attr:`by_group`).
+it has run, once it outlives it). What each job was told when it was submitted is kept in
+:attr:`GpuyardPolicy.told_at_submission`, for the report to score against what it ran
+(:func:`gpuyard.simulator.metrics.prediction_error`).
 
 Requests: a job of up to a node's GPUs asks for that many GPUs on one node; a larger one
 asks for whole nodes (``gpus // G`` whole nodes of ``G`` GPUs, plus one member for the
@@ -39,7 +40,12 @@ from gpuyard.scheduler import (
     Snapshot,
     decide,
 )
-from gpuyard.scheduler.durations import Accuracy, DurationPredictor, JobFeatures, Prediction
+from gpuyard.scheduler.durations import (
+    DurationPredictor,
+    JobFeatures,
+    Prediction,
+    start_range,
+)
 from gpuyard.scheduler.predict import predict
 from gpuyard.simulator.policy import (
     Decision,
@@ -119,9 +125,6 @@ class GpuyardPolicy:
         """What each job was predicted to run when it was submitted (scored when it ends)."""
         self.told_at_submission: dict[int, tuple[float, float, float]] = {}
         """The same as (seconds, low, high), kept for the report."""
-        self.accuracy = Accuracy()
-        """Submission-time predictions against run times, over every finished job told one."""
-        self.by_group: dict[str, Accuracy] = {}
         self._learnt = 0
         """Jobs the predictor had learnt from when the pending entries were last refreshed."""
         self._forecast_every = context.forecast_every
@@ -187,13 +190,10 @@ class GpuyardPolicy:
             return (view.now, view.now, view.now)
         if found.start_at is None or math.isinf(found.start_at):
             return (None, None, None)
-        down = up = 0.0
-        for job_id in found.waits_for:
-            told = self._interval_of(job_id, view)
-            if told is not None:
-                down = max(down, told.seconds - told.low)
-                up = max(up, told.high - told.seconds)
-        return (found.start_at, max(view.now, found.start_at - down), found.start_at + up)
+        ends = [self._interval_of(job_id, view) for job_id in found.waits_for]
+        within = start_range(found.start_at, view.now, [e for e in ends if e is not None])
+        low, high = within or (found.start_at, found.start_at)
+        return (found.start_at, low, high)
 
     def _interval_of(self, job_id: int, view: View) -> Prediction | None:
         if self.predictor is None:
@@ -208,12 +208,6 @@ class GpuyardPolicy:
             return
         told = self._told.pop(job.index, None)
         self.predictor.observe(_features(job), job.ran, told=told)
-        if told is not None:
-            self.accuracy.add(told, job.ran)
-            group = self.by_group.get(job.group)
-            if group is None:
-                group = self.by_group[job.group] = Accuracy()
-            group.add(told, job.ran)
 
     def _predicted(self, job: SimJob) -> float | None:
         """Seconds the job should still run, given what it ran in earlier attempts."""

@@ -20,7 +20,13 @@ from sqlalchemy.orm import Session
 
 from gpuyard.models import JobState
 from gpuyard.scheduler import PendingJob, RunningJob, Snapshot
-from gpuyard.scheduler.durations import Accuracy, DurationPredictor, JobFeatures, Prediction
+from gpuyard.scheduler.durations import (
+    Accuracy,
+    DurationPredictor,
+    JobFeatures,
+    Prediction,
+    start_range,
+)
 from gpuyard.scheduler.predict import Forecast
 from gpuyard.store.tables import JobRow
 
@@ -98,14 +104,11 @@ class RunTimes:
     def within(
         self, session: Session, forecast: Forecast, now: float
     ) -> tuple[float, float] | None:
-        """The range of a forecast start: as early and as late as the predicted ends it
-        waits on may come (each one's interval around its median), None when it waits on no
-        predicted end. The widest interval of those jobs sets each side: the start moves
-        with the end that frees its room."""
+        """The range of a forecast start (:func:`~gpuyard.scheduler.durations.start_range`
+        of the predicted ends it waits on), None when it waits on none."""
         if forecast.start_at is None or forecast.now or not forecast.waits_for:
             return None
-        down = up = 0.0
-        predicted = False
+        ends: list[Prediction] = []
         with self._lock:
             rows = session.execute(
                 select(
@@ -120,14 +123,9 @@ class RunTimes:
                     max(0.0, now - row.started_at) if running and row.started_at else 0.0
                 )
                 prediction = self.predictor.predict(features_of(row), elapsed=elapsed)
-                if prediction is None:
-                    continue
-                predicted = True
-                down = max(down, prediction.seconds - prediction.low)
-                up = max(up, prediction.high - prediction.seconds)
-        if not predicted:
-            return None
-        return (max(now, forecast.start_at - down), forecast.start_at + up)
+                if prediction is not None:
+                    ends.append(prediction)
+        return start_range(forecast.start_at, now, ends)
 
     def of_job(self, session: Session, job_id: int, now: float) -> Prediction | None:
         """A job's run time in all, as predicted now (given what it has run, if it runs)."""
@@ -150,11 +148,6 @@ class RunTimes:
         with self._lock:
             self._learn(session)
             return self.predictor.accuracy
-
-    def told(self, job_id: int) -> Prediction | None:
-        """What a queued job was predicted to run when it was first seen."""
-        with self._lock:
-            return self._told.get(job_id)
 
     # -- learning -------------------------------------------------------------------------
 

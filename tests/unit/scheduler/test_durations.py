@@ -170,3 +170,19 @@ def test_ordinary_error_raises_nothing() -> None:
     learn(predictor, ada("x"), *[100.0 * (1.5 if i % 2 else 0.8) for i in range(40)])
     found = predictor.predict(ada("x"))
     assert found is not None and found.raised == 1.0
+
+
+def test_a_user_who_names_every_job_anew_cannot_grow_the_history_without_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuyard.scheduler import durations
+
+    monkeypatch.setattr(durations, "MAX_KEYS", 50)
+    predictor = DurationPredictor()
+    learn(predictor, ada("steady"), 100.0, 100.0, 100.0)
+    for i in range(200):
+        learn(predictor, ada(f"run-{chr(97 + i % 26)}{chr(97 + i // 26)}"), 60.0)
+        learn(predictor, ada("steady"), 100.0)  # learnt from again: kept
+    assert len(predictor._histories) == 50
+    found = predictor.predict(ada("steady"))
+    assert found is not None and found.level == "name+gpus"
