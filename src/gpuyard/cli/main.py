@@ -11,6 +11,7 @@ from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import images as images_cli
+from gpuyard.cli import interactive as interactive_cli
 from gpuyard.cli import job_exec as exec_cli
 from gpuyard.cli import jobs as jobs_cli
 from gpuyard.cli import server as server_cli
@@ -53,6 +54,7 @@ server_cli.register(app)
 admin_cli.register(app)
 access_cli.register(app)
 images_cli.register(app)
+interactive_cli.register(app)
 simulate_cli.register(app)
 slurm_cli.register(app)
 top_cli.register(app)

@@ -202,7 +202,7 @@ def build_spec(
         if block:
             merged[key] = block
     _split_node_range(merged)
-    if not merged.get("command") and not merged.get("tasks"):
+    if not merged.get("command") and not merged.get("tasks") and not merged.get("service"):
         raise InvalidSpec(
             "no command given: put it after `--` (gpuyard submit -- python train.py) or in the "
             "job file's `command` field (or give a batch job's sub-tasks with --task)"

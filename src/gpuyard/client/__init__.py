@@ -8,7 +8,13 @@
 Errors arrive as the same classes the server raised (:mod:`gpuyard.errors`).
 """
 
-from gpuyard.client.http import Client, discover_token, discover_url, store_token
+from gpuyard.client.http import (
+    Client,
+    ServiceNotReady,
+    discover_token,
+    discover_url,
+    store_token,
+)
 from gpuyard.errors import (
     Conflict,
     GpuyardError,
@@ -29,6 +35,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "ServerUnavailable",
+    "ServiceNotReady",
     "Unauthenticated",
     "discover_token",
     "discover_url",

@@ -11,7 +11,13 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
-from gpuyard.errors import GpuyardError, InvalidSpec, ServerUnavailable, error_for_code
+from gpuyard.errors import (
+    Conflict,
+    GpuyardError,
+    InvalidSpec,
+    ServerUnavailable,
+    error_for_code,
+)
 from gpuyard.models import (
     AuditEntry,
     BulkResult,
@@ -42,6 +48,7 @@ from gpuyard.models import (
 from gpuyard.models.image_catalogue import ImageScope, ImageView, ImageVisibility
 from gpuyard.models.job_query import JobQuery
 from gpuyard.models.registry_login import RegistryLoginView
+from gpuyard.models.service import ServiceState, ServiceView
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, NodeUsageSeries, PoolUsage, Window
 from gpuyard.private_files import write_private
@@ -50,7 +57,18 @@ from gpuyard.settings import Settings
 if TYPE_CHECKING:
     from gpuyard.client.shell import ShellConnection
 
-__all__ = ["Client", "discover_token", "discover_url", "store_token"]
+__all__ = ["Client", "ServiceNotReady", "discover_token", "discover_url", "store_token"]
+
+
+class ServiceNotReady(Conflict):
+    """An interactive job's service is not ready (yet, or any more): :attr:`view` says why."""
+
+    def __init__(self, view: ServiceView) -> None:
+        super().__init__(
+            f"job {view.job_id}'s {view.kind.value} is not ready: "
+            + (view.detail or view.state.value)
+        )
+        self.view = view
 
 
 def discover_url(settings: Settings) -> str:
@@ -266,6 +284,22 @@ class Client:
     def clone(self, job_id: int, **overrides: Any) -> JobView:
         response = self._request("POST", f"/jobs/{job_id}/clone", json=overrides or None)
         return JobView.model_validate(response.json())
+
+    def service(self, job_id: int) -> ServiceView:
+        """Where an interactive job serves and whether it is ready (docs/interactive.md)."""
+        return ServiceView.model_validate(self._request("GET", f"/jobs/{job_id}/service").json())
+
+    def service_url(self, job_id: int, *, wait: float = 0.0, poll: float = 0.5) -> str:
+        """The address of an interactive job's page, once it is ready: waits up to ``wait``
+        seconds for that; :class:`ServiceNotReady` (with the service's view) after them."""
+        deadline = time.monotonic() + wait
+        while True:
+            view = self.service(job_id)
+            if view.state is ServiceState.READY:
+                return self.url.rstrip("/") + view.path
+            if view.state is ServiceState.ENDED or time.monotonic() >= deadline:
+                raise ServiceNotReady(view)
+            time.sleep(poll)
 
     def events(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[JobEvent]:
         data = self._request(

@@ -24,6 +24,7 @@ from typing import Any
 from gpuyard.launch.formats import deepspeed_hostfile, mpich_hostfile, openmpi_hostfile, tf_config
 from gpuyard.launch.mpi import with_mpi_prefix
 from gpuyard.launch.network import Network, NetworkPreset, network_env
+from gpuyard.launch.service import service_env
 from gpuyard.launch.slurm import (
     HET_ONLY,
     Component,
@@ -183,6 +184,8 @@ def contract_env(w: _Worker, *, workspace: str, outputs: str) -> dict[str, str]:
         env["GPUYARD_URL"] = ctx.control_url
     if ctx.token:
         env["GPUYARD_JOB_TOKEN"] = ctx.token
+    if w.spec.service is not None:
+        env.update(service_env(w.spec.service, job_id=ctx.job_id, port=slot.port, token=ctx.token))
     return env
 
 

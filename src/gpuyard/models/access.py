@@ -22,7 +22,7 @@ The matrix of docs/accounts.md, "Others' access to a job", with our actions::
                       read-write  read-only  none
     view (details, events, logs, prediction)   ✓  ✓  ✗
     clone                                      ✓  ✓  ✗
-    dev environment, TensorBoard               ✓  ✓  ✗   (not in gpuyard yet)
+    dev environment, TensorBoard (one's own)   ✓  ✓  ✗   (docs/interactive.md)
     change the runtime                         ✓  ✗  ✗
     change the priority                        ✓  ✗  ✗
     stop (and suspend, which is a kind of stop) ✓  ✗  ✗
@@ -127,11 +127,10 @@ JOB_ACTIONS = (
     Action.ENTER,
 )
 JOB_MATRIX_ACTIONS = frozenset(JOB_ACTIONS)
-OFFERED_JOB_ACTIONS = tuple(
-    a for a in JOB_ACTIONS if a not in (Action.DEV_ENVIRONMENT, Action.TENSORBOARD, Action.ENTER)
-)
-"""The job actions gpuyard offers in job views' ``allowed`` today (no dev environments or
-TensorBoard yet; entering is its owner's, so it is not offered to anyone else)."""
+OFFERED_JOB_ACTIONS = tuple(a for a in JOB_ACTIONS if a is not Action.ENTER)
+"""The job actions offered in job views' ``allowed`` (entering is its owner's, so it is not
+offered to anyone else). A development environment or a TensorBoard made from a job is a job
+of the caller's own (``gpuyard notebook --from``, ``gpuyard tensorboard``)."""
 _READS = frozenset({Action.VIEW, Action.CLONE, Action.DEV_ENVIRONMENT, Action.TENSORBOARD})
 
 JOB_MATRIX: dict[tuple[Access, Action], Verdict] = {

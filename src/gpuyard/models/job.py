@@ -24,6 +24,7 @@ from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
 from gpuyard.models.ids import Id
 from gpuyard.models.image import MAX_REF_LENGTH, ImageRef
+from gpuyard.models.service import Service, ServiceKind, default_command
 from gpuyard.models.slurm import SlurmBatch
 from gpuyard.models.states import JobState, JobStatus
 from gpuyard.models.units import Bytes, Seconds
@@ -472,6 +473,12 @@ class JobSpec(BaseModel):
         description="Restart after faults, pre-flight checks, hang detection "
         "(docs/fault-tolerance.md); leave out for none: a failure ends the job.",
     )
+    service: Service | None = Field(
+        None,
+        description="An interactive job (docs/interactive.md): what it serves through the "
+        "pool's proxy at /proxy/<id>/ (notebook or tensorboard); its command defaults to the "
+        "kind's.",
+    )
 
     @field_validator("image")
     @classmethod
@@ -485,6 +492,8 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.service is not None and not self.command and not self.tasks:
+            self.command = default_command(self.service)
         total = sum(len(c) for c in self.commands())
         if total > MAX_COMMANDS_TOTAL:
             raise ValueError(
@@ -525,7 +534,22 @@ class JobSpec(BaseModel):
         self._check_elastic()
         self._check_slurm()
         self._check_image()
+        self._check_service()
         return self
+
+    def _check_service(self) -> None:
+        if self.service is None:
+            return
+        if self.type is JobType.BATCH or self.mode is not JobMode.SINGLE or self.nodes != 1:
+            raise ValueError(
+                "service: an interactive job is one worker: a regular job of mode single on "
+                f"one node (it is {self.type.value}, mode {self.mode.value}, {self.nodes} "
+                "nodes); remove those settings"
+            )
+        if self.service.jobs and self.service.kind is not ServiceKind.TENSORBOARD:
+            raise ValueError(
+                "service.jobs: only a tensorboard shows other jobs' outputs; remove jobs"
+            )
 
     def _check_image(self) -> None:
         if self.image is not None:
@@ -655,6 +679,8 @@ class JobSpec(BaseModel):
         """The given name, or one derived from the command's executable or script."""
         if self.name:
             return self.name
+        if self.service is not None:
+            return self.service.kind.value
         words = parse_command(self.commands()[0]).display_words()
         pick = words[0]
         for word in words[1:]:

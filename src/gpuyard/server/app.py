@@ -12,6 +12,7 @@ from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
 from gpuyard.images.access import RegistryAccess
 from gpuyard.secret_box import SecretBox
+from gpuyard.server import proxy
 from gpuyard.server.api_docs import install_api_docs
 from gpuyard.server.deps import Services, UserDep
 from gpuyard.server.errors import install_error_handlers
@@ -35,6 +36,7 @@ from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.images import ImagePinner
+from gpuyard.services.interactive import Interactive
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -157,6 +159,8 @@ def _services(
         images=ImagePinner(access, catalogue.may_use),
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
+    interactive = Interactive(store, policy, _job_dir(settings, executor))
+    jobs.resolve = interactive.resolved
     return Services(
         jobs=jobs,
         nodes=NodeService(store, policy),
@@ -181,7 +185,15 @@ def _services(
         slurm_steps=SlurmStepService(store, executor, policy),
         images=catalogue,
         registry_logins=logins,
+        interactive=interactive,
     )
+
+
+def _job_dir(settings: Settings, executor: Executor | None) -> Callable[[int], str]:
+    """Where a job's files are on its nodes (a TensorBoard mounts its sources' outputs)."""
+    if executor is not None:
+        return executor.job_dir
+    return lambda job_id: str(settings.home / "jobs" / str(job_id))
 
 
 def registry_access(settings: Settings) -> RegistryAccess | None:
@@ -233,3 +245,6 @@ def _install_routes(app: FastAPI) -> None:
     for router in routers:
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)
     app.include_router(job_exec.shell_router, prefix="/api/v1")
+    # Interactive jobs' services (docs/interactive.md): signs its callers in itself (a cookie
+    # or a bearer token), outside the API.
+    app.include_router(proxy.router)

@@ -12,6 +12,7 @@ from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, SignedIn, TokenService
 from gpuyard.services.image_catalogue import ImageCatalogue
+from gpuyard.services.interactive import Interactive
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -55,6 +56,7 @@ class Services:
     slurm_steps: SlurmStepService
     images: ImageCatalogue
     registry_logins: RegistryLogins
+    interactive: Interactive
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

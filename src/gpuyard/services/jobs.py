@@ -88,6 +88,9 @@ class JobService:
         """Whether the job's account can run its program (:mod:`gpuyard.services.program_check`),
         where this pool can tell; None: not checked at submission."""
         self.images = images or ImagePinner(None, lambda _user, _ref: False)
+        self.resolve: Callable[..., list[JobSpec]] = lambda specs, owner: list(specs)
+        """What a spec names beyond itself, filled in before it is checked: a TensorBoard's
+        source jobs' outputs (:meth:`gpuyard.services.interactive.Interactive.resolved`)."""
         """Pins each submitted job's image to its digest (a call to the pool's registry)."""
         self.clock = clock
         self.notify = notify
@@ -108,6 +111,7 @@ class JobService:
 
     def check_submission(self, spec: JobSpec, *, owner: str) -> None:
         """Raise what :meth:`submit` would refuse ``spec`` with, storing nothing (dry runs)."""
+        (spec,) = self.resolve([spec], owner=owner)
         self._check_spec(spec, owner)
         self.policy.check_access_choice(spec.access)
         with self.store.read() as session:
@@ -139,7 +143,7 @@ class JobService:
             raise InvalidSpec(
                 f"{len(specs)} jobs in one request; submit at most {MAX_BATCH} at a time"
             )
-        specs = self.images.pinned(specs, owner=owner)
+        specs = self.resolve(self.images.pinned(specs, owner=owner), owner=owner)
         return self._intake.submit(_Submission(tuple(specs), owner, self.clock.now()))
 
     def _notify_all(self) -> None:

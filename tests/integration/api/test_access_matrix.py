@@ -140,7 +140,8 @@ def test_lists_show_and_views_offer_only_what_is_allowed(
     call: Call, controller: Controller, access: str
 ) -> None:
     job_id = int(call(OWNER, "POST", "/jobs", json={"command": "x", "access": access}).json()["id"])
-    offered = ["view", "clone", "change-runtime", "change-priority", "stop", "suspend", "delete"]
+    reads = ["view", "clone", "dev-environment", "tensorboard"]
+    offered = [*reads, "change-runtime", "change-priority", "stop", "suspend", "delete"]
     seen = {
         who: [j["id"] for j in call(who, "GET", "/jobs").json()["items"]]
         for who in (OWNER, ADMIN, MEMBER, OUTSIDER)
@@ -157,7 +158,7 @@ def test_lists_show_and_views_offer_only_what_is_allowed(
     if access == "none":
         assert member.status_code == 404
     else:
-        want = offered if access == "read-write" else ["view", "clone"]
+        want = offered if access == "read-write" else reads
         assert member.json()["allowed"] == want
     # Events, logs, predictions and usage of a hidden job are hidden too.
     for path in ("events", "logs", "prediction", "usage"):

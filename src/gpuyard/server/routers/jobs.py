@@ -30,6 +30,7 @@ from gpuyard.models import (
     SubmittedJobs,
 )
 from gpuyard.models.job_query import MAX_PAGE, JobQuery
+from gpuyard.models.service import ServiceView
 from gpuyard.models.slurm import SlurmStepView
 from gpuyard.models.usage import JobUsage, Window
 from gpuyard.server.deps import (
@@ -194,6 +195,13 @@ def events(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
 ) -> list[JobEvent]:
     return services.jobs.events(job_id, actor=user, after=after, limit=limit)
+
+
+@router.get("/{job_id}/service")
+def service(job_id: JobId, services: ServicesDep, user: UserDep) -> ServiceView:
+    """Where an interactive job serves (``/proxy/<id>/``, docs/interactive.md) and whether it
+    is ready: a running service is ready once it answers a probe."""
+    return services.interactive.view(job_id, actor=user)
 
 
 @router.get("/{job_id}/slurm-steps")

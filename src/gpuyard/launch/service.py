@@ -1,0 +1,24 @@
+"""What an interactive job's worker is told beside the contract (docs/interactive.md): where
+to listen and under which path, and, for JupyterLab, the token the proxy presents for the
+person (never shown to the browser, never on a command line)."""
+
+from __future__ import annotations
+
+from gpuyard.models.service import (
+    PATH_VARIABLE,
+    PORT_VARIABLE,
+    PREFIX_VARIABLE,
+    Service,
+    ServiceKind,
+    proxy_prefix,
+)
+
+__all__ = ["service_env"]
+
+
+def service_env(service: Service, *, job_id: int, port: int, token: str) -> dict[str, str]:
+    prefix = proxy_prefix(job_id)
+    env = {PORT_VARIABLE: str(port), PREFIX_VARIABLE: prefix, PATH_VARIABLE: prefix.rstrip("/")}
+    if service.kind is ServiceKind.NOTEBOOK:
+        env["JUPYTER_TOKEN"] = token
+    return env

@@ -1,0 +1,385 @@
+"""``/proxy/<job>/…``: the one way to an interactive job's service (docs/interactive.md).
+
+HTTP requests (bodies streamed both ways, the full path kept: the service serves under the
+prefix) and WebSockets (a relay both ways) go to the job's service on its node, for the job's
+owner only (:meth:`gpuyard.services.interactive.Interactive.target` decides). The caller signs
+in with the web UI's session cookie (a browser) or a bearer token (the CLI, scripts).
+
+What the proxy keeps from the service and the service from the person:
+
+- The caller's credentials never reach the service: the ``Authorization`` header and the
+  session cookie are taken out; JupyterLab gets its own token (``Authorization: token …``)
+  instead, which the browser never holds.
+- The service cannot set the pool's session cookie (such a ``Set-Cookie`` is dropped).
+- A request signed in by the cookie that another site's page made (its ``Origin`` is not this
+  server) is refused, and so is such a WebSocket: the service behind trusts the proxy's
+  ``Origin``, which is the service's own.
+- A service that does not answer yet is a 503 that says it is starting (with ``Retry-After``),
+  never a bare 502.
+
+Each forwarded request marks its job active (:class:`Activity`): what idle reclaim reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import websockets
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
+
+from gpuyard.errors import GpuyardError, Unauthenticated
+from gpuyard.models.accounts import TokenKind
+from gpuyard.models.service import ServiceState, ServiceView
+from gpuyard.services.interactive import ServiceTarget
+from gpuyard.web.session import COOKIE
+
+__all__ = ["Activity", "router"]
+
+router = APIRouter(include_in_schema=False)
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+DROPPED_ANSWER = HOP_BY_HOP | {"server", "date"}
+"""What this server says of itself in its answers, not the service."""
+"""Headers of one connection, never forwarded (RFC 9110, 7.6.1); the service gets its own
+``Host``."""
+NOT_FORWARDED = HOP_BY_HOP | {"authorization", "cookie", "origin", "content-length"}
+WS_NOT_FORWARDED = NOT_FORWARDED | {
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+}
+RETRY_AFTER = "2"
+CONNECT_TIMEOUT = 5.0
+MAX_PAGE = 8 * 1024 * 1024
+"""Bytes of a page read whole to take the service's token out of it."""
+MAX_MESSAGE = 64 * 1024 * 1024
+"""Bytes one WebSocket message may carry (a notebook's output can be large)."""
+
+
+class Activity:
+    """When each job's service was last reached through the proxy (monotonic seconds), and how
+    many WebSockets are open to it: a notebook in use is not idle."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, float] = {}
+        self.open: dict[int, int] = {}
+
+    def touch(self, job_id: int) -> None:
+        self.last[job_id] = time.monotonic()
+
+    @contextlib.contextmanager
+    def connected(self, job_id: int) -> Any:
+        self.open[job_id] = self.open.get(job_id, 0) + 1
+        try:
+            yield
+        finally:
+            self.open[job_id] -= 1
+            self.touch(job_id)
+
+
+def _activity(connection: HTTPConnection) -> Activity:
+    state = connection.app.state
+    if getattr(state, "proxy_activity", None) is None:
+        state.proxy_activity = Activity()
+    activity: Activity = state.proxy_activity
+    return activity
+
+
+def _client(connection: HTTPConnection) -> httpx.AsyncClient:
+    """One pool of connections to the services (closed with the app)."""
+    state = connection.app.state
+    if getattr(state, "proxy_client", None) is None:
+        state.proxy_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT), follow_redirects=False
+        )
+    client: httpx.AsyncClient = state.proxy_client
+    return client
+
+
+# -- who asks -----------------------------------------------------------------------------
+
+
+async def _caller(connection: HTTPConnection) -> tuple[str, bool]:
+    """The caller's name, and whether the session cookie (a browser's ambient credential)
+    signed it in rather than a bearer token. Unauthenticated when neither does."""
+    tokens = connection.app.state.services.tokens
+    authorization = connection.headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
+        caller = tokens.authenticate_cached(authorization)
+        if caller is None:
+            caller = await run_in_threadpool(tokens.authenticate, authorization)
+        return caller.name, False
+    cookie = connection.cookies.get(COOKIE, "")
+    if not cookie:
+        raise Unauthenticated(
+            "sign in first: open the pool's web UI and sign in, or send a bearer token"
+        )
+    header = f"Bearer {cookie}"
+    caller = tokens.authenticate_cached(header, kind=TokenKind.SESSION)
+    if caller is None:
+        caller = await run_in_threadpool(
+            lambda: tokens.authenticate(header, kind=TokenKind.SESSION)
+        )
+    return caller.name, True
+
+
+def _same_origin(connection: HTTPConnection) -> bool:
+    """Whether a request came from this server's own pages (or from no page at all)."""
+    origin = connection.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == connection.headers.get("host", "")
+
+
+async def _target(connection: HTTPConnection, job_id: int) -> ServiceTarget | ServiceView:
+    name, by_cookie = await _caller(connection)
+    if by_cookie and not _same_origin(connection):
+        raise Unauthenticated(
+            "a page of another site cannot use your session here: open the service from the "
+            "pool's own pages"
+        )
+    interactive = connection.app.state.services.interactive
+    found: ServiceTarget | ServiceView = await run_in_threadpool(
+        interactive.target, job_id, actor=name
+    )
+    return found
+
+
+def _unavailable(view: ServiceView, status: int = 503) -> Response:
+    return JSONResponse(
+        {"detail": view.detail, "code": "service-" + view.state.value, "state": view.state},
+        status_code=status,
+        headers={"retry-after": RETRY_AFTER},
+    )
+
+
+def _error(exc: GpuyardError) -> Response:
+    return JSONResponse({"detail": exc.detail, "code": exc.code}, status_code=exc.status_code)
+
+
+# -- HTTP ---------------------------------------------------------------------------------
+
+
+@router.api_route("/proxy/{job_id}", methods=METHODS)
+async def bare(job_id: int) -> Response:
+    """The prefix without its slash: where the service's pages are."""
+    return RedirectResponse(f"/proxy/{job_id}/", status_code=307)
+
+
+@router.api_route("/proxy/{job_id}/{path:path}", methods=METHODS)
+async def forward(request: Request, job_id: int, path: str) -> Response:
+    try:
+        found = await _target(request, job_id)
+    except GpuyardError as exc:
+        return _error(exc)
+    if isinstance(found, ServiceView):
+        return _unavailable(found)
+    _activity(request).touch(job_id)
+    url = found.origin + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    headers = _request_headers(request.headers.items(), found, NOT_FORWARDED)
+    headers.update(_forwarded(request))
+    scrub = bool(found.token) and "text/html" in request.headers.get("accept", "")
+    if scrub:
+        headers["accept-encoding"] = "identity"  # a page is read whole, to scrub it
+    body = request.stream() if request.method not in ("GET", "HEAD") else None
+    client = _client(request)
+    outgoing = client.build_request(request.method, url, headers=headers, content=body)
+    try:
+        upstream = await client.send(outgoing, stream=True)
+    except httpx.TransportError as exc:
+        return _unavailable(
+            ServiceView(
+                job_id=job_id,
+                kind=found.kind,
+                state=ServiceState.STARTING,
+                path=found.prefix,
+                detail=f"the {found.kind.value} is starting: it does not answer yet "
+                f"({type(exc).__name__}); try again in a moment",
+            )
+        )
+    if scrub and _scrubbable(upstream):
+        return await _scrubbed(upstream, found.token)
+    response = StreamingResponse(
+        upstream.aiter_raw(),
+        status_code=upstream.status_code,
+        background=BackgroundTask(upstream.aclose),
+    )
+    response.raw_headers = [
+        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        for k, v in _response_headers(upstream.headers.multi_items())
+    ]
+    return response
+
+
+def _scrubbable(upstream: httpx.Response) -> bool:
+    if not upstream.headers.get("content-type", "").startswith("text/html"):
+        return False
+    if upstream.headers.get("content-encoding", "identity") != "identity":
+        return False
+    return int(upstream.headers.get("content-length") or 0) <= MAX_PAGE
+
+
+async def _scrubbed(upstream: httpx.Response, token: str) -> Response:
+    """A page of the service without the service's token in it: JupyterLab writes its token
+    into every page's configuration, and the browser is never to hold it (the proxy presents
+    it; the page signs in with the cookie the service sets)."""
+    try:
+        body = await upstream.aread()
+    finally:
+        await upstream.aclose()
+    response = Response(body.replace(token.encode(), b""), status_code=upstream.status_code)
+    kept = [
+        (k, v)
+        for k, v in _response_headers(upstream.headers.multi_items())
+        if k.lower() not in ("content-length", "etag")
+    ]
+    response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in kept] + [
+        (b"content-length", str(len(response.body)).encode())
+    ]
+    return response
+
+
+def _request_headers(
+    items: Iterable[tuple[str, str]], target: ServiceTarget, dropped: frozenset[str]
+) -> dict[str, str]:
+    """The caller's headers as the service gets them: no credential of the pool's, the
+    service's own token, and the service's own origin (the proxy checked the caller's)."""
+    headers = {k: v for k, v in items if k.lower() not in dropped}
+    cookies = _cookies_without_session(dict(items).get("cookie", ""))
+    if cookies:
+        headers["cookie"] = cookies
+    headers.update(target.headers())
+    headers["origin"] = target.origin
+    return headers
+
+
+def _cookies_without_session(header: str) -> str:
+    if not header:
+        return ""
+    kept = [
+        part.strip()
+        for part in header.split(";")
+        if part.strip() and part.strip().split("=", 1)[0].strip() != COOKIE
+    ]
+    return "; ".join(kept)
+
+
+def _forwarded(request: Request) -> dict[str, str]:
+    client = request.client.host if request.client else ""
+    return {
+        "x-forwarded-for": client,
+        "x-forwarded-host": request.headers.get("host", ""),
+        "x-forwarded-proto": request.url.scheme,
+    }
+
+
+def _response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The service's headers, less those of its connection and any cookie it sets under the
+    pool's session cookie's name."""
+    kept = []
+    for key, value in items:
+        lower = key.lower()
+        if lower in DROPPED_ANSWER:
+            continue
+        if lower == "set-cookie" and COOKIE in SimpleCookie(value):
+            continue
+        kept.append((key, value))
+    return kept
+
+
+# -- WebSocket ----------------------------------------------------------------------------
+
+
+@router.websocket("/proxy/{job_id}/{path:path}")
+async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
+    try:
+        found = await _target(websocket, job_id)
+    except GpuyardError as exc:
+        await websocket.close(code=4000 + exc.status_code, reason=exc.detail[:120])
+        return
+    if isinstance(found, ServiceView):
+        await websocket.close(code=4503, reason=found.detail[:120])
+        return
+    query = websocket.url.query
+    url = "ws" + found.origin[len("http") :] + websocket.url.path + (f"?{query}" if query else "")
+    headers = _request_headers(websocket.headers.items(), found, WS_NOT_FORWARDED)
+    offered = [
+        p.strip()
+        for p in websocket.headers.get("sec-websocket-protocol", "").split(",")
+        if p.strip()
+    ]
+    origin = headers.pop("origin")
+    try:
+        upstream = await websockets.connect(
+            url,
+            additional_headers=headers,
+            origin=websockets.Origin(origin),
+            subprotocols=[websockets.Subprotocol(p) for p in offered] or None,
+            open_timeout=CONNECT_TIMEOUT,
+            max_size=MAX_MESSAGE,
+            compression=None,
+            ping_interval=None,
+        )
+    except (OSError, websockets.InvalidHandshake, TimeoutError) as exc:
+        await websocket.close(code=4503, reason=f"the service refused: {type(exc).__name__}")
+        return
+    async with upstream:
+        await websocket.accept(subprotocol=upstream.subprotocol)
+        with _activity(websocket).connected(job_id):
+            await _pump(websocket, upstream)
+
+
+async def _pump(websocket: WebSocket, upstream: Any) -> None:
+    """Relay messages both ways until either side closes; then close the other."""
+
+    async def inbound() -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            await upstream.send(data if data is not None else message.get("text") or "")
+
+    async def outbound() -> None:
+        async for data in upstream:
+            if isinstance(data, bytes):
+                await websocket.send_bytes(data)
+            else:
+                await websocket.send_text(data)
+
+    tasks = [asyncio.ensure_future(inbound()), asyncio.ensure_future(outbound())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await websocket.close()

@@ -1,0 +1,208 @@
+"""Interactive jobs' rules (docs/interactive.md): what a TensorBoard may show, who reaches a
+service through the proxy, and whether it is ready.
+
+- **At submission** (:meth:`Interactive.resolved`): a TensorBoard that names jobs gets each
+  one's outputs mounted read-only at ``workspace/model/job-<id>``; each must be a job its
+  submitter may see (the permission matrix's ``tensorboard`` action: read-only access is
+  enough), else it is refused as a job that does not exist.
+- **Through the proxy** (:meth:`Interactive.target`): only the job's owner. A service's pages
+  are served by code its owner controls (the command, the image, the environment) on the pool's
+  own address; shown to anyone else, that code would act as them in the web UI. So another
+  person who may read a job makes a TensorBoard of their own over it
+  (``gpuyard tensorboard JOB``), and nobody but the owner enters a notebook, an admin included
+  (an admin stops or suspends it). Anyone else is told the job does not exist, or, if they may
+  see it, that only its owner may open it.
+- **Readiness** (:meth:`Interactive.view`): a running service is ``ready`` only once it answers
+  an HTTP request at its prefix (the proxy's 503 says "starting" until then).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy import select
+
+from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied
+from gpuyard.models import JobSpec, JobState
+from gpuyard.models.access import Action
+from gpuyard.models.job import Mount
+from gpuyard.models.service import (
+    ServiceKind,
+    ServiceState,
+    ServiceView,
+    proxy_prefix,
+    source_mount,
+)
+from gpuyard.services.auth import Policy
+from gpuyard.store.engine import Store
+from gpuyard.store.tables import JobRow
+
+__all__ = ["PROBE_TIMEOUT", "Interactive", "ServiceTarget", "open_path"]
+
+PROBE_TIMEOUT = 2.0
+"""Seconds the readiness probe waits for a service's answer."""
+
+_ENDED = {JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED}
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTarget:
+    """Where the proxy forwards a job's requests, and what it presents there."""
+
+    job_id: int
+    kind: ServiceKind
+    origin: str
+    """``http://address:port`` of the service on its node."""
+    token: str
+    """The job's attempt token: JupyterLab's (``JUPYTER_TOKEN``); the proxy sends it as
+    ``Authorization: token …``, so the browser never holds it."""
+
+    @property
+    def prefix(self) -> str:
+        return proxy_prefix(self.job_id)
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"token {self.token}"} if self.token else {}
+
+
+def open_path(job_id: int, kind: ServiceKind) -> str:
+    """The page a person opens: JupyterLab's ``lab`` under the prefix, TensorBoard's root."""
+    prefix = proxy_prefix(job_id)
+    return prefix + "lab" if kind is ServiceKind.NOTEBOOK else prefix
+
+
+class Interactive:
+    def __init__(self, store: Store, policy: Policy, job_dir: Callable[[int], str]) -> None:
+        self.store = store
+        self.policy = policy
+        self.job_dir = job_dir
+        """A job's directory on its nodes (its default outputs are ``outputs`` in it)."""
+
+    # -- submission -------------------------------------------------------------------------
+
+    def resolved(self, specs: Sequence[JobSpec], *, owner: str) -> list[JobSpec]:
+        """``specs`` with each TensorBoard's source jobs mounted read-only."""
+        if not any(s.service is not None and s.service.jobs for s in specs):
+            return list(specs)
+        return [self._with_sources(spec, owner) for spec in specs]
+
+    def _with_sources(self, spec: JobSpec, owner: str) -> JobSpec:
+        if spec.service is None or not spec.service.jobs:
+            return spec
+        names = {source_mount(j) for j in spec.service.jobs}
+        mounts = [m for m in spec.mounts.models if m.name not in names]
+        with self.store.read() as session:
+            for job_id in dict.fromkeys(spec.service.jobs):
+                row = session.get(JobRow, job_id)
+                try:
+                    self.policy.check_job(session, owner, row, job_id, Action.TENSORBOARD)
+                except (NotFound, PermissionDenied):
+                    raise InvalidSpec(
+                        f"service.jobs: job {job_id} does not exist, or you may not see it; a "
+                        "TensorBoard shows only jobs you can see (gpuyard ls)"
+                    ) from None
+                assert row is not None
+                mounts.append(Mount(name=source_mount(job_id), path=self._outputs(row)))
+        return spec.model_copy(update={"mounts": spec.mounts.model_copy(update={"models": mounts})})
+
+    def _outputs(self, row: JobRow) -> str:
+        """Where ``row``'s workers write their outputs (a batch job's sub-tasks: one folder
+        each below it, which TensorBoard shows as runs)."""
+        spec = row.job_spec()
+        return spec.mounts.outputs or posixpath.join(self.job_dir(row.id), "outputs")
+
+    # -- the proxy ---------------------------------------------------------------------------
+
+    def target(self, job_id: int, *, actor: str) -> ServiceTarget | ServiceView:
+        """Where to forward ``actor``'s request to job ``job_id``'s service, or, when it
+        cannot be reached yet or any more, its view (the proxy answers 503 with it).
+        NotFound for a job that is not ``actor``'s to see or serves nothing,
+        PermissionDenied for one it may see but not open (only its owner may)."""
+        with self.store.read() as session:
+            row = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
+            )
+            spec = row.job_spec()
+            if spec.service is None:
+                raise NotFound(f"job {job_id} serves nothing through the proxy")
+            if row.owner != actor:
+                raise PermissionDenied(
+                    f"job {job_id}'s {spec.service.kind.value} is its owner's alone: its pages "
+                    "run as its owner. Make your own with `gpuyard tensorboard "
+                    f"{job_id}` or `gpuyard notebook --from {job_id}`"
+                )
+            return self._target(row, spec.service.kind)
+
+    def _target(self, row: JobRow, kind: ServiceKind) -> ServiceTarget | ServiceView:
+        state = JobState(row.state)
+        placement = row.placement or []
+        if state is not JobState.RUNNING or not placement:
+            ended = state in _ENDED
+            return ServiceView(
+                job_id=row.id,
+                kind=kind,
+                state=ServiceState.ENDED if ended else ServiceState.WAITING,
+                path=open_path(row.id, kind),
+                detail=f"job {row.id} is {state.value}"
+                + ("" if ended else ": it serves once it runs (gpuyard show)"),
+            )
+        slot = placement[0]
+        return ServiceTarget(
+            job_id=row.id,
+            kind=kind,
+            origin=f"http://{_host(slot['address'])}:{int(slot['port'])}",
+            token=row.token or "",
+        )
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def view(self, job_id: int, *, actor: str) -> ServiceView:
+        """Where job ``job_id`` serves and whether it is ready (a probe, when it runs)."""
+        with self.store.read() as session:
+            row = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
+            )
+            spec = row.job_spec()
+            if spec.service is None:
+                raise NotFound(f"job {job_id} serves nothing through the proxy")
+            found = self._target(row, spec.service.kind)
+        if isinstance(found, ServiceView):
+            return found
+        detail = probe(found)
+        return ServiceView(
+            job_id=job_id,
+            kind=found.kind,
+            state=ServiceState.STARTING if detail else ServiceState.READY,
+            path=open_path(job_id, found.kind),
+            detail=detail,
+        )
+
+    def services_of(self, owner: str) -> list[int]:
+        """The ids of ``owner``'s interactive jobs that have not ended, newest first."""
+        with self.store.read() as session:
+            rows = session.execute(
+                select(JobRow.id, JobRow.spec)
+                .where(JobRow.owner == owner, JobRow.state.not_in(_ENDED))
+                .order_by(JobRow.id.desc())
+            ).all()
+        return [job_id for job_id, spec in rows if (spec or {}).get("service")]
+
+
+def probe(target: ServiceTarget) -> str:
+    """ "" when the service answers at its prefix (any status below 500), else why not."""
+    try:
+        response = httpx.get(
+            target.origin + target.prefix, headers=target.headers(), timeout=PROBE_TIMEOUT
+        )
+    except httpx.HTTPError as exc:
+        return f"the {target.kind.value} is starting: it does not answer yet ({type(exc).__name__})"
+    if response.status_code >= 500:
+        return f"the {target.kind.value} is starting: it answered {response.status_code}"
+    return ""
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
