@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -159,7 +161,9 @@ def _services(
         images=ImagePinner(access, catalogue.may_use),
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
-    interactive = Interactive(store, policy, _job_dir(settings, executor))
+    interactive = Interactive(
+        store, policy, _job_dir(settings, executor), programs=_programs(os.environ)
+    )
     jobs.resolve = interactive.resolved
     return Services(
         jobs=jobs,
@@ -187,6 +191,14 @@ def _services(
         registry_logins=logins,
         interactive=interactive,
     )
+
+
+def _programs(environ: Mapping[str, str]) -> str:
+    """This server's ``PATH``, its own interpreter's directory first (a virtual environment
+    started without being activated): where a service job finds JupyterLab or TensorBoard
+    when neither its image nor its submitter says."""
+    here = os.path.dirname(sys.executable)
+    return os.pathsep.join(dict.fromkeys([here, *environ.get("PATH", "").split(os.pathsep)]))
 
 
 def _job_dir(settings: Settings, executor: Executor | None) -> Callable[[int], str]:

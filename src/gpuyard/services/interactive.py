@@ -75,19 +75,35 @@ def open_path(job_id: int, kind: ServiceKind) -> str:
 
 
 class Interactive:
-    def __init__(self, store: Store, policy: Policy, job_dir: Callable[[int], str]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        policy: Policy,
+        job_dir: Callable[[int], str],
+        *,
+        programs: str = "",
+    ) -> None:
         self.store = store
         self.policy = policy
         self.job_dir = job_dir
         """A job's directory on its nodes (its default outputs are ``outputs`` in it)."""
+        self.programs = programs
+        """The ``PATH`` a service job without an image and without a ``PATH`` of its own
+        gets (one made in the web UI, or with ``--export=NONE``): the pool's own programs,
+        whose environment has JupyterLab and TensorBoard when it was installed with them."""
 
     # -- submission -------------------------------------------------------------------------
 
     def resolved(self, specs: Sequence[JobSpec], *, owner: str) -> list[JobSpec]:
         """``specs`` with each TensorBoard's source jobs mounted read-only."""
-        if not any(s.service is not None and s.service.jobs for s in specs):
+        if not any(s.service is not None for s in specs):
             return list(specs)
-        return [self._with_sources(spec, owner) for spec in specs]
+        return [self._with_path(self._with_sources(spec, owner)) for spec in specs]
+
+    def _with_path(self, spec: JobSpec) -> JobSpec:
+        if spec.service is None or spec.image or "PATH" in spec.env or not self.programs:
+            return spec
+        return spec.model_copy(update={"env": {**spec.env, "PATH": self.programs}})
 
     def _with_sources(self, spec: JobSpec, owner: str) -> JobSpec:
         if spec.service is None or not spec.service.jobs:
