@@ -162,7 +162,7 @@ def _services(
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     interactive = Interactive(
-        store, policy, _job_dir(settings, executor), programs=_programs(os.environ)
+        store, policy, _job_dir(settings, executor), clock=clock, programs=_programs(os.environ)
     )
     jobs.resolve = interactive.resolved
     return Services(

@@ -17,14 +17,14 @@ What the proxy keeps from the service and the service from the person:
 - A service that does not answer yet is a 503 that says it is starting (with ``Retry-After``),
   never a bare 502.
 
-Each forwarded request marks its job active (:class:`Activity`): what idle reclaim reads.
+Each forwarded request marks its job active
+(:class:`~gpuyard.services.interactive.Activity`): what idle reclaim reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterable
 from http.cookies import SimpleCookie
 from typing import Any
@@ -41,10 +41,10 @@ from starlette.requests import HTTPConnection
 from gpuyard.errors import GpuyardError, Unauthenticated
 from gpuyard.models.accounts import TokenKind
 from gpuyard.models.service import ServiceState, ServiceView
-from gpuyard.services.interactive import ServiceTarget
+from gpuyard.services.interactive import Activity, ServiceTarget
 from gpuyard.web.session import COOKIE
 
-__all__ = ["Activity", "router"]
+__all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
@@ -81,32 +81,8 @@ MAX_MESSAGE = 64 * 1024 * 1024
 """Bytes one WebSocket message may carry (a notebook's output can be large)."""
 
 
-class Activity:
-    """When each job's service was last reached through the proxy (monotonic seconds), and how
-    many WebSockets are open to it: a notebook in use is not idle."""
-
-    def __init__(self) -> None:
-        self.last: dict[int, float] = {}
-        self.open: dict[int, int] = {}
-
-    def touch(self, job_id: int) -> None:
-        self.last[job_id] = time.monotonic()
-
-    @contextlib.contextmanager
-    def connected(self, job_id: int) -> Any:
-        self.open[job_id] = self.open.get(job_id, 0) + 1
-        try:
-            yield
-        finally:
-            self.open[job_id] -= 1
-            self.touch(job_id)
-
-
 def _activity(connection: HTTPConnection) -> Activity:
-    state = connection.app.state
-    if getattr(state, "proxy_activity", None) is None:
-        state.proxy_activity = Activity()
-    activity: Activity = state.proxy_activity
+    activity: Activity = connection.app.state.services.interactive.activity
     return activity
 
 

@@ -18,13 +18,15 @@ service through the proxy, and whether it is ready.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
 from sqlalchemy import select
 
+from gpuyard.clock import Clock
 from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied
 from gpuyard.models import JobSpec, JobState
 from gpuyard.models.access import Action
@@ -40,7 +42,7 @@ from gpuyard.services.auth import Policy
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 
-__all__ = ["PROBE_TIMEOUT", "Interactive", "ServiceTarget", "open_path"]
+__all__ = ["PROBE_TIMEOUT", "Activity", "Interactive", "ServiceTarget", "open_path"]
 
 PROBE_TIMEOUT = 2.0
 """Seconds the readiness probe waits for a service's answer."""
@@ -74,6 +76,28 @@ def open_path(job_id: int, kind: ServiceKind) -> str:
     return prefix + "lab" if kind is ServiceKind.NOTEBOOK else prefix
 
 
+class Activity:
+    """When each job's service was last reached through the proxy (the pool clock's seconds),
+    and how many WebSockets are open to it now."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.last: dict[int, float] = {}
+        self.open: dict[int, int] = {}
+
+    def touch(self, job_id: int) -> None:
+        self.last[job_id] = self.clock.now()
+
+    @contextlib.contextmanager
+    def connected(self, job_id: int) -> Iterator[None]:
+        self.open[job_id] = self.open.get(job_id, 0) + 1
+        try:
+            yield
+        finally:
+            self.open[job_id] -= 1
+            self.touch(job_id)
+
+
 class Interactive:
     def __init__(
         self,
@@ -81,9 +105,13 @@ class Interactive:
         policy: Policy,
         job_dir: Callable[[int], str],
         *,
+        clock: Clock,
         programs: str = "",
     ) -> None:
         self.store = store
+        self.clock = clock
+        self.activity = Activity(clock)
+        """What the proxy saw of each job's service."""
         self.policy = policy
         self.job_dir = job_dir
         """A job's directory on its nodes (its default outputs are ``outputs`` in it)."""
