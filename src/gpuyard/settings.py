@@ -23,6 +23,7 @@ from gpuyard.models.sandbox import (
     DEFAULT_GPU_SHARED_FILES,
     parse_memory_default,
 )
+from gpuyard.models.service import IdleAction
 from gpuyard.models.worker import RunAs
 
 __all__ = ["LOCAL_REGISTRY", "Settings"]
@@ -244,6 +245,27 @@ class Settings(BaseSettings):
         "name's, its size's) and use it where a job has no max runtime: to order the queue "
         "within a tier, to time reservations and backfill, and to predict starts with a "
         "range (docs/scheduling.md#predicted-run-times). false: none of it, as before.",
+    )
+    idle_timeout: float = Field(
+        3600.0,
+        ge=0,
+        le=30 * 86400,
+        description="Seconds an interactive job (a notebook, a TensorBoard) may stay idle "
+        "before it is reclaimed as idle_action says: no kernel ran, no terminal was used, "
+        "nothing was changed through the proxy (a TensorBoard: nothing was asked of it) and "
+        "its GPUs stayed under idle_gpu_util. A warning event comes first. 0: never "
+        "(docs/interactive.md#idle).",
+    )
+    idle_action: IdleAction = Field(
+        IdleAction.SUSPEND,
+        description="suspend (suspended and held, its files kept; opening it resumes it) or stop.",
+    )
+    idle_gpu_util: float = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="GPU utilisation (percent, its GPUs together) at or above which an "
+        "interactive job is busy, whatever else it does.",
     )
     usage_interval: float = Field(
         10.0,

@@ -49,10 +49,12 @@ from gpuyard.launch.plan import MpiInstall
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.job import MpiImplementation
 from gpuyard.models.worker import RunAs
+from gpuyard.periodic import Periodic, paced
 from gpuyard.private_files import write_private
 from gpuyard.server.app import create_app
 from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
+from gpuyard.services.idle import IdleReclaim
 from gpuyard.settings import LOCAL_REGISTRY, Settings
 from gpuyard.store.engine import Store
 
@@ -71,6 +73,8 @@ __all__ = [
 log = logging.getLogger("gpuyard.up")
 
 SWITCH_INTERVAL = 0.001
+IDLE_EVERY = 60.0
+"""Seconds between looks for idle interactive jobs."""
 """Seconds a thread may hold the GIL while another waits for it (see run_server)."""
 
 
@@ -201,6 +205,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
     )
     ensure_owner_token(settings, app.state.services.tokens)
     controller.start()
+    idle = _idle_reclaim(app.state.idle)
     own_url = settings.registry if own else None
     _write_server_file(
         settings.server_file,
@@ -211,11 +216,24 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
     try:
         server.run(sockets=[sock])
     finally:
+        idle.stop()
         controller.stop()
         executor.close()
         store.close()
         reserve.stop()
         _remove_server_file(settings)
+
+
+def _idle_reclaim(reclaim: IdleReclaim) -> Periodic:
+    """Idle interactive jobs reclaimed (docs/interactive.md#idle), looked at every minute
+    (more often under a short timeout)."""
+    every = max(1.0, min(IDLE_EVERY, reclaim.timeout / 10))
+    thread = Periodic(
+        "idle-reclaim", lambda: paced(reclaim.sweep, every, log, "idle reclaim failed")
+    )
+    if reclaim.timeout > 0:
+        thread.start(wait_first=every)
+    return thread
 
 
 class _PoolServer(uvicorn.Server):

@@ -56,6 +56,9 @@ class EventKind(StrEnum):
     registry (docs/images.md#pulling)."""
     GPU_XID = "gpu_xid"
     """A GPU it runs on reported an Xid error."""
+    IDLE = "idle"
+    """An interactive job was found idle: a warning before it is reclaimed, or its reclaim
+    (docs/interactive.md#idle)."""
 
 
 EVENT_KINDS = ", ".join(kind.value for kind in EventKind)

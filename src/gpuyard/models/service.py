@@ -23,6 +23,7 @@ __all__ = [
     "PATH_VARIABLE",
     "PORT_VARIABLE",
     "PREFIX_VARIABLE",
+    "IdleAction",
     "Service",
     "ServiceKind",
     "ServiceState",
@@ -51,6 +52,16 @@ class ServiceKind(StrEnum):
     """JupyterLab, in the job's environment: a shell as its owner, so only its owner enters."""
     TENSORBOARD = "tensorboard"
     """TensorBoard over the outputs of the jobs it names (or its own outputs)."""
+
+
+class IdleAction(StrEnum):
+    """What the pool does to an interactive job left idle past its timeout."""
+
+    SUSPEND = "suspend"
+    """Suspend and hold it, its files kept: opening it again through the proxy resumes it
+    (queued like any job)."""
+    STOP = "stop"
+    """Stop it; its files are kept."""
 
 
 class ServiceState(StrEnum):

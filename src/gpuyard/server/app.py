@@ -36,6 +36,7 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.idle import IdleReclaim
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.images import ImagePinner
 from gpuyard.services.interactive import Interactive
@@ -98,6 +99,16 @@ def create_app(
     if program_env is not None:
         services.jobs.program_check = ProgramCheck(store, pool_env=program_env).check
     app.state.services = services
+    app.state.idle = IdleReclaim(
+        store,
+        services.interactive,
+        clock=clock,
+        timeout=settings.idle_timeout,
+        action=settings.idle_action,
+        gpu_util=settings.idle_gpu_util,
+        gpu_usage=lambda: {j: p.gpu_util for j, p in services.usage.latest().jobs.items()},
+        notify=notify,
+    )
     app.state.controller_health = controller_health
     app.state.disk_health = disk_health
     app.state.metrics = MetricsService(
@@ -162,7 +173,12 @@ def _services(
     )
     execs = ExecService(store, clock=clock, policy=policy, notify=notify)
     interactive = Interactive(
-        store, policy, _job_dir(settings, executor), clock=clock, programs=_programs(os.environ)
+        store,
+        policy,
+        _job_dir(settings, executor),
+        clock=clock,
+        programs=_programs(os.environ),
+        notify=notify,
     )
     jobs.resolve = interactive.resolved
     return Services(

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Iterable
-from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -154,6 +154,18 @@ def _unavailable(view: ServiceView, status: int = 503) -> Response:
     )
 
 
+def _starting(found: ServiceTarget, exc: Exception) -> ServiceView:
+    """The view of a running job whose service did not answer (``exc``)."""
+    return ServiceView(
+        job_id=found.job_id,
+        kind=found.kind,
+        state=ServiceState.STARTING,
+        path=found.prefix,
+        detail=f"the {found.kind.value} is starting: it does not answer yet "
+        f"({type(exc).__name__}); try again in a moment",
+    )
+
+
 def _error(exc: GpuyardError) -> Response:
     return JSONResponse({"detail": exc.detail, "code": exc.code}, status_code=exc.status_code)
 
@@ -175,7 +187,7 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
         return _error(exc)
     if isinstance(found, ServiceView):
         return _unavailable(found)
-    _activity(request).touch(job_id)
+    _activity(request).touch(job_id, method=request.method)
     url = found.origin + request.url.path + (f"?{request.url.query}" if request.url.query else "")
     headers = _request_headers(request.headers.items(), found, NOT_FORWARDED)
     headers.update(_forwarded(request))
@@ -188,16 +200,7 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
     try:
         upstream = await client.send(outgoing, stream=True)
     except httpx.TransportError as exc:
-        return _unavailable(
-            ServiceView(
-                job_id=job_id,
-                kind=found.kind,
-                state=ServiceState.STARTING,
-                path=found.prefix,
-                detail=f"the {found.kind.value} is starting: it does not answer yet "
-                f"({type(exc).__name__}); try again in a moment",
-            )
-        )
+        return _unavailable(_starting(found, exc))
     if scrub and _scrubbable(upstream):
         return await _scrubbed(upstream, found.token)
     response = StreamingResponse(
@@ -282,10 +285,19 @@ def _response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
         lower = key.lower()
         if lower in DROPPED_ANSWER:
             continue
-        if lower == "set-cookie" and COOKIE in SimpleCookie(value):
+        if lower == "set-cookie" and _cookie_name(value) == COOKIE:
             continue
         kept.append((key, value))
     return kept
+
+
+def _cookie_name(set_cookie: str) -> str:
+    """The name a browser gives the cookie a ``Set-Cookie`` value sets (RFC 6265, 5.2): what
+    comes before the first ``=`` of its first ``;``-separated part, trimmed. Not a strict
+    parser's reading: ``http.cookies`` reads no cookie at all in ``gpuyard_session=x;
+    Partitioned`` or in a value with a space, which a browser keeps under that name."""
+    name, equals, _ = set_cookie.split(";", 1)[0].partition("=")
+    return name.strip() if equals else ""
 
 
 # -- WebSocket ----------------------------------------------------------------------------
@@ -296,10 +308,10 @@ async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
     try:
         found = await _target(websocket, job_id)
     except GpuyardError as exc:
-        await websocket.close(code=4000 + exc.status_code, reason=exc.detail[:120])
+        await _refuse(websocket, _error(exc))
         return
     if isinstance(found, ServiceView):
-        await websocket.close(code=4503, reason=found.detail[:120])
+        await _refuse(websocket, _unavailable(found))
         return
     query = websocket.url.query
     url = "ws" + found.origin[len("http") :] + websocket.url.path + (f"?{query}" if query else "")
@@ -322,12 +334,24 @@ async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
             ping_interval=None,
         )
     except (OSError, websockets.InvalidHandshake, TimeoutError) as exc:
-        await websocket.close(code=4503, reason=f"the service refused: {type(exc).__name__}")
+        await _refuse(websocket, _unavailable(_starting(found, exc)))
         return
     async with upstream:
         await websocket.accept(subprotocol=upstream.subprotocol)
         with _activity(websocket).connected(job_id):
             await _pump(websocket, upstream)
+
+
+async def _refuse(websocket: WebSocket, answer: Response) -> None:
+    """Refuse a WebSocket's handshake with ``answer``, the status and body the same request
+    over HTTP gets. A close before the handshake is accepted would reach the caller as a bare
+    403 whatever the reason (the ASGI server answers so), so the denial response is sent where
+    the server can; elsewhere, a close with 4000 + the status."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(answer)
+        return
+    detail = json.loads(bytes(answer.body)).get("detail", "")
+    await websocket.close(code=4000 + answer.status_code, reason=detail[:120])
 
 
 async def _pump(websocket: WebSocket, upstream: Any) -> None:

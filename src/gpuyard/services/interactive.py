@@ -39,6 +39,8 @@ from gpuyard.models.service import (
     source_mount,
 )
 from gpuyard.services.auth import Policy
+from gpuyard.services.notify import Notify, nobody
+from gpuyard.services.suspension import set_held
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 
@@ -83,10 +85,21 @@ class Activity:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.last: dict[int, float] = {}
+        """Any request or WebSocket."""
+        self.changed: dict[int, float] = {}
+        """A request that changes something (not a GET, HEAD or OPTIONS), or a WebSocket:
+        what a notebook's own page does not do on its own (it polls with GETs)."""
         self.open: dict[int, int] = {}
 
-    def touch(self, job_id: int) -> None:
-        self.last[job_id] = self.clock.now()
+    def touch(self, job_id: int, *, method: str = "POST") -> None:
+        now = self.clock.now()
+        self.last[job_id] = now
+        if method not in ("GET", "HEAD", "OPTIONS"):
+            self.changed[job_id] = now
+
+    def forget(self, job_id: int) -> None:
+        for seen in (self.last, self.changed, self.open):
+            seen.pop(job_id, None)
 
     @contextlib.contextmanager
     def connected(self, job_id: int) -> Iterator[None]:
@@ -107,9 +120,11 @@ class Interactive:
         *,
         clock: Clock,
         programs: str = "",
+        notify: Notify = nobody,
     ) -> None:
         self.store = store
         self.clock = clock
+        self.notify = notify
         self.activity = Activity(clock)
         """What the proxy saw of each job's service."""
         self.policy = policy
@@ -178,7 +193,33 @@ class Interactive:
                     "run as its owner. Make your own with `gpuyard tensorboard "
                     f"{job_id}` or `gpuyard notebook --from {job_id}`"
                 )
-            return self._target(row, spec.service.kind)
+            found = self._target(row, spec.service.kind)
+        if isinstance(found, ServiceView) and row.held and row.state == JobState.SUSPENDED:
+            return self._resume(job_id, actor, found)
+        return found
+
+    def _resume(self, job_id: int, actor: str, view: ServiceView) -> ServiceView:
+        """Release a suspended, held service (one reclaimed when idle) that its owner opens:
+        it is queued again, like any job."""
+        with self.store.write() as session:
+            row = session.get(JobRow, job_id)
+            if row is None or not row.held or row.state != JobState.SUSPENDED:
+                return view
+            set_held(
+                session, row, actor=actor, held=False, now=self.clock.now(), audit=self.policy.audit
+            )
+        self.notify(job_id)
+        return view.model_copy(
+            update={
+                "detail": f"job {job_id} was suspended; opening it resumed it: it is queued and "
+                "serves once it runs again"
+            }
+        )
+
+    def running_target(self, row: JobRow, kind: ServiceKind) -> ServiceTarget | None:
+        """Where ``row``'s service listens, while it runs."""
+        found = self._target(row, kind)
+        return found if isinstance(found, ServiceTarget) else None
 
     def _target(self, row: JobRow, kind: ServiceKind) -> ServiceTarget | ServiceView:
         state = JobState(row.state)
