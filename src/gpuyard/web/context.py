@@ -10,6 +10,7 @@ from fastapi import Request
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
 from gpuyard.services.image_catalogue import ImageCatalogue
+from gpuyard.services.interactive import Interactive
 from gpuyard.services.job_exec import ExecService
 from gpuyard.services.job_search import JobSearch
 from gpuyard.services.jobs import JobService
@@ -46,6 +47,8 @@ class WebServices(Protocol):
     def images(self) -> ImageCatalogue: ...
     @property
     def execs(self) -> ExecService: ...
+    @property
+    def interactive(self) -> Interactive: ...
 
 
 def services(request: Request) -> WebServices:

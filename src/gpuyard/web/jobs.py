@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from enum import StrEnum
@@ -45,6 +46,7 @@ from gpuyard.web.forms import (
     posted_values,
     spec_yaml,
 )
+from gpuyard.web.interactive import CREATE_ACTIONS, create, environments, open_paths, service_of
 from gpuyard.web.render import page
 from gpuyard.web.routing import CallerDep, WebRoute, back_to
 from gpuyard.web.session import check_post, read_form
@@ -161,8 +163,10 @@ def job_list(
     )
     wanted = replace(wanted, offset=(page_no - 1) * size, limit=size)
     params["size"] = size
-    found = services(request).search.search(wanted, actor=caller.name)
+    s = services(request)
+    found = s.search.search(wanted, actor=caller.name)
     pages = max(1, -(-found.total // size))
+    mine = environments(s, owner=caller.name)
     return page(
         request,
         "jobs.html",
@@ -178,6 +182,8 @@ def job_list(
         sorts=list(JobSort),
         sizes=PAGE_SIZES,
         Action=Action,
+        environments=mine,
+        open_paths=open_paths(mine),
     )
 
 
@@ -425,6 +431,7 @@ def job_page(
         priorities=list(Priority),
         Action=Action,
         allowed=set(view.allowed),
+        service=service_of(s, view, actor=caller.name),
         spec_yaml=spec_yaml(view.spec) if view.spec else "",
     )
 
@@ -490,16 +497,15 @@ async def log_download(
 
 @router.post("/jobs/{job_id}/{action}")
 async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -> Response:
-    """stop, delete, priority, runtime, suspend, hold, release: each the API's own service
-    call."""
+    """stop, delete, priority, runtime, suspend, hold, release, dev-environment, tensorboard:
+    each the API's own service call."""
     form = await read_form(request)
     check_post(request, form)
     jobs = services(request).jobs
     actor = caller.name
-    if action in PAUSE_ACTIONS:
-        return await _pause(request, job_id, action, form, actor)
-    if action in EXEC_ACTIONS:
-        return await _exec(request, job_id, action, form, actor)
+    handler = _HANDLERS.get(action)
+    if handler is not None:
+        return await handler(request, job_id, action, form, actor)
     if action == "stop":
         await run_in_threadpool(jobs.stop, job_id, actor=actor)
         return back_to(f"/jobs/{job_id}", f"job {job_id}: stop requested")
@@ -524,7 +530,7 @@ async def act(request: Request, caller: CallerDep, job_id: JobId, action: str) -
         return back_to(f"/jobs/{job_id}", f"max runtime set to {text}")
     raise InvalidSpec(
         f"{action!r} is not an action (stop, delete, priority, runtime, suspend, hold, release, "
-        f"{', '.join(EXEC_ACTIONS)})"
+        f"{', '.join(EXEC_ACTIONS)}, {', '.join(CREATE_ACTIONS)})"
     )
 
 
@@ -555,6 +561,15 @@ async def _exec(
     return back_to(f"/jobs/{job_id}", f"job {job_id}: {done.outcome}")
 
 
+async def _create(
+    request: Request, job_id: int, action: str, form: dict[str, list[str]], actor: str
+) -> Response:
+    """A development environment or a TensorBoard made from the job (web/interactive.py);
+    the new job's page next."""
+    made = await run_in_threadpool(create, services(request), job_id, Action(action), actor=actor)
+    return back_to(f"/jobs/{made.id}", f"job {made.id} ({made.name}) submitted")
+
+
 async def _pause(
     request: Request, job_id: int, action: str, form: dict[str, list[str]], actor: str
 ) -> Response:
@@ -569,3 +584,13 @@ async def _pause(
     held = action == "hold"
     await run_in_threadpool(services(request).jobs.hold, job_id, actor=actor, held=held)
     return back_to(f"/jobs/{job_id}", f"job {job_id}: {'held' if held else 'released'}")
+
+
+_Handler = Callable[[Request, int, str, dict[str, list[str]], str], Awaitable[Response]]
+_HANDLERS: dict[str, _Handler] = {
+    **dict.fromkeys(PAUSE_ACTIONS, _pause),
+    **dict.fromkeys(EXEC_ACTIONS, _exec),
+    **{a.value: _create for a in CREATE_ACTIONS},
+}
+"""The actions with a function of their own: each takes the request, the job's id, the
+action, the posted form and the actor."""

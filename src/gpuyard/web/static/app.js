@@ -1,6 +1,6 @@
 // gpuyard web UI: the live parts. Every page reads without this script; it adds the theme
 // switch, the form's checks and queue prediction as you type, following a log, and a job's
-// state as it changes. No libraries, no build step.
+// state as it changes, an interactive job's service as it starts. No libraries, no build step.
 "use strict";
 
 (function theme() {
@@ -207,6 +207,29 @@ function watchState() {
   setTimeout(poll, 1000);
 }
 
+function watchService() {
+  // An interactive job's service while it starts: its state and why it is not ready yet, from
+  // the readiness probe (the job's own state reloads the page when it changes).
+  const badge = document.getElementById("service-state");
+  if (!badge || badge.dataset.state !== "starting") return;
+  const detail = document.getElementById("service-detail");
+  async function poll() {
+    try {
+      const response = await fetch("/jobs/" + badge.dataset.job + "/service.json", { credentials: "same-origin" });
+      if (response.ok) {
+        const s = await response.json();
+        badge.textContent = s.state;
+        badge.dataset.state = s.state;
+        badge.className = "service-state v-" + s.state;
+        if (detail) detail.textContent = s.detail;
+        if (s.state === "ready" || s.state === "ended") return;
+      }
+    } catch (error) { /* try again */ }
+    setTimeout(poll, 1500);
+  }
+  setTimeout(poll, 1500);
+}
+
 function imagePush() {
   // The archive goes as the raw request body (streamed to disk by the server, never parsed
   // as multipart), the other fields in the query string, the CSRF token in a header.
@@ -255,4 +278,5 @@ document.addEventListener("DOMContentLoaded", () => {
   jobForm();
   followLog();
   watchState();
+  watchService();
 });
