@@ -16,7 +16,8 @@ and the models, which is why it sits with the foundations and not in ``models/``
 
 Never forwarded, and refused when named: ``SLURM_*``, ``SLURMD_*``, ``SBATCH_*``, ``SRUN_*``,
 ``SALLOC_*`` and ``GPUYARD_*`` (the pool sets them; a token does not belong in a job's spec),
-and :data:`POOL_SET` (the job's account's ``HOME``/``USER``/``LOGNAME``, its GPUs). Names that
+and :data:`POOL_SET` (the job's account's ``HOME``/``USER``/``LOGNAME``, its GPUs, a
+notebook's ``JUPYTER_TOKEN``). Names that
 are not variable names and values holding NUL are dropped from ``ALL``. When what is kept
 exceeds the spec's limits (:data:`gpuyard.spec_limits.MAX_ENV`, ``MAX_ENV_BYTES``), the
 biggest values go first (``LS_COLORS`` and exported shell functions rarely matter to a job);
@@ -37,8 +38,9 @@ __all__ = ["NOT_FORWARDED", "POOL_SET", "ExportError", "exported_environment"]
 
 NOT_FORWARDED = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "GPUYARD_")
 """Prefixes of what the pool sets itself, its tokens among them."""
-POOL_SET = ("HOME", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES")
-"""Set by the pool for the job's OS account and its GPUs, whatever the submitter's say."""
+POOL_SET = ("HOME", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "JUPYTER_TOKEN")
+"""Set by the pool for the job's OS account and its GPUs (and a notebook's token: a job
+submitted from a notebook does not carry it), whatever the submitter's say."""
 _KEPT = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -57,8 +59,8 @@ def _check_name(name: str) -> None:
     if not _forwardable(name):
         raise ExportError(
             f"--export: {name} cannot be given to a job (the pool sets SLURM_*, GPUYARD_*, "
-            "HOME, USER, LOGNAME and CUDA_VISIBLE_DEVICES itself, and a token does not belong "
-            "in a job's spec)"
+            "HOME, USER, LOGNAME, CUDA_VISIBLE_DEVICES and JUPYTER_TOKEN itself, and a token "
+            "does not belong in a job's spec)"
         )
 
 

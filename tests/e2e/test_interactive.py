@@ -164,6 +164,16 @@ def test_a_notebook_runs_a_cell_through_the_proxy(
     )
     gpus = notebook["placement"][0]["gpus"]
     assert printed.strip() == ",".join(map(str, gpus)) and len(gpus) == 1
+    # Submitting from inside: the notebook's own token signs its owner in (issue 27, point 4).
+    submitted = _execute(
+        ws_url + kernel.json()["id"] + "/channels",
+        token,
+        "import json, subprocess\n"
+        "done = subprocess.run(['gpuyard', 'submit', '--json', '--', 'true'],"
+        " capture_output=True, text=True)\n"
+        "print(json.loads(done.stdout)['owner'] if done.returncode == 0 else done.stderr)",
+    )
+    assert submitted.strip() == "alice"
 
 
 def test_the_browser_never_holds_the_services_token(

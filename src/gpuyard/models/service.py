@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuyard.models.ids import Id
 
 __all__ = [
+    "JOB_TOKEN_PREFIX",
     "MAX_SOURCES",
     "PATH_VARIABLE",
     "PORT_VARIABLE",
@@ -30,6 +31,7 @@ __all__ = [
     "ServiceView",
     "default_command",
     "environment_overrides",
+    "notebook_token",
     "proxy_prefix",
     "source_mount",
 ]
@@ -99,6 +101,17 @@ class ServiceView(BaseModel):
     state: ServiceState
     path: str = Field(description="Where the pool serves it: /proxy/<id>/ (JupyterLab: lab).")
     detail: str = Field("", description="Why it is not ready, when it is not.")
+
+
+JOB_TOKEN_PREFIX = "gyj_"  # noqa: S105 - a prefix, not a secret
+"""What a notebook's own API token (``GPUYARD_TOKEN`` in it) starts with."""
+
+
+def notebook_token(job_id: int, secret: str) -> str:
+    """The API token a notebook's code signs in with as its owner (``gpuyard submit`` and the
+    client work inside it): the job's id and its attempt's secret, so it is valid while that
+    attempt runs and never after (:meth:`gpuyard.services.auth.TokenService.signed_in`)."""
+    return f"{JOB_TOKEN_PREFIX}{job_id}_{secret}"
 
 
 def proxy_prefix(job_id: int) -> str:

@@ -19,6 +19,7 @@ sharing switch) and turns a verdict into the error the API answers with.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 import threading
 from collections.abc import Sequence
@@ -50,6 +51,8 @@ from gpuyard.models.accounts import (
     TokenView,
 )
 from gpuyard.models.actor import Actor
+from gpuyard.models.service import JOB_TOKEN_PREFIX, ServiceKind
+from gpuyard.models.states import JobState
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import AuditRow, GroupRow, JobRow, SettingRow, TokenRow, UserRow
 
@@ -175,6 +178,10 @@ class _Resolved:
     last_used_at: float | None
     cached_at: float
     kind: TokenKind
+
+
+NOTEBOOK_TOKEN_ID = 0
+"""The token id a notebook's own token signs in with: it has no row, and makes no tokens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +385,19 @@ def _refused_entry(job_id: int, caller: Caller, row: JobRow) -> str:
     return f"{what}; your access to it is {access}"
 
 
+def _bearer(authorization: str | None) -> str:
+    """The token of a ``Bearer`` header; Unauthenticated, saying how to sign in, otherwise."""
+    if not authorization:
+        raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated(f"the Authorization header must be `Bearer <token>`: {SIGN_IN_HELP}")
+    if len(token) > 256 or not token.isascii():
+        raise Unauthenticated(f"that is not a gpuyard token: {SIGN_IN_HELP}")
+    return token
+
+
 class TokenService:
     def __init__(self, store: Store, *, clock: Clock, policy: Policy, audit: Audit) -> None:
         self.store = store
@@ -402,6 +422,8 @@ class TokenService:
         self, authorization: str | None, *, kind: TokenKind = TokenKind.API
     ) -> SignedIn | None:
         """:meth:`signed_in` when the answer needs no database; None when it does."""
+        if _bearer(authorization).startswith(JOB_TOKEN_PREFIX):
+            return None  # a notebook's token is as valid as its job's state, read each time
         resolved = self._cached(self._key(authorization))
         if resolved is None:
             return None
@@ -414,7 +436,13 @@ class TokenService:
         return self.signed_in(authorization, kind=kind).caller
 
     def signed_in(self, authorization: str | None, *, kind: TokenKind = TokenKind.API) -> SignedIn:
-        """:meth:`authenticate`, with the token that signed the caller in."""
+        """:meth:`authenticate`, with the token that signed the caller in. A notebook's own
+        token (``gyj_<job>_<secret>``, :func:`gpuyard.models.service.notebook_token`) signs its
+        owner in while that attempt of the notebook runs, as an API token that makes no
+        tokens."""
+        token = _bearer(authorization)
+        if token.startswith(JOB_TOKEN_PREFIX):
+            return self._notebook_signed_in(token, kind)
         key = self._key(authorization)
         resolved = self._cached(key) or self._resolve(key, self.clock.now())
         return self._check(resolved, kind)
@@ -440,17 +468,28 @@ class TokenService:
         return SignedIn(caller, resolved.token_id, resolved.expires_at)
 
     def _key(self, authorization: str | None) -> str:
-        if not authorization:
-            raise Unauthenticated(f"sign in first: {SIGN_IN_HELP}")
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise Unauthenticated(
-                f"the Authorization header must be `Bearer <token>`: {SIGN_IN_HELP}"
-            )
-        if len(token) > 256 or not token.isascii():
-            raise Unauthenticated(f"that is not a gpuyard token: {SIGN_IN_HELP}")
-        return digest(token)
+        return digest(_bearer(authorization))
+
+    def _notebook_signed_in(self, token: str, kind: TokenKind) -> SignedIn:
+        unknown = Unauthenticated(
+            "that notebook's token is unknown, or its notebook is not running any more: "
+            + SIGN_IN_HELP
+        )
+        job_text, _, secret = token[len(JOB_TOKEN_PREFIX) :].partition("_")
+        if kind is not TokenKind.API or not job_text.isdigit() or not secret:
+            raise unknown
+        with self.store.read() as session:
+            row = session.get(JobRow, int(job_text)) if len(job_text) < 19 else None
+            service = ((row.spec or {}).get("service") or {}) if row is not None else {}
+            if (
+                row is None
+                or row.state != JobState.RUNNING
+                or not row.token
+                or service.get("kind") != ServiceKind.NOTEBOOK
+                or not hmac.compare_digest(row.token.encode(), secret.encode())
+            ):
+                raise unknown
+            return SignedIn(self.policy.caller(session, row.owner), NOTEBOOK_TOKEN_ID, None)
 
     def _check_expiry(self, resolved: _Resolved) -> Caller:
         if resolved.expires_at is not None and resolved.expires_at <= self.clock.now():
@@ -513,6 +552,11 @@ class TokenService:
         token ``parent``: it expires no later than that one (its life is cut short to fit)
         and is revoked with it."""
         user = spec.user or actor
+        if parent is not None and parent.token_id == NOTEBOOK_TOKEN_ID:
+            raise PermissionDenied(
+                "a notebook's own token makes no tokens: it lives only as long as its notebook "
+                "runs. Make one with your own token (`gpuyard tokens create`, outside the job)"
+            )
         with self.store.write() as session:
             if user != actor:
                 self.policy.require(

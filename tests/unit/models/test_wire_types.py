@@ -57,6 +57,7 @@ def test_event_kinds_keep_their_strings() -> None:
         "diagnosis",
         "image",
         "gpu_xid",
+        "idle",
     }
 
 
