@@ -9,10 +9,12 @@ from gpuyard.models.service import (
     PATH_VARIABLE,
     PORT_VARIABLE,
     PREFIX_VARIABLE,
+    SecretUse,
     Service,
     ServiceKind,
     notebook_token,
     proxy_prefix,
+    service_secret,
 )
 
 __all__ = ["service_env"]
@@ -22,6 +24,6 @@ def service_env(service: Service, *, job_id: int, port: int, token: str) -> dict
     prefix = proxy_prefix(job_id)
     env = {PORT_VARIABLE: str(port), PREFIX_VARIABLE: prefix, PATH_VARIABLE: prefix.rstrip("/")}
     if service.kind is ServiceKind.NOTEBOOK and token:
-        env["JUPYTER_TOKEN"] = token
+        env["JUPYTER_TOKEN"] = service_secret(token, SecretUse.JUPYTER)
         env["GPUYARD_TOKEN"] = notebook_token(job_id, token)  # the client and CLI inside it
     return env

@@ -11,6 +11,7 @@ the command each kind runs when the spec gives none (:func:`default_command`), t
 
 from __future__ import annotations
 
+import hmac
 from enum import StrEnum
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "PORT_VARIABLE",
     "PREFIX_VARIABLE",
     "IdleAction",
+    "SecretUse",
     "Service",
     "ServiceKind",
     "ServiceState",
@@ -33,6 +35,7 @@ __all__ = [
     "environment_overrides",
     "notebook_token",
     "proxy_prefix",
+    "service_secret",
     "source_mount",
 ]
 
@@ -107,11 +110,27 @@ JOB_TOKEN_PREFIX = "gyj_"  # noqa: S105 - a prefix, not a secret
 """What a notebook's own API token (``GPUYARD_TOKEN`` in it) starts with."""
 
 
-def notebook_token(job_id: int, secret: str) -> str:
+class SecretUse(StrEnum):
+    """What a secret derived from a job's attempt secret is for: each use its own, so that
+    one given away (JupyterLab's, presented by the proxy to whatever listens on the port)
+    opens nothing else."""
+
+    JUPYTER = "jupyter"
+    API = "api"
+
+
+def service_secret(attempt_secret: str, use: SecretUse) -> str:
+    """The secret of ``use`` derived from a job's attempt secret (HMAC-SHA256)."""
+    mac = hmac.new(attempt_secret.encode(), f"gpuyard-service:{use.value}".encode(), "sha256")
+    return mac.hexdigest()[:40]
+
+
+def notebook_token(job_id: int, attempt_secret: str) -> str:
     """The API token a notebook's code signs in with as its owner (``gpuyard submit`` and the
-    client work inside it): the job's id and its attempt's secret, so it is valid while that
-    attempt runs and never after (:meth:`gpuyard.services.auth.TokenService.signed_in`)."""
-    return f"{JOB_TOKEN_PREFIX}{job_id}_{secret}"
+    client work inside it): the job's id and a secret derived from its attempt's, so it is
+    valid while that attempt runs and never after
+    (:meth:`gpuyard.services.auth.TokenService.signed_in`)."""
+    return f"{JOB_TOKEN_PREFIX}{job_id}_{service_secret(attempt_secret, SecretUse.API)}"
 
 
 def proxy_prefix(job_id: int) -> str:

@@ -51,7 +51,7 @@ from gpuyard.models.accounts import (
     TokenView,
 )
 from gpuyard.models.actor import Actor
-from gpuyard.models.service import JOB_TOKEN_PREFIX, ServiceKind
+from gpuyard.models.service import JOB_TOKEN_PREFIX, SecretUse, ServiceKind, service_secret
 from gpuyard.models.states import JobState
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import AuditRow, GroupRow, JobRow, SettingRow, TokenRow, UserRow
@@ -486,7 +486,9 @@ class TokenService:
                 or row.state != JobState.RUNNING
                 or not row.token
                 or service.get("kind") != ServiceKind.NOTEBOOK
-                or not hmac.compare_digest(row.token.encode(), secret.encode())
+                or not hmac.compare_digest(
+                    service_secret(row.token, SecretUse.API).encode(), secret.encode()
+                )
             ):
                 raise unknown
             return SignedIn(self.policy.caller(session, row.owner), NOTEBOOK_TOKEN_ID, None)

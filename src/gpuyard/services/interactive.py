@@ -32,10 +32,12 @@ from gpuyard.models import JobSpec, JobState
 from gpuyard.models.access import Action
 from gpuyard.models.job import Mount
 from gpuyard.models.service import (
+    SecretUse,
     ServiceKind,
     ServiceState,
     ServiceView,
     proxy_prefix,
+    service_secret,
     source_mount,
 )
 from gpuyard.services.auth import Policy
@@ -61,8 +63,9 @@ class ServiceTarget:
     origin: str
     """``http://address:port`` of the service on its node."""
     token: str
-    """The job's attempt token: JupyterLab's (``JUPYTER_TOKEN``); the proxy sends it as
-    ``Authorization: token …``, so the browser never holds it."""
+    """JupyterLab's token (``JUPYTER_TOKEN``, derived from the job's attempt secret; none for
+    a TensorBoard); the proxy sends it as ``Authorization: token …``, so the browser never
+    holds it."""
 
     @property
     def prefix(self) -> str:
@@ -239,7 +242,9 @@ class Interactive:
             job_id=row.id,
             kind=kind,
             origin=f"http://{_host(slot['address'])}:{int(slot['port'])}",
-            token=row.token or "",
+            token=service_secret(row.token, SecretUse.JUPYTER)
+            if row.token and kind is ServiceKind.NOTEBOOK
+            else "",
         )
 
     # -- readiness ---------------------------------------------------------------------------

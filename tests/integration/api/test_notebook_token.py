@@ -9,7 +9,13 @@ import pytest
 from gpuyard.client import Client, PermissionDenied, Unauthenticated
 from gpuyard.controller.loop import Controller
 from gpuyard.launch.service import service_env
-from gpuyard.models.service import Service, ServiceKind, notebook_token
+from gpuyard.models.service import (
+    SecretUse,
+    Service,
+    ServiceKind,
+    notebook_token,
+    service_secret,
+)
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 from gpuyard.testing.auth import TokenFor
@@ -61,7 +67,11 @@ def test_only_a_running_notebooks_own_secret_signs_in(
     trainer = _running(ada, controller, {"command": "train"})
     with store.read() as session:
         trainer_secret = session.get(JobRow, trainer).token  # type: ignore[union-attr]
+        secret = session.get(JobRow, notebook).token or ""  # type: ignore[union-attr]
+    assert Client(api_url, token=notebook_token(notebook, secret)).jobs().items
     for token in (
+        f"gyj_{notebook}_{secret}",  # the attempt's own secret
+        f"gyj_{notebook}_{service_secret(secret, SecretUse.JUPYTER)}",  # JupyterLab's token
         notebook_token(notebook, "0" * 32),  # a guess
         notebook_token(trainer, trainer_secret or "x"),  # a training job's secret
         "gyj_" + "9" * 30 + "_x",

@@ -10,12 +10,14 @@ from gpuyard.launch.service import service_env
 from gpuyard.models import JobSpec
 from gpuyard.models.command import parse_command
 from gpuyard.models.service import (
+    SecretUse,
     Service,
     ServiceKind,
     default_command,
     environment_overrides,
     notebook_token,
     proxy_prefix,
+    service_secret,
 )
 
 
@@ -100,8 +102,12 @@ def test_the_worker_is_told_its_port_prefix_and_a_notebook_its_tokens() -> None:
         "GPUYARD_SERVICE_PORT": "20010",
         "GPUYARD_SERVICE_PREFIX": proxy_prefix(7),
         "GPUYARD_SERVICE_PATH": "/proxy/7",
-        "JUPYTER_TOKEN": "s3",
+        "JUPYTER_TOKEN": service_secret("s3", SecretUse.JUPYTER),
         "GPUYARD_TOKEN": notebook_token(7, "s3"),
     }
     board = service_env(Service(kind=ServiceKind.TENSORBOARD), job_id=7, port=1, token="s3")
     assert "JUPYTER_TOKEN" not in board and "GPUYARD_TOKEN" not in board
+    # Each use its own secret: JupyterLab's (which the proxy presents to whatever listens on
+    # the port) is not the API token's, and neither is the attempt's own.
+    secrets = {"s3", notebook["JUPYTER_TOKEN"], notebook["GPUYARD_TOKEN"].rsplit("_", 1)[1]}
+    assert len(secrets) == 3
