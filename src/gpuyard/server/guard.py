@@ -6,6 +6,9 @@ route fails unexpectedly.
 - a request body larger than :data:`MAX_BODY` is refused with 413 before it is read whole
   (except on :data:`STREAMED` routes, which stream their body to disk under a cap of their
   own: an image upload);
+- requests to an interactive job's service (:data:`PROXIED`) pass unread: their body and
+  query are the service's (a notebook saved with its plots is larger than 4 MiB, its outputs
+  may hold a NUL), and the proxy streams the body on (server/proxy.py);
 - a JSON body is read strictly: no ``NaN``/``Infinity``, no duplicate keys, at most
   :data:`MAX_DEPTH` levels, no string with a NUL character or an unpaired surrogate (neither
   can be stored, passed to a process or printed), no integer outside 64 bits (the databases'
@@ -44,6 +47,8 @@ MAX_BODY = 4 * 1024 * 1024
 STREAMED = frozenset({("POST", "/api/v1/images"), ("POST", PUSH_PATH)})
 """Routes whose body this guard passes on unread: they stream it to disk and cap it
 themselves (``GPUYARD_IMAGE_UPLOAD_MAX``): the API's image push and the web UI's."""
+PROXIED = "/proxy/"
+"""The prefix of the proxy's paths (server/proxy.py), whose bodies and queries are not ours."""
 MAX_DEPTH = 32
 INT64 = (-(1 << 63), (1 << 63) - 1)
 FULL = "the pool's storage is full, so nothing was changed; it works again once space is freed"
@@ -149,9 +154,10 @@ class RequestGuard:
                 started = True
             await send(message)
 
+        passed = scope.get("path", "").startswith(PROXIED)
         try:
-            refused = self._check_query(scope)
-            streamed = (scope["method"], scope.get("path")) in STREAMED
+            refused = None if passed else self._check_query(scope)
+            streamed = passed or (scope["method"], scope.get("path")) in STREAMED
             if refused is None and scope["method"] in ("POST", "PUT", "PATCH") and not streamed:
                 refused, receive = await self._check_body(scope, receive)
             if refused is not None:
