@@ -12,7 +12,9 @@ from fastapi import Depends, FastAPI
 from gpuyard import __version__
 from gpuyard.clock import Clock, SystemClock
 from gpuyard.executors.base import Executor
+from gpuyard.executors.local.procfs import listener_uid
 from gpuyard.images.access import RegistryAccess
+from gpuyard.launch.program import Account
 from gpuyard.secret_box import SecretBox
 from gpuyard.server import proxy
 from gpuyard.server.api_docs import install_api_docs
@@ -97,7 +99,12 @@ def create_app(
     )
     services = _services(settings, store, executor, clock=clock, notify=notify, plan=plan_shell)
     if program_env is not None:
-        services.jobs.program_check = ProgramCheck(store, pool_env=program_env).check
+        # Jobs run on this machine as their owners' accounts: the server can tell whose
+        # program runs, and whose process listens on a service's port.
+        programs = ProgramCheck(store, pool_env=program_env)
+        services.jobs.program_check = programs.check
+        services.interactive.listener = listener_uid
+        services.interactive.owner_uid = lambda owner: _uid(programs.account(owner))
     app.state.services = services
     app.state.idle = IdleReclaim(
         store,
@@ -207,6 +214,10 @@ def _services(
         registry_logins=logins,
         interactive=interactive,
     )
+
+
+def _uid(account: Account | None) -> int | None:
+    return account.uid if account is not None else None
 
 
 def _programs(environ: Mapping[str, str]) -> str:

@@ -48,6 +48,8 @@ from gpuyard.store.tables import JobRow
 
 __all__ = ["PROBE_TIMEOUT", "Activity", "Interactive", "ServiceTarget", "open_path"]
 
+LISTENER_TRUST = 5.0
+"""Seconds a service's port, once found to be its owner's, is trusted without a look."""
 PROBE_TIMEOUT = 2.0
 """Seconds the readiness probe waits for a service's answer."""
 
@@ -133,6 +135,13 @@ class Interactive:
         self.policy = policy
         self.job_dir = job_dir
         """A job's directory on its nodes (its default outputs are ``outputs`` in it)."""
+        self.listener: Callable[[str, int], int | None] | None = None
+        """The uid listening on an address and port (where the server can tell: its own
+        machine's nodes); with :attr:`owner_uid`, a service is reached only while the port
+        is its owner's account's."""
+        self.owner_uid: Callable[[str], int | None] = lambda _owner: None
+        """The uid a user's jobs run as (None: not known here)."""
+        self._checked: dict[tuple[int, int], float] = {}
         self.programs = programs
         """The ``PATH`` a service job without an image and without a ``PATH`` of its own
         gets (one made in the web UI, or with ``--export=NONE``): the pool's own programs,
@@ -238,6 +247,15 @@ class Interactive:
                 + ("" if ended else ": it serves once it runs (gpuyard show)"),
             )
         slot = placement[0]
+        foreign = self._foreign_listener(row, slot["address"], int(slot["port"]))
+        if foreign:
+            return ServiceView(
+                job_id=row.id,
+                kind=kind,
+                state=ServiceState.STARTING,
+                path=open_path(row.id, kind),
+                detail=foreign,
+            )
         return ServiceTarget(
             job_id=row.id,
             kind=kind,
@@ -245,6 +263,29 @@ class Interactive:
             token=service_secret(row.token, SecretUse.JUPYTER)
             if row.token and kind is ServiceKind.NOTEBOOK
             else "",
+        )
+
+    def _foreign_listener(self, row: JobRow, address: str, port: int) -> str:
+        """Why the proxy must not forward to ``address:port``: another account listens there
+        (a process of someone else's that took the port before the service). "" when the
+        owner's account does, nothing does yet, or this server cannot tell. A port found to
+        be the owner's is trusted for :data:`LISTENER_TRUST` seconds (it cannot change hands
+        while its holder listens)."""
+        if self.listener is None:
+            return ""
+        key = (row.id, row.attempt)
+        now = self.clock.monotonic()
+        if now - self._checked.get(key, -LISTENER_TRUST) < LISTENER_TRUST:
+            return ""
+        expected, found = self.owner_uid(row.owner), self.listener(address, port)
+        if found is None or expected is None or found == expected:
+            if found is not None and expected is not None:
+                self._checked[key] = now
+            return ""
+        return (
+            f"another account's process (uid {found}) listens on job {row.id}'s port "
+            f"{address}:{port}, not the job's: the proxy does not forward to it. Stop the job "
+            "and start it again (it gets another port)"
         )
 
     # -- readiness ---------------------------------------------------------------------------

@@ -52,7 +52,7 @@ class ProgramCheck:
         programs = program_of(spec)
         if not programs:
             return
-        account = self._account(owner)
+        account = self.account(owner)
         if account is None:
             return
         path = search_path(spec, self.pool_env)
@@ -61,7 +61,8 @@ class ProgramCheck:
             if why is not None:
                 raise InvalidSpec(why)
 
-    def _account(self, owner: str) -> Account | None:
+    def account(self, owner: str) -> Account | None:
+        """The OS account ``owner``'s jobs run as (None: refused, the launch says why)."""
         with self.store.read() as session:
             mapped = session.scalar(select(UserRow.os_user).where(UserRow.name == owner))
         try:

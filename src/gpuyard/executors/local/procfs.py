@@ -30,6 +30,7 @@ __all__ = [
     "cmdline",
     "environ_has",
     "kill_with_environ",
+    "listener_uid",
     "oldest_running",
     "start_time",
     "with_environ",
@@ -287,3 +288,36 @@ class Watcher:
 def _running(pid: int, start: int) -> bool:
     found = _stat(pid)
     return found is not None and found[1] == start and found[0] not in _ENDED_STATES
+
+
+_LISTEN = "0A"
+
+
+def listener_uid(address: str, port: int) -> int | None:
+    """The uid of the account whose socket listens on ``address:port`` (or on every address
+    at ``port``) in this network namespace, from ``/proc/net/tcp`` and ``tcp6``; None when
+    nothing listens there."""
+    wanted = {_hex_address(address), _hex_address("0.0.0.0"), _hex_address("::")}  # noqa: S104
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines, None)
+                for line in lines:
+                    fields = line.split()
+                    local, state, uid = fields[1], fields[3], fields[7]
+                    host, _, hex_port = local.rpartition(":")
+                    if state == _LISTEN and int(hex_port, 16) == port and host in wanted:
+                        return int(uid)
+        except OSError:
+            continue
+    return None
+
+
+def _hex_address(address: str) -> str:
+    """An address as /proc/net/tcp writes it: its bytes in host order, 32 bits at a time."""
+    import ipaddress
+    import struct
+
+    packed = ipaddress.ip_address(address).packed
+    words = struct.unpack(f"={len(packed) // 4}I", packed)
+    return "".join(f"{w:08X}" for w in words)
