@@ -28,6 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 from gpuyard.client import Client
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
+from gpuyard.models.service import SecretUse, service_secret
 from gpuyard.models.worker import NodeInfo
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
@@ -156,11 +157,12 @@ def _running(alice: Client, controller: Controller, job_id: int) -> int:
 
 
 def _job_token(store: Store, job_id: int) -> str:
-    """The job's attempt token: what the pool gives its JupyterLab (``JUPYTER_TOKEN``)."""
+    """What the pool gives the job's JupyterLab (``JUPYTER_TOKEN``), derived from the job's
+    attempt secret."""
     with store.read() as session:
         row = session.get(JobRow, job_id)
         assert row is not None and row.token
-        return row.token
+        return service_secret(row.token, SecretUse.JUPYTER)
 
 
 @pytest.fixture
