@@ -6,12 +6,20 @@ were stopped, run now and wait), and photographs each page with Debian's Chromiu
 chromium``) at 1280x720, plus the job list at a phone's width and the job page in the dark
 theme. Rerun it after changing a page: ``.venv/bin/python bench/screenshots.py`` (writes
 ``docs/img/web-*.png``).
+
+Then, on a pool of its own (one node of 2 GPUs, this environment's JupyterLab on its ``PATH``),
+the interactive jobs (docs/interactive.md): a training job's page with "Create development
+environment" and "Create TensorBoard", the development environment made from it once its
+JupyterLab is ready, JupyterLab itself through the pool's proxy with a cell run, and the job
+list with "My environments". ``--only interactive`` takes these alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import tempfile
 import time
@@ -20,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from gpuyard.testing.browser import chromium, unavailable_reason
+from gpuyard.testing.jupyterlab import LOAD_TIMEOUT, run_in_new_notebook
 from gpuyard.testing.process import ServerProcess
 
 STEPS = (
@@ -142,38 +151,131 @@ def shoot(pool: ServerProcess, token: str, jobs: dict[str, int], out: Path) -> N
         phone.close()
 
 
+def shoot_interactive(pool: ServerProcess, token: str, out: Path) -> dict[str, int]:
+    """The interactive jobs' pages (``web-interactive-*.png``); the jobs' ids."""
+    from playwright.sync_api import expect
+
+    train = _api(pool, token).post(
+        "/jobs",
+        json={
+            "name": "resnet50-finetune",
+            "command": f'{sys.executable} -c "{STEPS}"',
+            "resources": {"gpus": 1, "cpus": 1, "memory": "1G"},
+            "access": "read-only",
+            "max_runtime": "8h",
+        },
+    )
+    train.raise_for_status()
+    job = int(train.json()["id"])
+    with chromium() as browser:
+        context = browser.new_context(
+            base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
+        )
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        page.goto("/login")
+        page.get_by_label("Token").fill(token)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/jobs**")
+        page.goto(f"/jobs/{job}")
+        expect(page.locator("#job-state")).to_contain_text("running")
+        page.wait_for_timeout(3000)  # a few lines of its log
+        page.screenshot(path=str(out / "web-interactive-job.png"))
+        page.get_by_role("button", name="Create development environment").click()
+        page.wait_for_url(re.compile(r"/jobs/\d+\?notice="))
+        found = re.search(r"/jobs/(\d+)", page.url)
+        assert found is not None
+        notebook = int(found.group(1))
+        expect(page.locator("#service-state")).to_have_text("ready", timeout=LOAD_TIMEOUT)
+        page.screenshot(path=str(out / "web-interactive-service.png"))
+        with context.expect_page() as opened:
+            page.get_by_role("link", name="Open").click()
+        lab = opened.value
+        lab.set_viewport_size({"width": 1280, "height": 720})
+        code = 'import os; print("CUDA_VISIBLE_DEVICES =", os.environ["CUDA_VISIBLE_DEVICES"])'
+        expect(run_in_new_notebook(lab, code)).to_contain_text("=", timeout=LOAD_TIMEOUT)
+        news = lab.get_by_role("alert").get_by_role("button", name="No")
+        if news.count():  # JupyterLab asks whether to fetch its news: not in the picture
+            news.click()
+        lab.wait_for_timeout(1000)
+        lab.screenshot(path=str(out / "web-interactive-jupyterlab.png"))
+        page.goto("/jobs")
+        page.screenshot(path=str(out / "web-interactive-environments.png"))
+        context.close()
+    return {"training": job, "notebook": notebook}
+
+
+def _api(pool: ServerProcess, token: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=f"{pool.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+def interactive_pool(home: Path) -> ServerProcess:
+    """One node of 2 GPUs, with this environment's programs (JupyterLab) first on its PATH."""
+    path = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    return ServerProcess(
+        home,
+        "--virtual-nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--cpus-per-node",
+        "4",
+        "--memory-per-node",
+        "8G",
+        settings={"PATH": path},
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--settle", type=float, default=25.0, help="Seconds of running jobs.")
+    parser.add_argument("--only", choices=["interactive"], help="Only the interactive jobs' pages.")
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
         raise SystemExit(f"cannot take screenshots: {reason}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        pool = ServerProcess(
-            Path(tmp) / "home",
-            "--virtual-nodes",
-            "2",
-            "--gpus-per-node",
-            "2",
-            "--cpus-per-node",
-            "4",
-            "--memory-per-node",
-            "8G",
-            settings={"GPUYARD_USAGE_INTERVAL": "2"},
-        )
+        if args.only is None:
+            jobs |= _shoot_pages(Path(tmp) / "home", args.out, args.settle)
+        pool = interactive_pool(Path(tmp) / "interactive")
         pool.start()
         try:
             token = (pool.home / "owner.token").read_text().strip()
-            jobs = prepare(pool, token)
-            time.sleep(args.settle)  # the running job's log and usage samples pile up
-            shoot(pool, token, jobs, args.out)
+            jobs |= shoot_interactive(pool, token, args.out)
         finally:
             pool.stop()
     for png in sorted(args.out.glob("web-*.png")):
         print(f"{png}: {png.stat().st_size // 1024} KiB")
     print(json.dumps(jobs))
+
+
+def _shoot_pages(home: Path, out: Path, settle: float) -> dict[str, int]:
+    pool = ServerProcess(
+        home,
+        "--virtual-nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--cpus-per-node",
+        "4",
+        "--memory-per-node",
+        "8G",
+        settings={"GPUYARD_USAGE_INTERVAL": "2"},
+    )
+    pool.start()
+    try:
+        token = (pool.home / "owner.token").read_text().strip()
+        jobs = prepare(pool, token)
+        time.sleep(settle)  # the running job's log and usage samples pile up
+        shoot(pool, token, jobs, out)
+    finally:
+        pool.stop()
+    return jobs
 
 
 if __name__ == "__main__":
