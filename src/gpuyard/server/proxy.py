@@ -75,6 +75,11 @@ WS_NOT_FORWARDED = NOT_FORWARDED | {
 }
 RETRY_AFTER = "2"
 CONNECT_TIMEOUT = 5.0
+HANDSHAKE_TIMEOUT = 120.0
+"""Seconds a WebSocket's handshake with the service may take: JupyterLab answers a kernel's
+channels only once the kernel has started, which takes more than :data:`CONNECT_TIMEOUT` on
+a busy node (a few kernels started at once on two cores take 10 s). An HTTP answer may take
+as long as the service needs; this bounds only a handshake that never comes."""
 MAX_PAGE = 8 * 1024 * 1024
 """Bytes of a page read whole to take the service's token out of it."""
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -328,7 +333,7 @@ async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
             additional_headers=headers,
             origin=websockets.Origin(origin),
             subprotocols=[websockets.Subprotocol(p) for p in offered] or None,
-            open_timeout=CONNECT_TIMEOUT,
+            open_timeout=HANDSHAKE_TIMEOUT,
             max_size=MAX_MESSAGE,
             compression=None,
             ping_interval=None,
