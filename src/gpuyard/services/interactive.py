@@ -54,6 +54,7 @@ PROBE_TIMEOUT = 2.0
 """Seconds the readiness probe waits for a service's answer."""
 
 _ENDED = {JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED}
+_SERVICE_KIND = JobRow.spec[("service", "kind")].as_string()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,15 +312,23 @@ class Interactive:
             detail=detail,
         )
 
-    def services_of(self, owner: str) -> list[int]:
-        """The ids of ``owner``'s interactive jobs that have not ended, newest first."""
+    def services_of(self, owner: str, *, limit: int = 20) -> list[int]:
+        """The ids of ``owner``'s interactive jobs that have not ended, newest first (at most
+        ``limit``): a filter on the spec's ``service.kind`` in the database, so a user with
+        many queued jobs costs one indexed read."""
         with self.store.read() as session:
-            rows = session.execute(
-                select(JobRow.id, JobRow.spec)
-                .where(JobRow.owner == owner, JobRow.state.not_in(_ENDED))
-                .order_by(JobRow.id.desc())
-            ).all()
-        return [job_id for job_id, spec in rows if (spec or {}).get("service")]
+            return list(
+                session.scalars(
+                    select(JobRow.id)
+                    .where(
+                        JobRow.owner == owner,
+                        JobRow.state.not_in(_ENDED),
+                        _SERVICE_KIND.is_not(None),
+                    )
+                    .order_by(JobRow.id.desc())
+                    .limit(limit)
+                )
+            )
 
 
 def probe(target: ServiceTarget) -> str:
