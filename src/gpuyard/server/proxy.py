@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,8 +80,9 @@ HANDSHAKE_TIMEOUT = 120.0
 channels only once the kernel has started, which takes more than :data:`CONNECT_TIMEOUT` on
 a busy node (a few kernels started at once on two cores take 10 s). An HTTP answer may take
 as long as the service needs; this bounds only a handshake that never comes."""
-MAX_PAGE = 8 * 1024 * 1024
-"""Bytes of a page read whole to take the service's token out of it."""
+DECODABLE = "gzip, deflate"
+"""The encodings asked of a service: those the proxy can decode to take a token out of a page
+(the browser's own list may name others)."""
 MAX_MESSAGE = 64 * 1024 * 1024
 """Bytes one WebSocket message may carry (a notebook's output can be large)."""
 
@@ -196,9 +197,8 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
     url = found.origin + request.url.path + (f"?{request.url.query}" if request.url.query else "")
     headers = _request_headers(request.headers.items(), found, NOT_FORWARDED)
     headers.update(_forwarded(request))
-    scrub = bool(found.token) and "text/html" in request.headers.get("accept", "")
-    if scrub:
-        headers["accept-encoding"] = "identity"  # a page is read whole, to scrub it
+    if "accept-encoding" in headers:
+        headers["accept-encoding"] = DECODABLE  # what the proxy can read back to scrub a page
     body = request.stream() if request.method not in ("GET", "HEAD") else None
     client = _client(request)
     outgoing = client.build_request(request.method, url, headers=headers, content=body)
@@ -206,8 +206,8 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
         upstream = await client.send(outgoing, stream=True)
     except httpx.TransportError as exc:
         return _unavailable(_starting(found, exc))
-    if scrub and _scrubbable(upstream):
-        return await _scrubbed(upstream, found.token)
+    if found.token and _is_page(upstream):
+        return _scrubbed(upstream, found.token)
     response = StreamingResponse(
         upstream.aiter_raw(),
         status_code=upstream.status_code,
@@ -220,32 +220,40 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
     return response
 
 
-def _scrubbable(upstream: httpx.Response) -> bool:
-    if not upstream.headers.get("content-type", "").startswith("text/html"):
-        return False
-    if upstream.headers.get("content-encoding", "identity") != "identity":
-        return False
-    return int(upstream.headers.get("content-length") or 0) <= MAX_PAGE
+def _is_page(upstream: httpx.Response) -> bool:
+    return str(upstream.headers.get("content-type", "")).lower().startswith("text/html")
 
 
-async def _scrubbed(upstream: httpx.Response, token: str) -> Response:
+def _scrubbed(upstream: httpx.Response, token: str) -> Response:
     """A page of the service without the service's token in it: JupyterLab writes its token
     into every page's configuration, and the browser is never to hold it (the proxy presents
-    it; the page signs in with the cookie the service sets)."""
-    try:
-        body = await upstream.aread()
-    finally:
-        await upstream.aclose()
-    response = Response(body.replace(token.encode(), b""), status_code=upstream.status_code)
+    it; the page signs in with the cookie the service sets). Streamed (decoded, whatever its
+    size), with the last ``len(token) - 1`` bytes held back at each step so that a token split
+    between two chunks is found too."""
     kept = [
         (k, v)
         for k, v in _response_headers(upstream.headers.multi_items())
-        if k.lower() not in ("content-length", "etag")
+        if k.lower() not in ("content-length", "content-encoding", "etag")
     ]
-    response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in kept] + [
-        (b"content-length", str(len(response.body)).encode())
-    ]
+    response = StreamingResponse(
+        _without(upstream.aiter_bytes(), token.encode()),
+        status_code=upstream.status_code,
+        background=BackgroundTask(upstream.aclose),
+    )
+    response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in kept]
     return response
+
+
+async def _without(chunks: AsyncIterator[bytes], token: bytes) -> AsyncIterator[bytes]:
+    keep = len(token) - 1
+    tail = b""
+    async for chunk in chunks:
+        data = (tail + chunk).replace(token, b"")
+        tail = data[-keep:] if keep and len(data) > keep else data
+        if len(data) > len(tail):
+            yield data[: len(data) - len(tail)]
+    if tail:
+        yield tail
 
 
 def _request_headers(
