@@ -146,6 +146,9 @@ async def _target(connection: HTTPConnection, job_id: int) -> ServiceTarget | Se
             "pool's own pages"
         )
     interactive = connection.app.state.services.interactive
+    cached: ServiceTarget | None = interactive.target_cached(job_id, actor=name)
+    if cached is not None:
+        return cached
     found: ServiceTarget | ServiceView = await run_in_threadpool(
         interactive.target, job_id, actor=name
     )

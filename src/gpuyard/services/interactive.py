@@ -48,6 +48,11 @@ from gpuyard.store.tables import JobRow
 
 __all__ = ["PROBE_TIMEOUT", "Activity", "Interactive", "ServiceTarget", "open_path"]
 
+TARGET_CACHE_AGE = 2.0
+"""Seconds the proxy reuses where a service is without reading the job again (while nothing
+changed in this process: writes of other servers sharing the database are seen this late)."""
+MAX_CACHED_TARGETS = 10_000
+_TARGET_TABLES = ("jobs", "users", "groups", "pool_settings")
 LISTENER_TRUST = 5.0
 """Seconds a service's port, once found to be its owner's, is trusted without a look."""
 PROBE_TIMEOUT = 2.0
@@ -143,6 +148,7 @@ class Interactive:
         self.owner_uid: Callable[[str], int | None] = lambda _owner: None
         """The uid a user's jobs run as (None: not known here)."""
         self._checked: dict[tuple[int, int], float] = {}
+        self._targets: dict[tuple[int, str], tuple[tuple[int, ...], float, ServiceTarget]] = {}
         self.programs = programs
         """The ``PATH`` a service job without an image and without a ``PATH`` of its own
         gets (one made in the web UI, or with ``--export=NONE``): the pool's own programs,
@@ -206,10 +212,29 @@ class Interactive:
                     "run as its owner. Make your own with `gpuyard tensorboard "
                     f"{job_id}` or `gpuyard notebook --from {job_id}`"
                 )
+            generation = self.store.generation(*_TARGET_TABLES)
             found = self._target(row, spec.service.kind)
         if isinstance(found, ServiceView) and row.held and row.state == JobState.SUSPENDED:
             return self._resume(job_id, actor, found)
+        if isinstance(found, ServiceTarget):
+            if len(self._targets) >= MAX_CACHED_TARGETS:
+                self._targets.clear()
+            self._targets[(job_id, actor)] = (generation, self.clock.monotonic(), found)
         return found
+
+    def target_cached(self, job_id: int, *, actor: str) -> ServiceTarget | None:
+        """:meth:`target`'s answer for a running service, when it needs no database: one
+        given in the last :data:`TARGET_CACHE_AGE` seconds while no job or user changed in
+        this process. For the proxy's event loop, which must not block."""
+        hit = self._targets.get((job_id, actor))
+        if hit is None:
+            return None
+        generation, at, target = hit
+        if generation != self.store.generation(*_TARGET_TABLES):
+            return None
+        if self.clock.monotonic() - at > TARGET_CACHE_AGE:
+            return None
+        return target
 
     def _resume(self, job_id: int, actor: str, view: ServiceView) -> ServiceView:
         """Release a suspended, held service (one reclaimed when idle) that its owner opens:
