@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from gpuyard.models.service import SecretUse, service_secret
 from gpuyard.settings import Settings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
+from gpuyard.testing.jupyterlab import run_cell
 from gpuyard.testing.process import ServerProcess
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -127,52 +126,6 @@ def overhead(pool: ServerProcess, job: dict[str, Any], requests: int, path: str)
 
 
 # -- concurrent kernels --------------------------------------------------------------------
-
-
-def execute_request(code: str) -> tuple[str, str]:
-    msg_id = uuid.uuid4().hex
-    header = {
-        "msg_id": msg_id,
-        "username": "bench",
-        "session": uuid.uuid4().hex,
-        "msg_type": "execute_request",
-        "version": "5.3",
-        "date": "",
-    }
-    content = {
-        "code": code,
-        "silent": False,
-        "store_history": False,
-        "user_expressions": {},
-        "allow_stdin": False,
-        "stop_on_error": True,
-    }
-    message = {
-        "header": header,
-        "parent_header": {},
-        "metadata": {},
-        "content": content,
-        "channel": "shell",
-        "buffers": [],
-    }
-    return msg_id, json.dumps(message)
-
-
-async def run_cell(ws: Any, code: str) -> str:
-    """Run ``code`` in the kernel behind ``ws``; what it printed."""
-    msg_id, message = execute_request(code)
-    await ws.send(message)
-    out: list[str] = []
-    while True:
-        data = json.loads(await ws.recv())
-        if data.get("parent_header", {}).get("msg_id") != msg_id:
-            continue
-        if data["msg_type"] == "stream":
-            out.append(data["content"]["text"])
-        if data["msg_type"] == "error":
-            raise RuntimeError(f"the cell failed: {data['content'].get('ename')}")
-        if data["msg_type"] == "status" and data["content"]["execution_state"] == "idle":
-            return "".join(out)
 
 
 async def one_kernel(http: httpx.AsyncClient, ws_base: str, token: str, n: int) -> float:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import httpx
 import pytest
 import websockets
 
+from gpuyard.testing.jupyterlab import run_cell
 from gpuyard.testing.process import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -91,41 +91,7 @@ def _execute(ws_url: str, token: str, code: str) -> str:
     async def run() -> str:
         headers = {"authorization": f"Bearer {token}"}
         async with websockets.connect(ws_url, additional_headers=headers) as ws:
-            msg_id = uuid.uuid4().hex
-            header = {
-                "msg_id": msg_id,
-                "username": "test",
-                "session": uuid.uuid4().hex,
-                "msg_type": "execute_request",
-                "version": "5.3",
-                "date": "",
-            }
-            content = {
-                "code": code,
-                "silent": False,
-                "store_history": False,
-                "user_expressions": {},
-                "allow_stdin": False,
-                "stop_on_error": True,
-            }
-            message = {
-                "header": header,
-                "parent_header": {},
-                "metadata": {},
-                "content": content,
-                "channel": "shell",
-                "buffers": [],
-            }
-            await ws.send(json.dumps(message))
-            out = []
-            while True:
-                data = json.loads(await asyncio.wait_for(ws.recv(), 60))
-                if data.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                if data["msg_type"] == "stream":
-                    out.append(data["content"]["text"])
-                if data["msg_type"] == "status" and data["content"]["execution_state"] == "idle":
-                    return "".join(out)
+            return await asyncio.wait_for(run_cell(ws, code), 120)
 
     return asyncio.run(run())
 

@@ -15,10 +15,13 @@ __all__ = ["serve"]
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Yield the base URL while ``app`` is served; stop it afterwards."""
+def serve(app: Any, *, port: int = 0) -> Iterator[str]:
+    """Yield the base URL while ``app`` is served on 127.0.0.1 (at ``port``; 0: a free one);
+    stop it afterwards."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # see pool._bind
-    sock.bind(("127.0.0.1", 0))
+    if port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(

@@ -8,15 +8,11 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -34,6 +30,7 @@ from gpuyard.models.worker import NodeInfo
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import JobRow
 from gpuyard.testing.auth import TokenFor
+from gpuyard.testing.server import serve
 
 SESSION = "gpuyard_session"
 PLANTED = [
@@ -113,23 +110,8 @@ def _service(token: str) -> Starlette:
 @contextlib.contextmanager
 def listening(app: Starlette, port: int) -> Iterator[None]:
     """``app`` served on 127.0.0.1:``port`` (the job's slot) while in the block."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(64)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.005)
-    try:
+    with serve(app, port=port):
         yield
-    finally:
-        server.should_exit = True
-        thread.join(5)
-        sock.close()
 
 
 # -- the pool -----------------------------------------------------------------------------
