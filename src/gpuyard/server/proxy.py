@@ -197,7 +197,7 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
     if isinstance(found, ServiceView):
         return _unavailable(found)
     _activity(request).touch(job_id, method=request.method)
-    url = found.origin + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    url = found.origin + _raw_path(request) + (f"?{request.url.query}" if request.url.query else "")
     headers = _request_headers(request.headers.items(), found, NOT_FORWARDED)
     headers.update(_forwarded(request))
     if "accept-encoding" in headers:
@@ -225,6 +225,13 @@ async def forward(request: Request, job_id: int, path: str) -> Response:
 
 def _is_page(upstream: httpx.Response) -> bool:
     return str(upstream.headers.get("content-type", "")).lower().startswith("text/html")
+
+
+def _raw_path(connection: HTTPConnection) -> str:
+    """The path as the caller wrote it, still percent-encoded: decoded, a file named
+    ``a?b`` or ``a%2Fb`` would reach the service as another path (or a query)."""
+    raw = connection.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else connection.url.path
 
 
 def _scrubbed(upstream: httpx.Response, token: str) -> Response:
@@ -330,7 +337,7 @@ async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
         await _refuse(websocket, _unavailable(found))
         return
     query = websocket.url.query
-    url = "ws" + found.origin[len("http") :] + websocket.url.path + (f"?{query}" if query else "")
+    url = "ws" + found.origin[len("http") :] + _raw_path(websocket) + (f"?{query}" if query else "")
     headers = _request_headers(websocket.headers.items(), found, WS_NOT_FORWARDED)
     offered = [
         p.strip()

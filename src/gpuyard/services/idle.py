@@ -114,7 +114,9 @@ class IdleReclaim:
         now = self.clock.now()
         usage = self.gpu_usage()
         reclaimed = []
-        for row, kind in self._running():
+        running = self._running()
+        self._forget_all_but({row.id for row, _ in running})
+        for row, kind in running:
             idle = now - self._active_at(row, kind, usage, now)
             if idle >= self.timeout:
                 if self._reclaim(row.id, row.version, idle, now):
@@ -124,6 +126,16 @@ class IdleReclaim:
         if reclaimed:
             self.notify()
         return reclaimed
+
+    def _forget_all_but(self, running: set[int]) -> None:
+        """Drop what is kept of jobs that do not run any more (a pool runs for months)."""
+        for job_id in set(self._busy_at) - running:
+            del self._busy_at[job_id]
+        self._warned = {key for key in self._warned if key[0] in running}
+        activity = self.interactive.activity
+        for job_id in (set(activity.last) | set(activity.changed)) - running:
+            if not activity.open.get(job_id):
+                activity.forget(job_id)
 
     def _running(self) -> list[tuple[JobRow, ServiceKind]]:
         with self.store.read() as session:

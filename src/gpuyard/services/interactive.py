@@ -306,6 +306,8 @@ class Interactive:
         expected, found = self.owner_uid(row.owner), self.listener(address, port)
         if found is None or expected is None or found == expected:
             if found is not None and expected is not None:
+                if len(self._checked) >= MAX_CACHED_TARGETS:
+                    self._checked.clear()
                 self._checked[key] = now
             return ""
         return (

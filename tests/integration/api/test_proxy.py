@@ -78,6 +78,7 @@ def _service(token: str) -> Starlette:
             {
                 "method": request.method,
                 "path": request.url.path + query,
+                "raw_path": request.scope["raw_path"].decode(),
                 "headers": [[k, v] for k, v in request.headers.items()],
                 "body": size,
             }
@@ -205,6 +206,10 @@ def test_the_full_path_query_and_method_arrive(notebook: Notebook) -> None:
     echoed = answer.json()
     assert echoed["method"] == "PUT"
     assert echoed["path"] == notebook.prefix + "api/contents/a b/c.ipynb?type=notebook&x=1&x=2"
+    # Encoded as written: a file named what?.ipynb in a folder a/b is neither a query nor
+    # two folders on the way.
+    odd = notebook.http.get(notebook.prefix + "api/contents/a%2Fb/what%3F.ipynb?q=%3F")
+    assert odd.json()["raw_path"] == notebook.prefix + "api/contents/a%2Fb/what%3F.ipynb"
 
 
 def test_a_large_body_arrives_whole(notebook: Notebook) -> None:
