@@ -199,6 +199,8 @@ class Interactive:
         cannot be reached yet or any more, its view (the proxy answers 503 with it).
         NotFound for a job that is not ``actor``'s to see or serves nothing,
         PermissionDenied for one it may see but not open (only its owner may)."""
+        # Read before the job: a change after it makes the answer cached below a miss.
+        generation = self.store.generation(*_TARGET_TABLES)
         with self.store.read() as session:
             row = self.policy.check_job(
                 session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
@@ -212,9 +214,9 @@ class Interactive:
                     "run as its owner. Make your own with `gpuyard tensorboard "
                     f"{job_id}` or `gpuyard notebook --from {job_id}`"
                 )
-            generation = self.store.generation(*_TARGET_TABLES)
             found = self._target(row, spec.service.kind)
-        if isinstance(found, ServiceView) and row.held and row.state == JobState.SUSPENDED:
+            paused = bool(row.held) and row.state == JobState.SUSPENDED
+        if isinstance(found, ServiceView) and paused:
             return self._resume(job_id, actor, found)
         if isinstance(found, ServiceTarget):
             if len(self._targets) >= MAX_CACHED_TARGETS:
