@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import httpx
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
 from gpuyard.errors import InvalidSpec, NotFound, PermissionDenied
@@ -202,19 +203,14 @@ class Interactive:
         # Read before the job: a change after it makes the answer cached below a miss.
         generation = self.store.generation(*_TARGET_TABLES)
         with self.store.read() as session:
-            row = self.policy.check_job(
-                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
-            )
-            spec = row.job_spec()
-            if spec.service is None:
-                raise NotFound(f"job {job_id} serves nothing through the proxy")
+            row, kind = self._service_row(session, job_id, actor)
             if row.owner != actor:
                 raise PermissionDenied(
-                    f"job {job_id}'s {spec.service.kind.value} is its owner's alone: its pages "
+                    f"job {job_id}'s {kind.value} is its owner's alone: its pages "
                     "run as its owner. Make your own with `gpuyard tensorboard "
                     f"{job_id}` or `gpuyard notebook --from {job_id}`"
                 )
-            found = self._target(row, spec.service.kind)
+            found = self._target(row, kind)
             paused = bool(row.held) and row.state == JobState.SUSPENDED
         if isinstance(found, ServiceView) and paused:
             return self._resume(job_id, actor, found)
@@ -223,6 +219,16 @@ class Interactive:
                 self._targets.clear()
             self._targets[(job_id, actor)] = (generation, self.clock.monotonic(), found)
         return found
+
+    def _service_row(self, session: Session, job_id: int, actor: str) -> tuple[JobRow, ServiceKind]:
+        """Job ``job_id``, if ``actor`` may see it and it serves something, and its kind."""
+        row = self.policy.check_job(
+            session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
+        )
+        service = row.job_spec().service
+        if service is None:
+            raise NotFound(f"job {job_id} serves nothing through the proxy")
+        return row, service.kind
 
     def target_cached(self, job_id: int, *, actor: str) -> ServiceTarget | None:
         """:meth:`target`'s answer for a running service, when it needs no database: one
@@ -323,13 +329,8 @@ class Interactive:
     def view(self, job_id: int, *, actor: str) -> ServiceView:
         """Where job ``job_id`` serves and whether it is ready (a probe, when it runs)."""
         with self.store.read() as session:
-            row = self.policy.check_job(
-                session, actor, session.get(JobRow, job_id), job_id, Action.VIEW
-            )
-            spec = row.job_spec()
-            if spec.service is None:
-                raise NotFound(f"job {job_id} serves nothing through the proxy")
-            found = self._target(row, spec.service.kind)
+            row, kind = self._service_row(session, job_id, actor)
+            found = self._target(row, kind)
         if isinstance(found, ServiceView):
             return found
         detail = probe(found)
