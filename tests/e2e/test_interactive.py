@@ -55,16 +55,18 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 User = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _user(pool: ServerProcess, name: str | None, tmp: Path, group: str = "") -> tuple[User, str]:
-    """The CLI of ``name`` (None: the pool's owner), with this environment's programs on its
-    PATH, and its token."""
-    env = {**pool.env, "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", "")}
-    if name is None:
-        token = (pool.home / "owner.token").read_text().strip()
-    else:
-        pool.cli("users", "add", name, *(("--group", group) if group else ()))
-        token = json.loads(pool.cli("tokens", "create", name, "--json").stdout)["token"]
-        env |= {"GPUYARD_HOME": str(tmp / name), "GPUYARD_URL": pool.url, "GPUYARD_TOKEN": token}
+def _user(pool: ServerProcess, name: str, tmp: Path, group: str) -> tuple[User, str]:
+    """The CLI of a new user ``name`` of ``group`` on a machine of its own, with this
+    environment's programs on its PATH, and its token."""
+    pool.cli("users", "add", name, "--group", group)
+    token = json.loads(pool.cli("tokens", "create", name, "--json").stdout)["token"]
+    env = {
+        **pool.env,
+        "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
+        "GPUYARD_HOME": str(tmp / name),
+        "GPUYARD_URL": pool.url,
+        "GPUYARD_TOKEN": token,
+    }
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
