@@ -41,6 +41,7 @@ from starlette.requests import HTTPConnection
 from gpuyard.errors import GpuyardError, Unauthenticated
 from gpuyard.models.accounts import TokenKind
 from gpuyard.models.service import ServiceState, ServiceView
+from gpuyard.server.deps import JobId
 from gpuyard.services.interactive import Activity, ServiceTarget
 from gpuyard.web.session import COOKIE
 
@@ -183,13 +184,13 @@ def _error(exc: GpuyardError) -> Response:
 
 
 @router.api_route("/proxy/{job_id}", methods=METHODS)
-async def bare(job_id: int) -> Response:
+async def bare(job_id: JobId) -> Response:
     """The prefix without its slash: where the service's pages are."""
     return RedirectResponse(f"/proxy/{job_id}/", status_code=307)
 
 
 @router.api_route("/proxy/{job_id}/{path:path}", methods=METHODS)
-async def forward(request: Request, job_id: int, path: str) -> Response:
+async def forward(request: Request, job_id: JobId, path: str) -> Response:
     try:
         found = await _target(request, job_id)
     except GpuyardError as exc:
@@ -327,7 +328,7 @@ def _cookie_name(set_cookie: str) -> str:
 
 
 @router.websocket("/proxy/{job_id}/{path:path}")
-async def relay(websocket: WebSocket, job_id: int, path: str) -> None:
+async def relay(websocket: WebSocket, job_id: JobId, path: str) -> None:
     try:
         found = await _target(websocket, job_id)
     except GpuyardError as exc:

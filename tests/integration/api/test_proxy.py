@@ -432,3 +432,10 @@ def test_a_websocket_ends_when_the_service_goes(
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
     notebook.http.close()
+
+
+def test_an_id_out_of_range_is_refused_before_any_lookup(api_url: str, token_for: TokenFor) -> None:
+    """An id no job can have (negative, 0, past 64 bits) is a 422, never a database error."""
+    headers = {"authorization": f"Bearer {token_for('ada')}"}
+    for job in ("0", "-1", "9" * 25):
+        assert httpx.get(f"{api_url}/proxy/{job}/lab", headers=headers).status_code == 422
