@@ -24,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from gpuyard.models.accounts import TokenKind
+from gpuyard.models.dataset import DatasetVisibility, VersionState
 from gpuyard.models.image_catalogue import ImageScope, ImageVisibility
 from gpuyard.models.job import JobSpec
 from gpuyard.models.node import NodeState
@@ -585,6 +586,79 @@ class RegistryLoginRow(Base):
     ciphertext: Mapped[str] = mapped_column(Text)
     """The password, sealed together with the owner and host it is for."""
     saved_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetRow(Base):
+    """A dataset of the catalogue: its owner, name and visibility (models/dataset.py)."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128))
+    group_id: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    """The id of the owner's group when it was made: who ``group`` visibility reaches."""
+    visibility: Mapped[DatasetVisibility] = mapped_column(EnumText(DatasetVisibility))
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ux_datasets_owner_name", "owner", "name", unique=True),
+        Index("ix_datasets_name", "name"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class DatasetVersionRow(Base):
+    """One immutable version of a dataset: where its files are and their manifest."""
+
+    __tablename__ = "dataset_versions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[VersionState] = mapped_column(EnumText(VersionState))
+    source: Mapped[str] = mapped_column(String(16))
+    """``path`` (files left where they are, on shared storage) or ``upload`` (the pool's)."""
+    path: Mapped[str] = mapped_column(Text)
+    """The directory jobs mount: the given path, or where the upload was unpacked."""
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    digest: Mapped[str] = mapped_column(String(71), default="")
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ux_dataset_versions", "dataset_id", "version", unique=True),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class DatasetFavouriteRow(Base):
+    """A user's favourite dataset."""
+
+    __tablename__ = "dataset_favourites"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class DatasetUploadRow(Base):
+    """An upload session of a version: the bytes received so far (the archive's file holds
+    them), so that an interrupted upload resumes where it stopped."""
+
+    __tablename__ = "dataset_uploads"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"))
+    owner: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    received: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 class SettingRow(Base):
