@@ -205,6 +205,19 @@ class Settings(BaseSettings):
         description="The CA certificates (PEM) those registries are checked with "
         "(default: the system's).",
     )
+    dataset_roots: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Directories of shared storage datasets may be made from (`gpuyard "
+        "datasets create NAME --from PATH`), colon-separated: GPUYARD_DATASET_ROOTS="
+        "'/data:/scratch/shared'. Empty: no dataset is made from a path, only uploaded "
+        "(docs/datasets.md).",
+    )
+    dataset_upload_max: int = Field(
+        64 << 30,
+        ge=1 << 20,
+        description="Bytes a dataset upload (`gpuyard datasets upload`, a tar) may have, and may "
+        "unpack to; a larger one is refused (413).",
+    )
     secrets_key_file: Path | None = Field(
         None,
         description="The pool's secret key (Fernet), which encrypts what users ask the pool to "
@@ -397,6 +410,13 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return parse_allowlist(value) if isinstance(value, str) else value
+
+    @field_validator("dataset_roots", mode="before")
+    @classmethod
+    def _colon_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part for part in value.split(":") if part)
+        return value
 
     @field_validator("default_memory")
     @classmethod

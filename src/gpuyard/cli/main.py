@@ -10,6 +10,7 @@ import typer
 from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
 from gpuyard.cli import config as config_cli
+from gpuyard.cli import datasets as datasets_cli
 from gpuyard.cli import images as images_cli
 from gpuyard.cli import interactive as interactive_cli
 from gpuyard.cli import job_exec as exec_cli
@@ -54,6 +55,7 @@ server_cli.register(app)
 admin_cli.register(app)
 access_cli.register(app)
 images_cli.register(app)
+datasets_cli.register(app)
 interactive_cli.register(app)
 simulate_cli.register(app)
 slurm_cli.register(app)

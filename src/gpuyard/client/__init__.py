@@ -8,6 +8,7 @@
 Errors arrive as the same classes the server raised (:mod:`gpuyard.errors`).
 """
 
+from gpuyard.client.datasets import DatasetsClient
 from gpuyard.client.http import (
     Client,
     ServiceNotReady,
@@ -29,6 +30,7 @@ from gpuyard.errors import (
 __all__ = [
     "Client",
     "Conflict",
+    "DatasetsClient",
     "GpuyardError",
     "IllegalTransition",
     "InvalidSpec",

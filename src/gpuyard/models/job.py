@@ -20,6 +20,7 @@ from pydantic import (
 from gpuyard.models.access import Access, Action
 from gpuyard.models.actor import ACTOR_FORMS
 from gpuyard.models.command import CommandError, parse_command
+from gpuyard.models.dataset import DatasetRef
 from gpuyard.models.events import EVENT_KINDS, EventKind
 from gpuyard.models.faults import FaultTolerance
 from gpuyard.models.ids import Id
@@ -152,8 +153,23 @@ class Mount(BaseModel):
     name: str = Field(
         max_length=128, description="Name under the workspace folder (letters, digits, _ . -)."
     )
-    path: str = Field(max_length=MAX_PATH, description="Absolute path of the directory to mount.")
+    path: str = Field(
+        "",
+        max_length=MAX_PATH,
+        description="Absolute path of the directory to mount (not with `dataset`: the pool "
+        "fills it in).",
+    )
     readonly: bool = Field(True, description="Mount read-only.")
+    dataset: str | None = Field(
+        None,
+        max_length=300,
+        description="A dataset of the catalogue instead of a path, as [OWNER/]NAME[@VERSION|"
+        "@latest] (datasets only; always read-only). At submission the pool pins it to "
+        "OWNER/NAME@N (docs/datasets.md).",
+    )
+    dataset_version: int | None = Field(
+        None, description="Set by the pool at submission: the id of the version pinned."
+    )
 
     @field_validator("name")
     @classmethod
@@ -168,7 +184,18 @@ class Mount(BaseModel):
     @field_validator("path")
     @classmethod
     def _absolute_path(cls, value: str) -> str:
-        return _absolute(value, "a mount path")
+        return value if value == "" else _absolute(value, "a mount path")
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_ref(cls, value: str | None) -> str | None:
+        return None if value is None else str(DatasetRef.parse(value))
+
+    @model_validator(mode="after")
+    def _path_or_dataset(self) -> Mount:
+        if self.dataset is None and not self.path:
+            raise ValueError(f"mount {self.name!r}: give its path (or, for a dataset, `dataset`)")
+        return self
 
 
 class ContainerMount(BaseModel):
@@ -231,15 +258,28 @@ class Mounts(BaseModel):
     def _absolute_paths(cls, value: str | None) -> str | None:
         return None if value is None else _absolute(value, "a mount path")
 
+    @field_validator("datasets")
+    @classmethod
+    def _catalogued_read_only(cls, value: list[Mount]) -> list[Mount]:
+        # A dataset of the catalogue is immutable: never mounted writable.
+        return [m.model_copy(update={"readonly": True}) if m.dataset else m for m in value]
+
     @field_validator("models")
     @classmethod
     def _models_read_only(cls, value: list[Mount]) -> list[Mount]:
-        return [m.model_copy(update={"readonly": True}) for m in value]
+        return [m.model_copy(update={"readonly": True}) for m in _paths_only(value, "models")]
 
     @field_validator("volumes")
     @classmethod
     def _volumes_writable(cls, value: list[Mount]) -> list[Mount]:
-        return [m.model_copy(update={"readonly": False}) for m in value]
+        return [m.model_copy(update={"readonly": False}) for m in _paths_only(value, "volumes")]
+
+
+def _paths_only(mounts: list[Mount], kind: str) -> list[Mount]:
+    for mount in mounts:
+        if mount.dataset is not None:
+            raise ValueError(f"{kind}: {mount.name!r} names a dataset; mount it under datasets")
+    return mounts
 
 
 class SubTask(BaseModel):

@@ -25,6 +25,7 @@ from gpuyard.server.openapi import install_openapi
 from gpuyard.server.routers import (
     accounts,
     auth,
+    datasets,
     health,
     images,
     job_exec,
@@ -38,6 +39,7 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.idle import IdleReclaim
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.images import ImagePinner
@@ -105,6 +107,7 @@ def create_app(
         services.jobs.program_check = programs.check
         services.interactive.listener = listener_uid
         services.interactive.owner_uid = lambda owner: _uid(programs.account(owner))
+        services.datasets.account = programs.account  # a path is read as its maker's account
     app.state.services = services
     app.state.idle = IdleReclaim(
         store,
@@ -187,7 +190,18 @@ def _services(
         programs=_programs(os.environ),
         notify=notify,
     )
-    jobs.resolve = interactive.resolved
+    datasets = DatasetCatalogue(
+        store,
+        clock=clock,
+        policy=policy,
+        roots=settings.dataset_roots,
+        data_dir=settings.home / "datasets",
+        upload_max=settings.dataset_upload_max,
+    )
+    datasets.resume()
+    jobs.resolve = lambda specs, owner: interactive.resolved(
+        datasets.resolved(specs, owner=owner), owner=owner
+    )
     return Services(
         jobs=jobs,
         nodes=NodeService(store, policy),
@@ -213,6 +227,7 @@ def _services(
         images=catalogue,
         registry_logins=logins,
         interactive=interactive,
+        datasets=datasets,
     )
 
 
@@ -280,6 +295,7 @@ def _install_routes(app: FastAPI) -> None:
         usage,
         images,
         registry_logins,
+        datasets,
     )
     for router in routers:
         app.include_router(router.router, prefix="/api/v1", dependencies=signed_in)

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, SignedIn, TokenService
+from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.interactive import Interactive
 from gpuyard.services.job_exec import ExecService
@@ -57,6 +58,7 @@ class Services:
     images: ImageCatalogue
     registry_logins: RegistryLogins
     interactive: Interactive
+    datasets: DatasetCatalogue
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool,

@@ -21,6 +21,7 @@ import typer
 from gpuyard.cli.main import app
 from gpuyard.models.access import Access
 from gpuyard.models.accounts import PoolPreemption, Role
+from gpuyard.models.dataset import DatasetVisibility
 from gpuyard.models.execs import ExecTarget
 from gpuyard.models.faults import Recovery
 from gpuyard.models.image_catalogue import ImageScope, ImageVisibility
@@ -58,6 +59,12 @@ ENUMERATED: dict[str, tuple[str, ...]] = {
 }
 """Parameter name → the values it accepts, from the models that validate them."""
 
+# Parameters named like an enumerated one that take another model's values.
+BY_COMMAND: dict[tuple[str, str], tuple[str, ...]] = {
+    (f"datasets {command}", "visibility"): _values(DatasetVisibility)
+    for command in ("create", "upload", "share")
+}
+
 # Parameters named like an enumerated one that take something else.
 NOT_ENUMERATED = {
     ("audit", "target"),  # an audit entry's target, e.g. job:12
@@ -89,7 +96,7 @@ def _enumerated_params() -> Iterator[Any]:
     root = typer.main.get_command(app)
     for path, command in _commands(root, (), typer.Context(root)):
         for param in command.params:
-            accepted = _accepted(param)
+            accepted = BY_COMMAND.get((" ".join(path), param.name)) or _accepted(param)
             if accepted and (" ".join(path), param.name) not in NOT_ENUMERATED:
                 yield pytest.param(command, param, accepted, id=f"{' '.join(path)} {param.name}")
 
