@@ -61,7 +61,11 @@ def notebook(
     memory: MemoryOpt = None,
     image: ImageOpt = None,
     dataset: Annotated[
-        list[str] | None, typer.Option(help="NAME=PATH[:rw] at workspace/dataset/NAME.")
+        list[str] | None,
+        typer.Option(
+            help="NAME=PATH[:rw] at workspace/dataset/NAME, or a dataset of the catalogue, "
+            "[OWNER/]NAME[@VERSION][:MOUNT] (read-only).",
+        ),
     ] = None,
     workdir: Annotated[
         str | None,
@@ -73,7 +77,7 @@ def notebook(
     as_json: JsonOpt = False,
 ) -> None:
     """Start JupyterLab as a job; `gpuyard open JOB` prints its address once it is ready."""
-    from gpuyard.cli.specfile import parse_mount_flags
+    from gpuyard.cli.specfile import parse_dataset_flags
     from gpuyard.models.service import ServiceKind
 
     resources = _resources(gpus, cpus, memory)
@@ -82,7 +86,7 @@ def notebook(
     else:
         fields: dict[str, Any] = {"image": image, "workdir": workdir, "max_runtime": max_runtime}
         if dataset:
-            fields["datasets"] = parse_mount_flags(dataset, flag="--dataset")
+            fields["datasets"] = parse_dataset_flags(dataset)
         job = _submit(ServiceKind.NOTEBOOK, name, resources, fields, export)
     _announce(job, as_json)
 

@@ -138,7 +138,11 @@ def submit(
         str | None, typer.Option(help="Code directory, at workspace/algorithm.")
     ] = None,
     dataset: Annotated[
-        list[str] | None, typer.Option(help="NAME=PATH[:rw] at workspace/dataset/NAME.")
+        list[str] | None,
+        typer.Option(
+            help="NAME=PATH[:rw] at workspace/dataset/NAME, or a dataset of the catalogue, "
+            "[OWNER/]NAME[@VERSION][:MOUNT] (read-only).",
+        ),
     ] = None,
     model: Annotated[
         list[str] | None, typer.Option(help="NAME=PATH at workspace/model/NAME (read-only).")
@@ -224,6 +228,7 @@ def submit(
         load_job_file,
         parse_after,
         parse_alternative,
+        parse_dataset_flags,
         parse_env_flags,
         parse_mount_flags,
     )
@@ -251,7 +256,7 @@ def submit(
         "mpi": mpi,
         "launcher": launcher,
         "algorithm": algorithm,
-        "datasets": parse_mount_flags(dataset, flag="--dataset") if dataset else None,
+        "datasets": parse_dataset_flags(dataset) if dataset else None,
         "models": parse_mount_flags(model, flag="--model") if model else None,
         "volumes": parse_mount_flags(volume, flag="--volume") if volume else None,
         "outputs": outputs,

@@ -239,6 +239,26 @@ def parse_mount_flags(values: list[str], *, flag: str) -> list[dict[str, object]
     return mounts
 
 
+def parse_dataset_flags(values: list[str]) -> list[dict[str, object]]:
+    """``--dataset``: ``NAME=PATH[:rw]`` (a directory), or a dataset of the catalogue,
+    ``[OWNER/]NAME[@VERSION][:MOUNT]``, mounted read-only at workspace/dataset/MOUNT
+    (default: its name)."""
+    mounts: list[dict[str, object]] = []
+    for item in values:
+        if "=" in item:
+            mounts += parse_mount_flags([item], flag="--dataset")
+            continue
+        ref, _, mount = item.partition(":")
+        name = ref.partition("@")[0].rpartition("/")[2]
+        if not name:
+            raise InvalidSpec(
+                f"--dataset takes NAME=/absolute/path[:rw] or a dataset, "
+                f"[OWNER/]NAME[@VERSION][:MOUNT] (got {item!r})"
+            )
+        mounts.append({"name": mount or name, "dataset": ref})
+    return mounts
+
+
 def parse_env_flags(values: list[str]) -> dict[str, str]:
     env = {}
     for item in values:
