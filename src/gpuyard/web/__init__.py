@@ -17,7 +17,7 @@ __all__ = ["install_web"]
 
 def install_web(app: FastAPI) -> None:
     """Mount the pages and their static files on ``app`` (made by ``create_app``)."""
-    from gpuyard.web import images, interactive, jobs, pool
+    from gpuyard.web import datasets, images, interactive, jobs, pool
 
     static = files("gpuyard.web") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
@@ -25,3 +25,4 @@ def install_web(app: FastAPI) -> None:
     app.include_router(interactive.router)
     app.include_router(jobs.router)
     app.include_router(images.router)
+    app.include_router(datasets.router)

@@ -9,6 +9,7 @@ from fastapi import Request
 
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.interactive import Interactive
 from gpuyard.services.job_exec import ExecService
@@ -49,6 +50,8 @@ class WebServices(Protocol):
     def execs(self) -> ExecService: ...
     @property
     def interactive(self) -> Interactive: ...
+    @property
+    def datasets(self) -> DatasetCatalogue: ...
 
 
 def services(request: Request) -> WebServices:
