@@ -268,3 +268,36 @@ def test_no_roots_means_no_dataset_from_a_path(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidSpec, match="GPUYARD_DATASET_ROOTS"):
         resolve_under_roots(str(tmp_path), [])
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_running_the_same_upload_again_resumes_the_unfinished_one(
+    as_user: AsUser, tmp_path: Path
+) -> None:
+    """A process that died mid-upload: the next upload of the same directory to the same
+    dataset goes on from the server's offset, in the same version."""
+    alice = as_user("alice")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "blob").write_bytes(os.urandom(200_000))
+    settings = Settings(config_dir=tmp_path / "config")
+    datasets = DatasetsClient(alice, settings=settings)
+    offsets: list[int] = []
+
+    def die(done: int, _total: int) -> None:
+        offsets.append(done)
+        if done >= 50_000:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        datasets.upload("tree", tree, chunk=16_384, progress=die)
+    sent_before = offsets[-1]
+    offsets.clear()
+    view = datasets.upload("tree", tree, chunk=16_384, progress=lambda d, _t: offsets.append(d))
+    assert offsets[0] == sent_before + 16_384  # its first chunk went on from there
+    assert [v.version for v in view.versions] == [1]
+    assert _ready(alice, "tree").versions[0].size == 200_000
+    assert list((tmp_path / "config" / "dataset-uploads").iterdir()) == []
