@@ -374,6 +374,14 @@ class Settings(BaseSettings):
         description="Memory limit of a job that names no `memory`, per worker: a share of its "
         "node's memory (50%), a size (16G), or 0 for none. Enforced by the worker's cgroup.",
     )
+    checkpoint_memory: str = Field(
+        "25%",
+        description="Node memory each job gets per node for the checkpoint service "
+        "(`gpuyard.runtime.save`): a share of the node's memory (25%), a size (16G), or 0 for "
+        "none. A tmpfs of the job's own, kept across its restarts on the node and freed when it "
+        "ends; its pages count in the memory of the worker that writes them. Needs a pool run "
+        "by root (docs/checkpoints.md).",
+    )
     private_tmp: bool = Field(
         True,
         description="Give each worker a private, empty /tmp, /var/tmp and /dev/shm (tmpfs, "
@@ -418,7 +426,7 @@ class Settings(BaseSettings):
             return tuple(part for part in value.split(":") if part)
         return value
 
-    @field_validator("default_memory")
+    @field_validator("default_memory", "checkpoint_memory")
     @classmethod
     def _memory_default(cls, value: str) -> str:
         return parse_memory_default(value)

@@ -447,6 +447,7 @@ def make_executor(settings: Settings) -> Executor:
         gpu_device_files=settings.gpu_device_files,
         gpu_shared_files=settings.gpu_shared_device_files,
         images=_node_images(settings),
+        checkpoint_memory=settings.checkpoint_memory,
     )
 
 

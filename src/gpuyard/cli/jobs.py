@@ -637,15 +637,40 @@ def suspend(
         console().print(f"job {job.id}: {job.state.value}{', held' if job.on_hold else ''}")
 
 
-def resume(job_ids: Annotated[list[int], typer.Argument(help="Job ids.")]) -> None:
+def resume(
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.")],
+    from_step: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Resume one job from this complete checkpoint step, or 'latest' "
+            "(`gpuyard checkpoints JOB` lists them; docs/checkpoints.md).",
+        ),
+    ] = None,
+) -> None:
     """Release held jobs (suspended with --hold, or held): they queue again at their place and
     resume from their checkpoint when their turn comes."""
     from gpuyard.cli.output import console
 
+    if from_step is not None:
+        _resume_from(job_ids, from_step)
+        return
     result = _client().hold_many(job_ids, held=False)
     for job_id in result.done:
         console().print(f"job {job_id}: released, {result.states[job_id].value}")
     _report_failures(result)
+
+
+def _resume_from(job_ids: list[int], text: str) -> None:
+    from gpuyard.cli.checkpoints import parse_step
+    from gpuyard.cli.output import console
+
+    if len(job_ids) != 1:
+        raise typer.BadParameter("--from names a step of one job: give one job id")
+    step = parse_step(text)
+    listing = _client().resume_from(job_ids[0], step)
+    chosen = "the newest step" if step is None else f"step {step}"
+    console().print(f"job {listing.job_id}: its next attempt resumes from {chosen}")
 
 
 def priority(

@@ -9,6 +9,7 @@ import typer
 
 from gpuyard.cli import access as access_cli
 from gpuyard.cli import admin as admin_cli
+from gpuyard.cli import checkpoints as checkpoints_cli
 from gpuyard.cli import config as config_cli
 from gpuyard.cli import datasets as datasets_cli
 from gpuyard.cli import images as images_cli
@@ -57,6 +58,7 @@ access_cli.register(app)
 images_cli.register(app)
 datasets_cli.register(app)
 interactive_cli.register(app)
+checkpoints_cli.register(app)
 simulate_cli.register(app)
 slurm_cli.register(app)
 top_cli.register(app)

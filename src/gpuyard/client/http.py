@@ -45,6 +45,7 @@ from gpuyard.models import (
     TokenView,
     UserView,
 )
+from gpuyard.models.checkpoints import CheckpointList, ResumeFrom
 from gpuyard.models.image_catalogue import ImageScope, ImageView, ImageVisibility
 from gpuyard.models.job_query import JobQuery
 from gpuyard.models.registry_login import RegistryLoginView
@@ -284,6 +285,19 @@ class Client:
     def clone(self, job_id: int, **overrides: Any) -> JobView:
         response = self._request("POST", f"/jobs/{job_id}/clone", json=overrides or None)
         return JobView.model_validate(response.json())
+
+    def checkpoints(self, job_id: int) -> CheckpointList:
+        """The job's complete checkpoints and the step it resumes from (docs/checkpoints.md)."""
+        return CheckpointList.model_validate(
+            self._request("GET", f"/jobs/{job_id}/checkpoints").json()
+        )
+
+    def resume_from(self, job_id: int, step: int | None) -> CheckpointList:
+        """Resume the job from complete checkpoint ``step`` (None: the newest); releases it."""
+        body = ResumeFrom(step=step).model_dump()
+        return CheckpointList.model_validate(
+            self._request("POST", f"/jobs/{job_id}/checkpoints/resume", json=body).json()
+        )
 
     def service(self, job_id: int) -> ServiceView:
         """Where an interactive job serves and whether it is ready (docs/interactive.md)."""

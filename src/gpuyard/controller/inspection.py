@@ -27,6 +27,7 @@ from gpuyard.executors.base import Executor
 from gpuyard.models import NodeState
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.periodic import Periodic, paced
+from gpuyard.services.checkpoints import ended_jobs
 from gpuyard.services.nodes import record_inspection, stored_findings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import NodeRow
@@ -109,6 +110,7 @@ class Inspector:
             return {}
         with self.store.write() as session:
             cordoned = record_inspection(session, found, now=self.clock.now())
+        self.free_memory()
         for node, findings in cordoned.items():
             log.warning(
                 "node %s cordoned by its inspection: %s",
@@ -118,6 +120,16 @@ class Inspector:
         if cordoned:
             self.cordoned()
         return cordoned
+
+    def free_memory(self) -> None:
+        """Free the node memory of jobs that have ended (docs/checkpoints.md)."""
+        held = self.executor.memory_jobs()
+        if not held:
+            return
+        with self.store.read() as session:
+            ended = ended_jobs(session, held)
+        for job_id in sorted(ended):
+            self.executor.drop_memory(job_id)
 
     def _ask(self) -> Found:
         """The executor's findings, or a missed heartbeat on each of its nodes."""

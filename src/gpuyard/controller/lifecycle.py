@@ -237,6 +237,7 @@ class Lifecycle:
             mpi_interface=self.executor.interface,
             run_as=run_as,
             resume=job.resume,
+            resume_step=job.resume_step,
         )
 
     def _account(self, job: JobRow) -> str | None:

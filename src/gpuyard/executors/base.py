@@ -155,6 +155,15 @@ class Executor(Protocol):
         """Delete what the executor keeps for a job (logs, work files)."""
         ...
 
+    def memory_jobs(self) -> set[int]:
+        """The jobs holding node memory for the checkpoint service on some node
+        (docs/checkpoints.md); none where the executor gives none."""
+        return set()
+
+    def drop_memory(self, job_id: int) -> None:
+        """Free a job's node memory on every node (it has ended)."""
+        return
+
     def inspect(self) -> dict[str, list[Finding]]:
         """Inspect every node's health: per node name, what each probe found (the agent's
         heartbeat, disk, NIC, each GPU through NVML; docs/node-health.md). A probe that cannot

@@ -217,6 +217,12 @@ class FakeExecutor:
     def log_start(self, handle: Handle) -> int:
         return 0
 
+    def memory_jobs(self) -> set[int]:
+        return set()
+
+    def drop_memory(self, job_id: int) -> None:
+        return
+
     def remove_job(self, job_id: int) -> None:
         with self._lock:
             for key in [k for k in self.workers if k.job_id == job_id]:

@@ -108,6 +108,8 @@ class JobContext:
     resume: bool = True
     """Whether this attempt resumes from the job's checkpoint (``GPUYARD_RESUME``): false
     after a fault restart of a job whose recovery is ``restart`` (from scratch)."""
+    resume_step: int | None = None
+    """The checkpoint step chosen to resume from (``GPUYARD_RESUME_STEP``); None: the newest."""
     memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
     """What every worker of the launch shares, worked out for the first (a gang's seats)."""
 
@@ -180,6 +182,8 @@ def contract_env(w: _Worker, *, workspace: str, outputs: str) -> dict[str, str]:
     if w.spec.type is JobType.BATCH:
         env["GPUYARD_TASK_INDEX"] = str(seat.task)
         env["GPUYARD_NUM_TASKS"] = str(len(w.spec.tasks))
+    if ctx.resume_step is not None:
+        env["GPUYARD_RESUME_STEP"] = str(ctx.resume_step)
     if ctx.control_url:
         env["GPUYARD_URL"] = ctx.control_url
     if ctx.token:

@@ -25,6 +25,7 @@ the platform, and reads the environment only when first used (`attempt`, `checkp
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat
 
@@ -47,6 +48,8 @@ __all__ = [
     "attempt",
     "checkpoint_dir",
     "control_dir",
+    "flush",
+    "load",
     "load_checkpoint",
     "preemption_deadline",
     "preemption_notice",
@@ -54,6 +57,7 @@ __all__ = [
     "preemption_requested",
     "record_checkpoint",
     "report_progress",
+    "save",
     "save_checkpoint",
     "suspend",
 ]
@@ -127,8 +131,10 @@ def suspend() -> NoReturn:
     Raises `SystemExit`, so ``finally`` blocks and ``atexit`` handlers run. Call it after the
     checkpoint is saved; it acknowledges first if `acknowledge` was not called. Every rank of a
     distributed job calls it (a launcher such as torchrun may report its own exit code instead
-    of 75; ``suspended.json`` still tells the platform).
+    of 75; ``suspended.json`` still tells the platform). Steps saved through `save` are on
+    storage before it exits (the job may resume on other nodes).
     """
+    flush()
     current().suspend()
 
 
@@ -162,6 +168,35 @@ def load_checkpoint(
     from gpuyard.runtime.checkpoint import load_checkpoint as load
 
     return load(name, map_location=map_location, weights_only=weights_only)
+
+
+def save(step: int, state: Any) -> str:
+    """Save this rank's `state` as `step` through the checkpoint service: copied into node
+    memory, then persisted to the job's storage by a process beside the trainer. Returns
+    ``memory``, or ``storage`` where it had to write there itself (docs/checkpoints.md).
+
+    See `gpuyard.runtime.flash`.
+    """
+    from gpuyard.runtime.flash import save as flash_save
+
+    return flash_save(step, state)
+
+
+def load(*, step: int | None = None, map_location: Any = None) -> Any:
+    """The newest step every rank holds whole (or `step`): a `gpuyard.runtime.flash.Restored`
+    with ``step``, ``state`` and ``source`` (``memory`` or ``storage``), or None when there is
+    none. With several ranks, call it after ``torch.distributed.init_process_group``.
+    """
+    from gpuyard.runtime.flash import load as flash_load
+
+    return flash_load(step=step, map_location=map_location)
+
+
+def flush(timeout: float = 600.0) -> bool:
+    """Wait until the newest step saved through `save` is on storage (at exit this is done by
+    itself; a script that leaves with ``os._exit`` calls it first)."""
+    flash = sys.modules.get("gpuyard.runtime.flash")
+    return True if flash is None else bool(flash.flush(timeout))
 
 
 def record_checkpoint(path: str | Path, *, step: int | None = None) -> None:

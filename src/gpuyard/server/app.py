@@ -39,6 +39,7 @@ from gpuyard.server.routers import (
 )
 from gpuyard.services.accounts import AccountService, parse_tiers
 from gpuyard.services.auth import Audit, Policy, TokenService
+from gpuyard.services.checkpoints import Checkpoints
 from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.idle import IdleReclaim
 from gpuyard.services.image_catalogue import ImageCatalogue
@@ -228,6 +229,7 @@ def _services(
         registry_logins=logins,
         interactive=interactive,
         datasets=datasets,
+        checkpoints=Checkpoints(store, policy, _job_dir(settings, executor), clock=clock),
     )
 
 

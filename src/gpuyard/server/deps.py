@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from gpuyard.models.ids import MAX_ID
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, SignedIn, TokenService
+from gpuyard.services.checkpoints import Checkpoints
 from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.interactive import Interactive
@@ -58,6 +59,7 @@ class Services:
     images: ImageCatalogue
     registry_logins: RegistryLogins
     interactive: Interactive
+    checkpoints: Checkpoints
     datasets: DatasetCatalogue
 
 

@@ -211,6 +211,9 @@ class JobRow(Base):
     resume: Mapped[bool] = mapped_column(Boolean, default=True)
     """Whether the current attempt resumes from its checkpoint (``GPUYARD_RESUME``): false
     after a fault restart of a job whose recovery is ``restart``."""
+    resume_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    """The checkpoint step its next attempts resume from (``GPUYARD_RESUME_STEP``), chosen by
+    `gpuyard resume --from`; None: the newest (docs/checkpoints.md)."""
     hang_timeout: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     """``fault_tolerance.hang_timeout`` (a column, so the loop finds the jobs to watch)."""
     perf_window: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)

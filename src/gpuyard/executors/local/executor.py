@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -64,6 +64,11 @@ from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
 from gpuyard.executors.local.node_images import NodeImages
+from gpuyard.executors.local.node_memory import (
+    MEMORY_DIR_VARIABLE,
+    MEMORY_LIMIT_VARIABLE,
+    NodeMemory,
+)
 from gpuyard.executors.local.notifications import Listener
 from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
 from gpuyard.executors.local.usage import machine_usage, node_gpus, worker_usages
@@ -203,6 +208,7 @@ class LocalExecutor:
         gpu_device_files: str = DEFAULT_GPU_DEVICE_FILES,
         gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
         images: NodeImages | None = None,
+        checkpoint_memory: str = "0",
     ) -> None:
         self.home = home
         self.images = images
@@ -218,6 +224,10 @@ class LocalExecutor:
         self._name = f"gpuyard-{hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]}"
         self.isolation = isolation or cgroups.detect(self._name)
         self._init_home()
+        self.checkpoint_memory = parse_memory_default(checkpoint_memory)
+        self.node_memory = NodeMemory(
+            home / "memory", enabled=self.switch_users and self.checkpoint_memory != "0"
+        )
         self._init_nodes(virtual_nodes, gpus_per_node, cpus_per_node, memory_per_node)
         self.gpu_meter = gpu_meter or (NvmlMeter() if self.machine.gpus else NoGpus())
         self._init_supervision()
@@ -514,6 +524,7 @@ class LocalExecutor:
             sandbox = None if image is not None else self._sandbox(request, sdir, hidden)
             cgroup = self._cgroup(request, hidden)
             spec = self._supervisor_spec(request, wd, account, sandbox, cgroup, terminal=terminal)
+            spec, image = self._with_node_memory(request, account, spec, image)
             if image is not None:
                 spec = image.applied(spec)
             fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -538,6 +549,34 @@ class LocalExecutor:
             "spawned_at": time.time(),
             **_placed(request),
         }
+
+    def _with_node_memory(
+        self,
+        request: WorkerLaunch,
+        account: Account | None,
+        spec: SupervisorSpec,
+        image: _ImageLaunch | None,
+    ) -> tuple[SupervisorSpec, _ImageLaunch | None]:
+        """The job's node memory for the checkpoint service, in the worker's environment
+        (and mounted into its image); unchanged where it gets none."""
+        info = self._by_name.get(request.node) or self._nodes[0]
+        size = memory_default(self.checkpoint_memory, info.memory)
+        path = self.node_memory.ensure(request.node, request.key.job_id, size, account)
+        if path is None:
+            return spec, image
+        env = {**spec.env, MEMORY_DIR_VARIABLE: str(path), MEMORY_LIMIT_VARIABLE: str(size)}
+        if image is not None:
+            mount = ImageMountSpec(source=str(path), target=str(path))
+            image = replace(
+                image, spec=image.spec.model_copy(update={"mounts": [*image.spec.mounts, mount]})
+            )
+        return spec.model_copy(update={"env": env}), image
+
+    def memory_jobs(self) -> set[int]:
+        return self.node_memory.jobs()
+
+    def drop_memory(self, job_id: int) -> None:
+        self.node_memory.drop(job_id)
 
     def _cgroup(self, request: WorkerLaunch, hidden: Sequence[str]) -> cgroups.Cgroup | None:
         """The worker's cgroup with its limits (None where this machine has no cgroups)."""
@@ -1149,6 +1188,7 @@ class LocalExecutor:
         return logcap.read_meta(meta, inode)
 
     def remove_job(self, job_id: int) -> None:
+        self.node_memory.drop(job_id)
         shutil.rmtree(self.jobs_root / str(job_id), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             for sdir in self.supervisors_root.glob(f"{job_id}-*-*"):

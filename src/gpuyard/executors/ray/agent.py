@@ -211,6 +211,12 @@ class NodeAgent:
     def remove_job(self, job_id: int) -> None:
         self.local.remove_job(job_id)
 
+    def memory_jobs(self) -> set[int]:
+        return self.local.memory_jobs()
+
+    def drop_memory(self, job_id: int) -> None:
+        self.local.drop_memory(job_id)
+
     def inspect(self) -> dict[str, list[Finding]]:
         return self.local.inspect()
 

@@ -595,6 +595,16 @@ class RayExecutor:
         for h, have, (data, _size) in zip(handles, sizes, answers, strict=True):
             self._append_copy(h, have, data)
 
+    def memory_jobs(self) -> set[int]:
+        held: set[int] = set()
+        for _node, answer in self._each_agent("memory_jobs"):
+            held.update(answer)
+        return held
+
+    def drop_memory(self, job_id: int) -> None:
+        for _node, _answer in self._each_agent("drop_memory", job_id):
+            pass
+
     def remove_job(self, job_id: int) -> None:
         import shutil
 

@@ -29,6 +29,7 @@ from gpuyard.models import (
     SignalRequest,
     SubmittedJobs,
 )
+from gpuyard.models.checkpoints import CheckpointList, ResumeFrom
 from gpuyard.models.job_query import MAX_PAGE, JobQuery
 from gpuyard.models.service import ServiceView
 from gpuyard.models.slurm import SlurmStepView
@@ -202,6 +203,22 @@ def service(job_id: JobId, services: ServicesDep, user: UserDep) -> ServiceView:
     """Where an interactive job serves (``/proxy/<id>/``, docs/interactive.md) and whether it
     is ready: a running service is ready once it answers a probe."""
     return services.interactive.view(job_id, actor=user)
+
+
+@router.get("/{job_id}/checkpoints")
+def checkpoints(job_id: JobId, services: ServicesDep, user: UserDep) -> CheckpointList:
+    """The job's complete checkpoints saved through the checkpoint service (step, time, size,
+    where each is held) and the step its next attempt resumes from (docs/checkpoints.md)."""
+    return services.checkpoints.listing(job_id, actor=user)
+
+
+@router.post("/{job_id}/checkpoints/resume")
+def resume_from(
+    job_id: JobId, wanted: ResumeFrom, services: ServicesDep, user: UserDep
+) -> CheckpointList:
+    """Resume a queued, held or suspended job from a chosen complete step (null: the newest),
+    releasing it if it was held."""
+    return services.checkpoints.resume_from(job_id, wanted.step, actor=user)
 
 
 @router.get("/{job_id}/slurm-steps")
