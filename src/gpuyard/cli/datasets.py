@@ -131,9 +131,30 @@ def _finish(name: str, dataset: DatasetView, *, wait: bool, as_json: bool) -> No
 
 
 @datasets_app.command("show")
-def datasets_show(name: NameArg, as_json: JsonOpt = False) -> None:
-    """One dataset and its versions."""
-    _show(_datasets().get(name), as_json)
+def datasets_show(
+    name: Annotated[
+        str, typer.Argument(help="The dataset, [OWNER/]NAME; with --manifest, NAME@VERSION too.")
+    ],
+    manifest: Annotated[
+        bool, typer.Option("--manifest", help="List the version's files, sizes and sha256.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """One dataset and its versions, or one version's manifest."""
+    if not manifest:
+        _show(_datasets().get(name), as_json)
+        return
+    from gpuyard.cli.output import console, print_json
+
+    found = _datasets().manifest(name)
+    if as_json:
+        print_json({"digest": found.digest(), "size": found.size, **found.model_dump()})
+        return
+    console().print(f"digest {found.digest()}  {len(found.files)} files, {_size(found.size)}")
+    for item in found.files:
+        console().print(
+            f"{item.sha256}  {item.size:>12}  {item.path}", highlight=False, markup=False
+        )
 
 
 @datasets_app.command("create")

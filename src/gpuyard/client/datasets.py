@@ -35,6 +35,7 @@ from gpuyard.models.dataset import (
     DatasetFilter,
     DatasetView,
     DatasetVisibility,
+    Manifest,
     UploadView,
     VersionState,
 )
@@ -75,6 +76,10 @@ class DatasetsClient:
         """A dataset (``[OWNER/]NAME``) with its versions."""
         return DatasetView.model_validate(self._json("GET", _path(name)))
 
+    def manifest(self, ref: str) -> Manifest:
+        """A version's files with their sizes and sha256 (``NAME@N``, or the newest ready)."""
+        return Manifest.model_validate(self._json("GET", _path(ref) + "/manifest"))
+
     def wait(self, name: str, *, timeout: float = 3600.0, poll: float = 0.5) -> DatasetView:
         """``name`` once none of its versions is uploading or hashing any more."""
         deadline = time.monotonic() + timeout
@@ -113,16 +118,16 @@ class DatasetsClient:
         body: dict[str, Any] = {"name": name, "size": size, "description": description}
         if visibility:
             body["visibility"] = _visibility(visibility)
-        return UploadView.model_validate(self._json("POST", "/datasets/uploads", json=body))
+        return UploadView.model_validate(self._json("POST", "/dataset-uploads", json=body))
 
     def upload_status(self, upload_id: str) -> UploadView:
-        return UploadView.model_validate(self._json("GET", f"/datasets/uploads/{upload_id}"))
+        return UploadView.model_validate(self._json("GET", f"/dataset-uploads/{upload_id}"))
 
     def put_chunk(self, upload_id: str, offset: int, data: bytes) -> UploadView:
         headers = {"Content-Type": "application/octet-stream"}
         found = self._json(
             "PUT",
-            f"/datasets/uploads/{upload_id}",
+            f"/dataset-uploads/{upload_id}",
             params={"offset": offset},
             content=data,
             headers=headers,
@@ -130,7 +135,7 @@ class DatasetsClient:
         return UploadView.model_validate(found)
 
     def commit(self, upload_id: str) -> DatasetView:
-        found = self._json("POST", f"/datasets/uploads/{upload_id}/commit", timeout=600.0)
+        found = self._json("POST", f"/dataset-uploads/{upload_id}/commit", timeout=600.0)
         return DatasetView.model_validate(found)
 
     def send(

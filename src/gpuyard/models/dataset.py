@@ -61,12 +61,16 @@ _OWNER = re.compile(r"^[\w.@+-]{1,64}$", re.ASCII)
 LATEST = "latest"
 
 
+RESERVED = frozenset({"manifest", "favourite"})
+"""Names the API's paths end with (``/datasets/OWNER/NAME/manifest``): no dataset has one."""
+
+
 def check_dataset_name(name: str) -> str:
     """``name`` if it may name a dataset; else ``ValueError`` saying what may."""
-    if not _NAME.match(name):
+    if not _NAME.match(name) or name in RESERVED:
         raise ValueError(
             f"a dataset name is 1 to {MAX_DATASET_NAME} letters, digits, '_', '.' or '-', "
-            f"and not '.' or '..' (got {name!r})"
+            f"and not '.', '..', 'favourite' or 'manifest' (got {name!r})"
         )
     return name
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
@@ -140,6 +141,20 @@ class DatasetCatalogue:
             caller = self.policy.caller(session, actor)
             row = self._find(session, caller, _parse(name))
             return self._view(session, caller, row, row.id in self._favourites(session, actor))
+
+    def manifest(self, ref: str, *, actor: str) -> Manifest:
+        """The manifest of the version ``ref`` names (``…@N``, or the newest ready one)."""
+        parsed = _parse(ref)
+        with self.store.read() as session:
+            caller = self.policy.caller(session, actor)
+            row = self._find(session, caller, parsed)
+            version = self._version(session, row, parsed)
+            if version.manifest is None:
+                raise Conflict(
+                    f"dataset {row.owner}/{row.name}@{version.version} is {version.state}: it "
+                    "has a manifest once ready"
+                )
+            return Manifest.model_validate(version.manifest)
 
     @staticmethod
     def _sees(caller: Caller, row: DatasetRow) -> bool:
@@ -332,6 +347,21 @@ class DatasetCatalogue:
         state: VersionState,
     ) -> int:
         """A new version of the caller's dataset ``name`` (made when new); its id."""
+        try:
+            return self._add_version(actor, name, description, visibility, source, path, state)
+        except IntegrityError:  # made (or versioned) by another request meanwhile: once more
+            return self._add_version(actor, name, description, visibility, source, path, state)
+
+    def _add_version(
+        self,
+        actor: str,
+        name: str,
+        description: str,
+        visibility: DatasetVisibility | None,
+        source: str,
+        path: str,
+        state: VersionState,
+    ) -> int:
         with self.store.write() as session:
             caller = self.policy.caller(session, actor)
             if not caller.signed_in:

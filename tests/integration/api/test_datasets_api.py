@@ -67,11 +67,20 @@ def test_a_version_from_a_path_is_hashed_and_hidden_from_others_until_shared(
     assert (view.owner, view.visibility, view.latest) == ("alice", "private", 1)
     assert (v1.files, v1.size, v1.source, v1.path) == (2, 1004, "path", str(shared / "mnist"))
     assert v1.digest.startswith("sha256:") and view.size == 1004
+    manifest = _ds(alice).manifest("mnist@1")
+    assert [(f.path, f.size) for f in manifest.files] == [("labels.txt", 4), ("train/a.bin", 1000)]
+    assert manifest.files[1].sha256 == hashlib.sha256(b"a" * 1000).hexdigest()
+    assert manifest.digest() == v1.digest and _ds(alice).manifest("alice/mnist") == manifest
 
     with pytest.raises(NotFound) as hidden:
         _ds(bob).get("alice/mnist")
     with pytest.raises(NotFound) as missing:
         _ds(bob).get("alice/nope")
+    _same_answer(hidden.value, missing.value, "alice/mnist", "alice/nope")
+    with pytest.raises(NotFound) as hidden:
+        _ds(bob).manifest("alice/mnist@1")
+    with pytest.raises(NotFound) as missing:
+        _ds(bob).manifest("alice/nope@1")
     _same_answer(hidden.value, missing.value, "alice/mnist", "alice/nope")
     assert _ds(bob).list() == []
     for refused in (
@@ -224,7 +233,7 @@ def test_hostile_paths_and_archives_are_refused(
         ds.create("x", str(outside))
     with pytest.raises(InvalidSpec, match="does not exist"):
         ds.create("x", str(shared / "nope"))
-    for bad in ("..", "a/b", "a b", "x" * 129, ""):
+    for bad in ("..", "a/b", "a b", "x" * 129, "", "manifest"):
         with pytest.raises(InvalidSpec):
             ds.create(bad, str(shared / "mnist"))
     assert ds.list() == []
@@ -236,7 +245,7 @@ def test_hostile_paths_and_archives_are_refused(
         ds.put_chunk(started.id, 0, b"x" * 11)
     headers = {"Authorization": f"Bearer {alice.token}", "Content-Type": "application/octet-stream"}
     huge = httpx.put(
-        f"{alice.url}/api/v1/datasets/uploads/{started.id}",
+        f"{alice.url}/api/v1/dataset-uploads/{started.id}",
         params={"offset": 0},
         content=b"x" * (5 << 20),
         headers=headers,

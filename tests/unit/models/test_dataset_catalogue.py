@@ -51,7 +51,8 @@ def test_refs_parse_and_print(
         ("mnist@-1", "a number from 1"),
         ("mnist@v2", "a number from 1"),
         ("mnist@", "a number from 1"),
-        ("..", "not '.' or '..'"),
+        ("..", "not '.', '..'"),
+        ("alice/manifest@2", "'manifest'"),
         ("a/b/c", "is not a user name|dataset name"),
         ("/mnist", "is not a user name"),
         ("mn ist", "dataset name"),
@@ -69,7 +70,9 @@ def test_names_of_the_mount_charset_are_taken(name: str) -> None:
     assert check_dataset_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a b", "x" * 129, "naïve", "a\x00"])
+@pytest.mark.parametrize(
+    "name", ["", ".", "..", "manifest", "favourite", "a/b", "a b", "x" * 129, "naïve", "a\x00"]
+)
 def test_other_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="dataset name"):
         check_dataset_name(name)

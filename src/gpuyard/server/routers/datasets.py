@@ -2,7 +2,7 @@
 (docs/datasets.md).
 
 A dataset a caller may not see is the same 404 as a missing one. An upload is a session:
-``POST /datasets/uploads`` starts it, ``PUT /datasets/uploads/{id}?offset=N`` sends a chunk
+``POST /dataset-uploads`` starts it, ``PUT /dataset-uploads/{id}?offset=N`` sends a chunk
 (at most 4 MiB, the raw body), ``GET`` says the offset to resume from, ``POST …/commit``
 closes it.
 """
@@ -19,6 +19,7 @@ from gpuyard.models.dataset import (
     DatasetFilter,
     DatasetShare,
     DatasetView,
+    Manifest,
     UploadStart,
     UploadView,
 )
@@ -26,7 +27,7 @@ from gpuyard.server.deps import ServicesDep, UserDep
 
 router = APIRouter(tags=["datasets"])
 
-_UPLOAD = "/datasets/uploads/{upload_id}"
+_UPLOAD = "/dataset-uploads/{upload_id}"
 _CHUNK_BODY = {
     "requestBody": {
         "required": True,
@@ -54,7 +55,7 @@ def create_dataset(wanted: DatasetCreate, services: ServicesDep, user: UserDep) 
     return services.datasets.create_from_path(wanted, actor=user)
 
 
-@router.post("/datasets/uploads", status_code=201)
+@router.post("/dataset-uploads", status_code=201)
 def start_upload(wanted: UploadStart, services: ServicesDep, user: UserDep) -> UploadView:
     """Start uploading a new version (a tar archive of its directory)."""
     return services.datasets.start_upload(wanted, actor=user)
@@ -101,6 +102,12 @@ def favourite(name: str, services: ServicesDep, user: UserDep) -> DatasetView:
 @router.delete("/datasets/{name:path}/favourite")
 def unfavourite(name: str, services: ServicesDep, user: UserDep) -> DatasetView:
     return services.datasets.favourite(name, actor=user, on=False)
+
+
+@router.get("/datasets/{name:path}/manifest")
+def get_manifest(name: str, services: ServicesDep, user: UserDep) -> Manifest:
+    """A version's files, sizes and sha256 (``NAME@N``; without a version, the newest ready)."""
+    return services.datasets.manifest(name, actor=user)
 
 
 @router.get("/datasets/{name:path}")
