@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpuyard.testing.process import ServerProcess
@@ -139,7 +146,8 @@ def test_an_upload_cut_mid_way_resumes_and_a_job_mounts_the_version_read_only(
     assert made["versions"][0]["state"] == "ready"
     assert made["versions"][0]["path"] == str(shared / "corpus")
     refused = pool.cli("datasets", "create", "x", "--from", str(tmp_path / "tree"), check=False)
-    assert refused.returncode == 2 and "not below a dataset root" in refused.stderr
+    said = " ".join(refused.stderr.split())  # the terminal's width wraps it
+    assert refused.returncode == 2 and "is not below a dataset root" in said
 
     script = (
         'cat "$GPUYARD_WORKSPACE/dataset/data/sub/hello.txt" '
@@ -173,3 +181,92 @@ def test_an_upload_cut_mid_way_resumes_and_a_job_mounts_the_version_read_only(
         assert lines[2] == "read-only"
     pool.cli("datasets", "rm", "mine")
     assert [d["name"] for d in _json(pool, "ls")] == ["corpus"]
+
+
+class OwnerPool(ServerProcess):
+    """A pool run by root whose jobs run as their owners' accounts, with a pool user of this
+    test's own (its account, gpy-<user>, is this test's to remove)."""
+
+    def __init__(self, home: Path, user: str, roots: str) -> None:
+        super().__init__(
+            home,
+            "--virtual-nodes",
+            "1",
+            run_as="owner",
+            settings={"GPUYARD_USER": user, "GPUYARD_DATASET_ROOTS": roots},
+        )
+        self.user = user
+
+
+@pytest.fixture
+def owner_pool() -> Iterator[OwnerPool]:
+    # pytest's temporary directories are private to root: the pool's home and the shared
+    # storage must be somewhere every account can pass through.
+    base = Path(tempfile.mkdtemp(prefix="gpuyard-e2e-datasets-"))
+    base.chmod(0o711)
+    (base / "shared").mkdir(mode=0o755)
+    pool = OwnerPool(base / "home", f"e2e{secrets.token_hex(4)}", str(base / "shared"))
+    try:
+        yield pool.start()
+    finally:
+        pool.stop()
+        account = f"gpy-{pool.user}"
+        with suppress(KeyError):
+            uid = pwd.getpwnam(account).pw_uid
+            for proc in psutil.process_iter(["uids"]):  # only this test's account runs them
+                if proc.info["uids"].real == uid:
+                    with suppress(psutil.Error):
+                        proc.kill()
+            time.sleep(0.2)
+            subprocess.run(["userdel", account], check=False, capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other OS accounts needs root")
+def test_where_jobs_run_as_their_owners_a_dataset_holds_only_what_the_owner_may_read(
+    owner_pool: OwnerPool, tmp_path: Path
+) -> None:
+    pool = owner_pool
+    shared = pool.home.parent / "shared"
+    (shared / "open").mkdir(mode=0o755)
+    (shared / "open" / "f.txt").write_text("open data\n")
+    (shared / "open" / "f.txt").chmod(0o644)
+    (shared / "closed").mkdir(mode=0o700)  # root's alone
+    refused = pool.cli(
+        "datasets", "create", "closed", "--from", str(shared / "closed"), check=False
+    )
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and f"gpy-{pool.user}, the OS account your jobs" in said, said
+    (shared / "open" / "hidden.txt").write_text("root's\n")
+    (shared / "open" / "hidden.txt").chmod(0o600)
+    failed = pool.cli("datasets", "create", "open", "--from", str(shared / "open"), check=False)
+    assert failed.returncode == 1 and "hidden.txt" in failed.stdout, failed.stdout
+    (shared / "open" / "hidden.txt").unlink()
+    _json(pool, "create", "open", "--from", str(shared / "open"))
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "up.txt").write_text("uploaded\n")
+    (tree / "up.txt").chmod(0o600)  # the pool makes it readable to the jobs it mounts it in
+    _json(pool, "upload", "up", str(tree))
+    script = (
+        'id -un; cd "$GPUYARD_WORKSPACE/dataset"; cat open/f.txt up/up.txt; '
+        "touch up/x 2>/dev/null && echo writable || echo read-only"
+    )
+    job = pool.cli_json(
+        "submit",
+        "--workdir",
+        str(pool.home.parent),
+        "--dataset",
+        "open@2",
+        "--dataset",
+        "up",
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
+    done = pool.wait_status(job["id"], {"succeeded", "failed"})
+    log = pool.log(job["id"])
+    assert done["status"] == "succeeded", log
+    assert log.splitlines() == [f"gpy-{pool.user}", "open data", "uploaded", "read-only"]

@@ -98,10 +98,9 @@ def _print(dataset: DatasetView) -> None:
         console().print(f"{key:<12} {value}", highlight=False, markup=False, soft_wrap=True)
     table = Table("VERSION", "STATE", "SIZE", "FILES", "SOURCE", "CREATED", "DIGEST", box=None)
     for v in dataset.versions:
-        state = f"{v.state.value}: {v.error}" if v.error else v.state.value
         table.add_row(
             str(v.version),
-            state,
+            v.state.value,
             _size(v.size),
             str(v.files),
             v.path if v.path and v.source == "path" else v.source,
@@ -109,6 +108,14 @@ def _print(dataset: DatasetView) -> None:
             v.digest[:19] or "-",
         )
     console().print(table)
+    for v in dataset.versions:
+        if v.error:
+            console().print(
+                f"version {v.version} failed: {v.error}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
 
 
 def _show(dataset: DatasetView, as_json: bool) -> None:

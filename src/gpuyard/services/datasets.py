@@ -263,7 +263,7 @@ class DatasetCatalogue:
                     updated_at=self.clock.now(),
                 )
             )
-        self._uploads().mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._make_dirs()
         self._archive(upload_id).touch(mode=0o600)
         return self.upload(upload_id, actor=actor)
 
@@ -440,8 +440,7 @@ class DatasetCatalogue:
             if upload is None:
                 raise InvalidSpec("its upload's archive is gone; upload it again")
             shutil.rmtree(path, ignore_errors=True)  # a start cut short by a restart
-            for folder in (self.data_dir, Path(path).parent):  # passable, not listable
-                folder.mkdir(parents=True, exist_ok=True, mode=0o711)
+            self._make_dirs()
             unpack_upload(self._archive(upload), Path(path), max_bytes=self.upload_max)
             return hash_tree(path, None)
         account = self.account(owner) if self.account is not None else None
@@ -475,6 +474,17 @@ class DatasetCatalogue:
     def _move(version: DatasetVersionRow, new: VersionState) -> None:
         check_move(version.state, new)
         version.state = new
+
+    def _make_dirs(self) -> None:
+        """The data directory and its stored versions' parent: others may pass, not list
+        (0711); the archives being uploaded: the pool's alone (0700)."""
+        for folder, mode in (
+            (self.data_dir, 0o711),
+            (self.data_dir / "v", 0o711),
+            (self._uploads(), 0o700),
+        ):
+            folder.mkdir(parents=True, exist_ok=True, mode=mode)
+            folder.chmod(mode)
 
     def _uploads(self) -> Path:
         return self.data_dir / "uploads"
