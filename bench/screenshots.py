@@ -12,6 +12,8 @@ the interactive jobs (docs/interactive.md): a training job's page with "Create d
 environment" and "Create TensorBoard", the development environment made from it once its
 JupyterLab is ready, JupyterLab itself through the pool's proxy with a cell run, and the job
 list with "My environments". ``--only interactive`` takes these alone.
+
+And the Datasets page, on a pool of its own with a dataset root (``--only datasets``).
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--settle", type=float, default=25.0, help="Seconds of running jobs.")
-    parser.add_argument("--only", choices=["interactive"], help="Only the interactive jobs' pages.")
+    parser.add_argument("--only", choices=["interactive", "datasets"], help="Only those pages.")
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
@@ -242,6 +244,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.only is None:
             jobs |= _shoot_pages(Path(tmp) / "home", args.out, args.settle)
+        if args.only in (None, "datasets"):
+            shoot_datasets(Path(tmp) / "datasets", args.out)
+        if args.only == "datasets":
+            return
         pool = interactive_pool(Path(tmp) / "interactive")
         pool.start()
         try:
@@ -252,6 +258,59 @@ def main() -> None:
     for png in sorted(args.out.glob("web-*.png")):
         print(f"{png}: {png.stat().st_size // 1024} KiB")
     print(json.dumps(jobs))
+
+
+def shoot_datasets(base: Path, out: Path) -> None:
+    """The Datasets page (docs/datasets.md): a pool with one dataset made from a path below
+    its dataset root (two versions), one uploaded and shared, another user's public one."""
+    from gpuyard.client import Client, DatasetsClient
+
+    shared = base / "shared" / "imagenet-mini"
+    (shared / "train").mkdir(parents=True)
+    for i in range(12):
+        (shared / "train" / f"shard-{i:03}.tar").write_bytes(os.urandom(40_000))
+    tree = base / "tokens"
+    tree.mkdir()
+    (tree / "vocab.json").write_text(json.dumps({str(i): i for i in range(3000)}))
+    pool = ServerProcess(
+        base / "home",
+        "--virtual-nodes",
+        "1",
+        settings={"GPUYARD_DATASET_ROOTS": str(base / "shared")},
+    )
+    pool.start()
+    try:
+        token = (pool.home / "owner.token").read_text().strip()
+        api = _api(pool, token)
+        api.post("/users", json={"name": "mei"}).raise_for_status()
+        mei_token = api.post("/tokens", json={"user": "mei", "label": "shots"}).json()["token"]
+        with Client(pool.url, token=token) as client, Client(pool.url, token=mei_token) as mei:
+            mine = DatasetsClient(client)
+            mine.create("imagenet-mini", str(shared), description="12 shards of a small ImageNet")
+            mine.wait("imagenet-mini")
+            (shared / "train" / "shard-012.tar").write_bytes(os.urandom(40_000))
+            mine.create("imagenet-mini", str(shared))
+            mine.upload("tokenizer", tree, description="the tokenizer's vocabulary")
+            mine.share("tokenizer", "public")
+            mine.favourite("imagenet-mini")
+            DatasetsClient(mei).upload("speech-eval", tree, visibility="public")
+            for name in ("imagenet-mini", "tokenizer"):
+                mine.wait(name)
+            DatasetsClient(mei).wait("speech-eval")
+        with chromium() as browser:
+            context = browser.new_context(
+                base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
+            )
+            page = context.new_page()
+            page.goto("/login")
+            page.get_by_label("Token").fill(token)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url("**/jobs**")
+            page.goto("/datasets")
+            page.screenshot(path=str(out / "web-datasets.png"))
+            context.close()
+    finally:
+        pool.stop()
 
 
 def _shoot_pages(home: Path, out: Path, settle: float) -> dict[str, int]:
