@@ -64,7 +64,7 @@ from gpuyard.store.tables import (
     JobRow,
 )
 
-__all__ = ["MAX_CHUNK", "DatasetCatalogue"]
+__all__ = ["MAX_CHUNK", "DatasetCatalogue", "names_datasets"]
 
 log = logging.getLogger(__name__)
 
@@ -600,7 +600,7 @@ class DatasetCatalogue:
     def resolved(self, specs: Sequence[JobSpec], *, owner: str) -> list[JobSpec]:
         """``specs`` with each dataset mount pinned: the version ``owner`` may see, ready,
         its path and id filled in, read-only. Refused (422) with what to do otherwise."""
-        if not any(m.dataset for s in specs for m in s.mounts.datasets):
+        if not names_datasets(specs):
             return list(specs)
         with self.store.read() as session:
             caller = self.policy.caller(session, owner)
@@ -636,6 +636,11 @@ class DatasetCatalogue:
                 "readonly": True,
             }
         )
+
+
+def names_datasets(specs: Sequence[JobSpec]) -> bool:
+    """Whether submitting ``specs`` looks datasets up (a database read: not on an event loop)."""
+    return any(m.dataset for spec in specs for m in spec.mounts.datasets)
 
 
 def _mounted_versions(spec: Any) -> list[int]:

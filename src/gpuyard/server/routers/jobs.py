@@ -43,6 +43,7 @@ from gpuyard.server.deps import (
     ServicesDep,
     UserDep,
 )
+from gpuyard.services.datasets import names_datasets
 from gpuyard.services.images import needs_registry
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -51,8 +52,9 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 async def _enqueue(services: Services, specs: list[JobSpec], user: str) -> list[JobView]:
     """Awaited, not run in a worker thread: the store's writer thread does the writing, and
     submissions that arrive together share one transaction. Jobs with an image are queued
-    from a thread: their digests are asked of the registry first."""
-    if needs_registry(specs):
+    from a thread: their digests are asked of the registry first; so are jobs that mount a
+    dataset of the catalogue, looked up in the database."""
+    if needs_registry(specs) or names_datasets(specs):
         future = await run_in_threadpool(services.jobs.enqueue, specs, owner=user)
     else:
         future = services.jobs.enqueue(specs, owner=user)
