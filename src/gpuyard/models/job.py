@@ -195,6 +195,10 @@ class Mount(BaseModel):
     def _path_or_dataset(self) -> Mount:
         if self.dataset is None and not self.path:
             raise ValueError(f"mount {self.name!r}: give its path (or, for a dataset, `dataset`)")
+        if self.dataset is None and self.dataset_version is not None:
+            raise ValueError(
+                f"mount {self.name!r}: dataset_version is the pool's, set with `dataset`"
+            )
         return self
 
 

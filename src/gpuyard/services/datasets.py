@@ -424,16 +424,17 @@ class DatasetCatalogue:
                 select(DatasetUploadRow.id).where(DatasetUploadRow.version_id == version_id)
             ).first()
         try:
-            manifest = self._files(source, path, owner, upload)
-        except GpuyardError as error:
-            self._finish(version_id, None, error.detail)
-        except OSError as error:
-            self._finish(version_id, None, f"{path}: {error.strerror or error}")
-        except Exception as error:  # one version's failure stays that version's
+            manifest: Manifest | None = self._files(source, path, owner, upload)
+            error = ""
+        except GpuyardError as failure:
+            manifest, error = None, failure.detail
+        except OSError as failure:
+            manifest, error = None, f"{path}: {failure.strerror or failure}"
+        except Exception as failure:  # one version's failure stays that version's
             log.exception("hashing dataset version %s failed", version_id)
-            self._finish(version_id, None, f"could not be hashed ({type(error).__name__})")
-        else:
-            self._finish(version_id, manifest, "")
+            manifest, error = None, f"could not be hashed ({type(failure).__name__})"
+        if not self._finish(version_id, manifest, error) and source == _UPLOAD:
+            shutil.rmtree(path, ignore_errors=True)  # deleted while it was unpacked
 
     def _files(self, source: str, path: str, owner: str, upload: str | None) -> Manifest:
         if source == _UPLOAD:
@@ -446,11 +447,12 @@ class DatasetCatalogue:
         account = self.account(owner) if self.account is not None else None
         return hash_tree(path, account)
 
-    def _finish(self, version_id: int, manifest: Manifest | None, error: str) -> None:
+    def _finish(self, version_id: int, manifest: Manifest | None, error: str) -> bool:
+        """Record the outcome; False when the version is gone (deleted meanwhile)."""
         with self.store.write() as session:
             version = session.get(DatasetVersionRow, version_id)
             if version is None or version.state is not VersionState.HASHING:
-                return  # deleted meanwhile
+                return False
             if manifest is None:
                 self._move(version, VersionState.FAILED)
                 version.error = error
@@ -469,6 +471,7 @@ class DatasetCatalogue:
                 shutil.rmtree(version.path, ignore_errors=True)
         for upload_id in upload_ids:
             self._archive(upload_id).unlink(missing_ok=True)
+        return True
 
     @staticmethod
     def _move(version: DatasetVersionRow, new: VersionState) -> None:

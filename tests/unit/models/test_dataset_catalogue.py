@@ -150,6 +150,8 @@ def test_a_dataset_mount_needs_no_path_is_read_only_and_is_for_datasets_only() -
         Mounts.model_validate({"datasets": [{"name": "d"}]})
     with pytest.raises(ValidationError, match="mount it under datasets"):
         Mounts.model_validate({"models": [{"name": "m", "dataset": "mnist"}]})
+    with pytest.raises(ValidationError, match="dataset_version is the pool's"):
+        Mounts.model_validate({"datasets": [{"name": "d", "path": "/x", "dataset_version": 3}]})
     with pytest.raises(ValidationError, match="a number from 1"):
         Mounts.model_validate({"datasets": [{"name": "d", "dataset": "mnist@x"}]})
     JobSpec.model_validate(
