@@ -136,6 +136,8 @@ def job_spec(
     ]
     if nan_at is not None:
         command += ["--nan-at", str(nan_at)]
+    if args.service:
+        command += ["--service"]
     spec = {
         "name": name,
         "command": shlex.join(command),
@@ -626,6 +628,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke test)")
     parser.add_argument(
+        "--service",
+        action="store_true",
+        help="the job saves every step through the checkpoint service (docs/checkpoints.md)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the pool's home (its jobs' logs) afterwards"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write figures as JSON")
@@ -656,7 +663,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     console.print(
         f"machine: {info['cpus']} CPUs, Python {info['python']}, {info['platform']}; "
         f"job: 2 ranks, gloo, {args.steps} steps x {args.step_time:g} s, checkpoint every "
-        f"{args.checkpoint_every}; faults: {','.join(args.kinds)}, one per {args.fault_every:g} s "
+        f"{'step through the checkpoint service' if args.service else args.checkpoint_every}; "
+        f"faults: {','.join(args.kinds)}, one per {args.fault_every:g} s "
         "of training",
         markup=False,
     )

@@ -7,7 +7,8 @@ storage. At start, ``gr.load()`` (after ``init_process_group``: the ranks agree 
 returns the newest step every rank holds whole — from node memory after a restart in place,
 from storage elsewhere — and the job goes on from there. The batch of a step depends only on
 (seed, step, rank), so a run restarted any number of times ends with the weights of one that
-never was.
+never was. Asked to leave (preemption, `gpuyard suspend`), every rank stops after the same step
+and suspends: that step is saved already.
 
 It writes ``rank-<r>.json`` (the final weights' SHA-256) and, on rank 0, ``steps.txt`` (one
 line per step done: ``STEP DIGEST`` of the weights after it) to ``$GPUYARD_OUTPUT_DIR``.
@@ -30,6 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import gpuyard.runtime as gr
+from gpuyard.runtime.torch import preemption_agreed
 
 FEATURES = 8
 
@@ -85,6 +87,11 @@ def train(args: argparse.Namespace) -> None:
             gr.report_progress(done, loss=loss.item())
         if args.step_time:
             time.sleep(args.step_time)
+        if preemption_agreed():  # a collective: every rank stops after the same step
+            gr.acknowledge(rank=rank)
+            dist.barrier()
+            dist.destroy_process_group()
+            gr.suspend()  # the step is saved already; suspend() waits until it is on storage
     final = digest(model)
     (out / f"rank-{rank}.json").write_text(json.dumps({"digest": final, "attempt": gr.attempt}))
     gr.flush()

@@ -11,6 +11,9 @@ boundary and resumed, ending with weights bit-identical to a run that was never 
   after the same step: they acknowledge, rank 0 saves, all wait for the save, all suspend;
 - with ``--checkpoint-every N`` it also saves every N steps, so that a restart after a fault
   (docs/fault-tolerance.md) resumes from there and replays the same batches;
+- with ``--service`` it saves every step through the checkpoint service instead
+  (`gpuyard.runtime.save`: into node memory, persisted beside; docs/checkpoints.md) and
+  resumes with `gpuyard.runtime.load`, so a restart replays no step;
 - with ``--nan-at STEP`` the first attempt's batch of that step is corrupted (NaN inputs, an
   error of the job's own data): every rank sees a NaN loss, prints ``loss is nan`` and exits
   with 1 before the step changes any weight. A later attempt replays that step with its true
@@ -77,36 +80,56 @@ def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, ra
     dist.barrier()
 
 
+def resume(
+    args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
+) -> int:
+    """Load the newest checkpoint, if any; the step to start at."""
+    checkpoint = gr.load_checkpoint() if not args.service else None
+    if args.service and (restored := gr.load()) is not None:
+        checkpoint = {**restored.state, "step": restored.step}
+    if checkpoint is None:
+        return 0
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    if rank == 0:
+        print(f"attempt {gr.attempt}: resuming at step {checkpoint['step']}", flush=True)
+    return int(checkpoint["step"])
+
+
+def leave_for_preemption(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    rank: int,
+) -> None:
+    gr.acknowledge(rank=rank)
+    if rank == 0 and not args.service:  # the service saved this step already
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": step,  # the next step to run
+        }
+        gr.save_checkpoint(state, step=step)
+        print(f"preempted ({gr.preemption_reason()}): saved at step {step}", flush=True)
+    dist.barrier()  # no rank leaves before the checkpoint is whole on disk
+    dist.destroy_process_group()
+    gr.suspend()
+
+
 def train(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, optimizer = build(args.seed, args.lr)
-    start = 0
-    checkpoint = gr.load_checkpoint()
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        start = checkpoint["step"]
-        if rank == 0:
-            print(f"attempt {gr.attempt}: resuming at step {start}", flush=True)
+    start = resume(args, model, optimizer, rank)
     ddp = DistributedDataParallel(model)
+    every = 0 if args.service else args.checkpoint_every
 
     for step in range(start, args.steps):
-        if args.checkpoint_every and step > start and step % args.checkpoint_every == 0:
+        if every and step > start and step % every == 0:
             save(model, optimizer, step, rank)
         if preemption_agreed():  # a collective: every rank, every step
-            gr.acknowledge(rank=rank)
-            if rank == 0:
-                state = {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "step": step,  # the next step to run
-                }
-                gr.save_checkpoint(state, step=step)
-                print(f"preempted ({gr.preemption_reason()}): saved at step {step}", flush=True)
-            dist.barrier()  # no rank leaves before the checkpoint is whole on disk
-            dist.destroy_process_group()
-            gr.suspend()
+            leave_for_preemption(args, model, optimizer, step, rank)
         x, y = batch(args.seed, step, rank)
         if step == args.nan_at and gr.attempt == 0:
             x = x * float("nan")
@@ -117,6 +140,8 @@ def train(args: argparse.Namespace) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if args.service:  # every rank its own part: "the next step" is step + 1
+            gr.save(step + 1, {"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if rank == 0:
             gr.report_progress(step, loss=loss.item())
         if args.step_time:
@@ -132,6 +157,7 @@ def train(args: argparse.Namespace) -> None:
     )
     if rank == 0:
         print(f"done: {args.steps} steps, {world} ranks, weights {final[:16]}", flush=True)
+    gr.flush()  # the last step on storage before the process leaves with os._exit
     # Every rank must be done with the group before any rank tears it down: gloo aborts a peer
     # whose connection closes under it.
     dist.barrier()
@@ -148,6 +174,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--checkpoint-every", type=int, default=0, help="also save every N steps (0: never)"
+    )
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="save every step through the checkpoint service (gpuyard.runtime.save)",
     )
     parser.add_argument(
         "--nan-at",

@@ -402,6 +402,12 @@ def _flatten(state: Any) -> _Flat:
     def walk(value: Any) -> Any:
         nonlocal offset
         if isinstance(value, torch.Tensor):
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+                raise TypeError(
+                    f"save() takes plain tensors, not {type(value).__name__} (a sharded "
+                    "DTensor: save its .to_local() shard and rebuild it after load(); "
+                    "docs/checkpoints.md)"
+                )
             tensor = value.detach()
             if tensor.layout is not torch.strided or tensor.is_quantized:
                 raise TypeError("save() takes dense tensors; this one is sparse or quantized")

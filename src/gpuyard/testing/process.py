@@ -225,4 +225,16 @@ def kill_workers(home: Path) -> int:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             proc.kill()
     psutil.wait_procs(found, timeout=5)
+    unmount_node_memory(home)
     return len(found)
+
+
+def unmount_node_memory(home: Path) -> None:
+    """Unmount the node memory of the pool's jobs (``<home>/memory/<node>/<job>``, tmpfs
+    mounts a job that had not ended when the pool stopped still holds), so its home can go."""
+    below = os.path.join(os.path.realpath(home), "memory") + os.sep
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if len(line.split()) > 1]
+    for point in points:
+        if point.startswith(below):
+            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
