@@ -9,6 +9,7 @@ from fastapi import Request
 
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import Policy, TokenService
+from gpuyard.services.checkpoints import Checkpoints
 from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.image_catalogue import ImageCatalogue
 from gpuyard.services.interactive import Interactive
@@ -52,6 +53,8 @@ class WebServices(Protocol):
     def interactive(self) -> Interactive: ...
     @property
     def datasets(self) -> DatasetCatalogue: ...
+    @property
+    def checkpoints(self) -> Checkpoints: ...
 
 
 def services(request: Request) -> WebServices:

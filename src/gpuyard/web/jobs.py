@@ -433,6 +433,7 @@ def job_page(
         allowed=set(view.allowed),
         service=service_of(s, view, actor=caller.name),
         spec_yaml=spec_yaml(view.spec) if view.spec else "",
+        checkpoints=s.checkpoints.listing(job_id, actor=caller.name),
     )
 
 
