@@ -20,13 +20,22 @@ def register(app: typer.Typer) -> None:
 def checkpoints(
     job_id: Annotated[int, typer.Argument(help="A job id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    pin: Annotated[
+        int | None, typer.Option(help="Keep this step on storage whatever the retention.")
+    ] = None,
+    unpin: Annotated[int | None, typer.Option(help="Let a pinned step go again.")] = None,
 ) -> None:
     """The job's complete checkpoints saved through `gpuyard.runtime.save`: step, time, size,
     and where each is held (storage; node memory while the job has not ended)."""
     from gpuyard.cli.output import print_json
     from gpuyard.client import Client
 
-    listing = Client().checkpoints(job_id)
+    client = Client()
+    if pin is not None:
+        client.pin_checkpoint(job_id, pin)
+    if unpin is not None:
+        client.pin_checkpoint(job_id, unpin, pinned=False)
+    listing = client.checkpoints(job_id)
     if as_json:
         print_json(listing)
         return

@@ -299,6 +299,13 @@ class Client:
             self._request("POST", f"/jobs/{job_id}/checkpoints/resume", json=body).json()
         )
 
+    def pin_checkpoint(self, job_id: int, step: int, *, pinned: bool = True) -> CheckpointList:
+        """Keep a complete step on storage whatever the retention (or let it go again)."""
+        answer = self._request(
+            "PUT" if pinned else "DELETE", f"/jobs/{job_id}/checkpoints/{step}/pin"
+        )
+        return CheckpointList.model_validate(answer.json())
+
     def service(self, job_id: int) -> ServiceView:
         """Where an interactive job serves and whether it is ready (docs/interactive.md)."""
         return ServiceView.model_validate(self._request("GET", f"/jobs/{job_id}/service").json())

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "FLASH_DIR",
     "MAGIC",
+    "PINNED",
     "PREFIX",
     "Part",
     "StoredStep",

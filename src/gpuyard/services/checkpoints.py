@@ -11,6 +11,7 @@ ended: node memory is freed then).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -31,7 +32,7 @@ from gpuyard.models.checkpoints import (
     CheckpointPlace,
     CheckpointView,
 )
-from gpuyard.runtime.flash_format import FLASH_DIR, StoredStep, stored_steps
+from gpuyard.runtime.flash_format import FLASH_DIR, PINNED, StoredStep, step_dir, stored_steps
 from gpuyard.services.auth import Audit, Policy
 from gpuyard.services.suspension import HOLDABLE, set_held
 from gpuyard.store.engine import Store
@@ -105,6 +106,52 @@ class Checkpoints:
             )
             set_held(session, row, actor=actor, held=False, now=self.clock.now(), audit=self.audit)
         return self.listing(job_id, actor=actor)
+
+    def pin(self, job_id: int, step: int, *, actor: str, pinned: bool) -> CheckpointList:
+        """Keep a complete step on storage whatever the retention (or let it go again)."""
+        with self.store.read() as session:
+            self.policy.check_job(session, actor, session.get(JobRow, job_id), job_id, Action.STOP)
+        listing = self._list(job_id, ended=False, resume_step=None)
+        stored = [c.step for c in listing.checkpoints if CheckpointPlace.STORAGE in c.held]
+        if step not in stored:
+            raise InvalidSpec(
+                f"job {job_id} has no complete checkpoint at step {step} on storage "
+                f"(there: {', '.join(map(str, stored[-20:])) or 'none'})"
+            )
+        root = Path(self.job_dir(job_id)) / "checkpoints"
+        _mark(root, [FLASH_DIR, step_dir(root, step).name], PINNED, present=pinned)
+        with self.store.write() as session:
+            action = "pin" if pinned else "unpin"
+            self.audit.record(
+                session, Actor.user(actor), f"job.checkpoint-{action}:{step}", f"job:{job_id}"
+            )
+        return self.listing(job_id, actor=actor)
+
+
+def _mark(root: Path, below: list[str], name: str, *, present: bool) -> None:
+    """Create or remove the empty file ``name`` in ``root/below...``, each directory opened
+    without following a link (the job's account owns them; the server is root)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    opened = [os.open(root, flags)]
+    try:
+        for part in below:
+            opened.append(os.open(part, flags, dir_fd=opened[-1]))
+        if present:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+                dir_fd=opened[-1],
+            )
+            os.close(fd)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=opened[-1])
+    except OSError as exc:
+        raise Conflict(f"the checkpoint cannot be marked: {exc.strerror}") from None
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def _check_resumable(row: JobRow) -> None:

@@ -105,3 +105,26 @@ def test_a_running_job_is_suspended_before_it_resumes_elsewhere(
     assert client.job(job.id).state.value == "running"
     with pytest.raises(Conflict, match=f"gpuyard suspend --hold {job.id}"):
         client.resume_from(job.id, None)
+
+
+def test_a_pinned_step_outlives_the_retention(
+    client: Client, fake_executor: JobDirs, as_user: AsUser
+) -> None:
+    job = client.submit({"command": "python train.py"})
+    checkpoints = fake_executor.root / str(job.id) / "checkpoints"
+    environ = {"GPUYARD_CHECKPOINT_DIR": str(checkpoints), "GPUYARD_CHECKPOINT_KEEP": "2"}
+    runtime = Runtime(JobEnvironment.from_environ(environ, cwd=checkpoints))
+    service = CheckpointService(runtime, environ, rank=0, world=1)
+    service.save(1, {"w": torch.ones(2)})
+    assert [c.pinned for c in client.pin_checkpoint(job.id, 1).checkpoints] == [True]
+    with pytest.raises(InvalidSpec, match="no complete checkpoint at step 9 on storage"):
+        client.pin_checkpoint(job.id, 9)
+    with pytest.raises(NotFound):
+        as_user("mallory").pin_checkpoint(job.id, 1)
+    for step in (2, 3, 4):
+        service.save(step, {"w": torch.ones(2) * step})
+    kept = client.checkpoints(job.id).checkpoints
+    assert [(c.step, c.pinned) for c in kept] == [(1, True), (3, False), (4, False)]
+    client.pin_checkpoint(job.id, 1, pinned=False)
+    service.save(5, {"w": torch.ones(2)})
+    assert [c.step for c in client.checkpoints(job.id).checkpoints] == [4, 5]

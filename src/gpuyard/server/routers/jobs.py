@@ -10,6 +10,7 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -221,6 +222,28 @@ def resume_from(
     """Resume a queued, held or suspended job from a chosen complete step (null: the newest),
     releasing it if it was held."""
     return services.checkpoints.resume_from(job_id, wanted.step, actor=user)
+
+
+@router.put("/{job_id}/checkpoints/{step}/pin")
+def pin_checkpoint(
+    job_id: JobId,
+    step: Annotated[int, PathParam(ge=0, le=2**62)],
+    services: ServicesDep,
+    user: UserDep,
+) -> CheckpointList:
+    """Keep a complete step on storage whatever the retention (docs/checkpoints.md)."""
+    return services.checkpoints.pin(job_id, step, actor=user, pinned=True)
+
+
+@router.delete("/{job_id}/checkpoints/{step}/pin")
+def unpin_checkpoint(
+    job_id: JobId,
+    step: Annotated[int, PathParam(ge=0, le=2**62)],
+    services: ServicesDep,
+    user: UserDep,
+) -> CheckpointList:
+    """Let a pinned step go with the retention again."""
+    return services.checkpoints.pin(job_id, step, actor=user, pinned=False)
 
 
 @router.get("/{job_id}/slurm-steps")
