@@ -312,12 +312,14 @@ class _Cycle:
     def sizes(self, jobs: Sequence[PendingJob]) -> list[float]:
         """Each job's place in its tier when run times are predicted: its remaining
         GPU-seconds (predicted, and no more than its max runtime; else the largest a job may
-        be), halved for every ``age_halflife`` it has waited (so nothing starves). A job that
-        was suspended (it has had service) is 0: it resumes at the head of its owner's line,
-        before the jobs submitted after it (docs/preemption.md), whatever their size."""
+        be), halved for every ``age_halflife`` it has waited (so nothing starves). Outside
+        time-sliced pools a job that was suspended (it has had service) is 0: it resumes at
+        the head of its owner's line, before the jobs submitted after it (docs/preemption.md),
+        whatever their size; in a time-sliced pool the bands already rank it by the service
+        it had, and its size is what it has left, like any other job's."""
         now, halves, out = self.now, self._halves, []
         for job in jobs:
-            if job.attained > 0:
+            if job.attained > 0 and job.constraint.pool not in self.sliced:
                 out.append(0.0)
                 continue
             seconds, cap = job.predicted, job.max_runtime

@@ -942,3 +942,18 @@ def test_a_suspended_job_resumes_before_smaller_jobs_submitted_after_it() -> Non
         )
     )
     assert decisions.starts[0].job_id == 1
+
+
+def test_in_a_time_sliced_pool_a_suspended_job_counts_what_it_has_left() -> None:
+    """The bands rank it by the service it had; inside its band, size decides as for others."""
+    suspended = replace(job(1, gpus=4, predicted=7200), attained=4 * 600.0)  # band 0 still
+    check(
+        Case(
+            "smaller first, suspended or not",
+            nodes=[node("a", gpus=4)],
+            pending=[suspended, job(2, gpus=4, predicted=60)],
+            pools=(SLICED,),
+            starts={2: ["a"]},
+            waits={1: WaitCode.RESOURCES},
+        )
+    )
