@@ -25,6 +25,7 @@ from gpuyard.models.sandbox import (
 )
 from gpuyard.models.service import IdleAction
 from gpuyard.models.worker import RunAs
+from gpuyard.quantities import parse_bytes, parse_duration
 
 __all__ = ["LOCAL_REGISTRY", "Settings"]
 
@@ -217,6 +218,25 @@ class Settings(BaseSettings):
         ge=1 << 20,
         description="Bytes a dataset upload (`gpuyard datasets upload`, a tar) may have, and may "
         "unpack to; a larger one is refused (413).",
+    )
+    data_cache: Path | None = Field(
+        None,
+        description="Where each node keeps copies of datasets its jobs prepare (a mount's "
+        "`prepare: true`), one directory per node: its fast local storage (default "
+        '<home>/data-cache). The disk probe watches its filesystem (docs/datasets.md, "Data '
+        'preparation").',
+    )
+    data_retention: float = Field(
+        7 * 86400.0,
+        ge=0,
+        description="Seconds a node keeps a dataset copy after the last job using it ended "
+        "(also 90m, 12h, 7d).",
+    )
+    data_cache_max: int = Field(
+        500 << 30,
+        ge=1 << 20,
+        description="Bytes of dataset copies each node keeps; past them the least recently "
+        "used copy no job uses is evicted (also 200G, 2T).",
     )
     secrets_key_file: Path | None = Field(
         None,
@@ -425,6 +445,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part for part in value.split(":") if part)
         return value
+
+    @field_validator("data_retention", mode="before")
+    @classmethod
+    def _retention(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("data_cache_max", mode="before")
+    @classmethod
+    def _cache_max(cls, value: object) -> object:
+        return parse_bytes(value) if isinstance(value, str) else value
 
     @field_validator("default_memory", "checkpoint_memory")
     @classmethod

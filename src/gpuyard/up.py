@@ -37,6 +37,7 @@ from gpuyard.controller.loop import Controller, LaunchConfig
 from gpuyard.errors import Conflict, InvalidSpec
 from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
+from gpuyard.executors.local.node_data import NodeData
 from gpuyard.executors.local.node_images import ImagesConfig, NodeImages
 from gpuyard.images.local_registry import (
     SupervisedRegistry,
@@ -448,6 +449,11 @@ def make_executor(settings: Settings) -> Executor:
         gpu_shared_files=settings.gpu_shared_device_files,
         images=_node_images(settings),
         checkpoint_memory=settings.checkpoint_memory,
+        data=NodeData(
+            settings.data_cache or settings.home / "data-cache",
+            retention=settings.data_retention,
+            max_bytes=settings.data_cache_max,
+        ),
     )
 
 

@@ -144,6 +144,14 @@ def submit(
             "[OWNER/]NAME[@VERSION][:MOUNT] (read-only).",
         ),
     ] = None,
+    prepare_data: Annotated[
+        bool,
+        typer.Option(
+            "--prepare-data",
+            help="Copy each --dataset of the catalogue to its nodes' fast storage before the "
+            "command starts (verified; shown as a phase in the job's events).",
+        ),
+    ] = False,
     model: Annotated[
         list[str] | None, typer.Option(help="NAME=PATH at workspace/model/NAME (read-only).")
     ] = None,
@@ -256,7 +264,7 @@ def submit(
         "mpi": mpi,
         "launcher": launcher,
         "algorithm": algorithm,
-        "datasets": parse_dataset_flags(dataset) if dataset else None,
+        "datasets": parse_dataset_flags(dataset, prepare=prepare_data) if dataset else None,
         "models": parse_mount_flags(model, flag="--model") if model else None,
         "volumes": parse_mount_flags(volume, flag="--volume") if volume else None,
         "outputs": outputs,

@@ -239,10 +239,11 @@ def parse_mount_flags(values: list[str], *, flag: str) -> list[dict[str, object]
     return mounts
 
 
-def parse_dataset_flags(values: list[str]) -> list[dict[str, object]]:
+def parse_dataset_flags(values: list[str], *, prepare: bool = False) -> list[dict[str, object]]:
     """``--dataset``: ``NAME=PATH[:rw]`` (a directory), or a dataset of the catalogue,
     ``[OWNER/]NAME[@VERSION][:MOUNT]``, mounted read-only at workspace/dataset/MOUNT
-    (default: its name)."""
+    (default: its name); ``prepare`` (``--prepare-data``): each dataset of the catalogue
+    copied to its nodes first (a path given with it is refused by the spec's rule)."""
     mounts: list[dict[str, object]] = []
     for item in values:
         if "=" in item:
@@ -256,6 +257,8 @@ def parse_dataset_flags(values: list[str]) -> list[dict[str, object]]:
                 f"[OWNER/]NAME[@VERSION][:MOUNT] (got {item!r})"
             )
         mounts.append({"name": mount or name, "dataset": ref})
+    if prepare:
+        mounts = [{**m, "prepare": True} for m in mounts]
     return mounts
 
 

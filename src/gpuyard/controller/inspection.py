@@ -111,6 +111,7 @@ class Inspector:
         with self.store.write() as session:
             cordoned = record_inspection(session, found, now=self.clock.now())
         self.free_memory()
+        self.free_data()
         for node, findings in cordoned.items():
             log.warning(
                 "node %s cordoned by its inspection: %s",
@@ -130,6 +131,17 @@ class Inspector:
             ended = ended_jobs(session, held)
         for job_id in sorted(ended):
             self.executor.drop_memory(job_id)
+
+    def free_data(self) -> None:
+        """Unpin the dataset copies of jobs that have ended (their last use), then drop the
+        copies past their retention or the cache's cap (docs/datasets.md)."""
+        held = self.executor.data_jobs()
+        if held:
+            with self.store.read() as session:
+                ended = ended_jobs(session, held)
+            for job_id in sorted(ended):
+                self.executor.release_data(job_id)
+        self.executor.sweep_data()
 
     def _ask(self) -> Found:
         """The executor's findings, or a missed heartbeat on each of its nodes."""

@@ -31,6 +31,7 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec, worker_rows
+from gpuyard.controller.dataprep import DataPrep, NodeFull, prepared_mounts, spec_on_node
 from gpuyard.controller.hold import Hold
 from gpuyard.controller.pulls import ImagePulls, PullWaiting
 from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, log_tail
@@ -45,7 +46,7 @@ from gpuyard.launch.plan import JobContext, MpiInstall, plan_worker
 from gpuyard.models import JobState, JobType, Slot
 from gpuyard.models.actor import Actor
 from gpuyard.models.events import EventKind
-from gpuyard.models.job import MpiImplementation
+from gpuyard.models.job import JobSpec, MpiImplementation
 from gpuyard.models.states import DRAIN_TARGET, HOLD_TARGET, TRANSITIONS
 from gpuyard.models.worker import (
     Handle,
@@ -119,6 +120,7 @@ class Lifecycle:
         """Workers this controller SIGKILLed itself (to record the event once)."""
         self.suspender = Suspender(store, executor, clock, self)
         self.pulls = ImagePulls(store, executor, clock, timeout=launch_config.image_pull_timeout)
+        self.data = DataPrep(store, executor, clock)
         self.hold = Hold(
             store,
             executor,
@@ -174,14 +176,9 @@ class Lifecycle:
             run_as = self._account(job)
         except AccountRefused as exc:
             refused = str(exc)  # the job fails with it, as if its first worker had
-        if spec.image is not None and not refused:
-            try:
-                self._pull(job, spec.image, workers)
-            except PullWaiting:
-                return  # tried again once the pulls say it is due
-            except LaunchError as exc:
-                self._launched(job, workers, {}, (_first_unlaunched(workers), str(exc)))
-                return
+        copies = {} if refused else self._before_workers(job, spec, workers)
+        if copies is None:
+            return
         ctx = self._context(job, placement, run_as)
         handles: dict[int, Handle] = {}
         failure: tuple[WorkerRow, str] | None = None
@@ -201,7 +198,8 @@ class Lifecycle:
                     failure = (worker, refused)
                     break
                 base_env = self.executor.base_env(worker.node)
-                launch = plan_worker(spec, ctx, worker.rank, base_env=base_env)
+                on_node = spec_on_node(spec, copies.get(worker.node, {}))
+                launch = plan_worker(on_node, ctx, worker.rank, base_env=base_env)
                 try:
                     handles[worker.id] = self.executor.launch(launch)
                 except LaunchError as exc:
@@ -218,6 +216,35 @@ class Lifecycle:
         on the node itself, outside any image, and needs none)."""
         nodes = [w.node for w in workers if w.handle is None and not is_check(w)]
         self.pulls.pull(job, image, nodes)
+
+    def _before_workers(
+        self, job: JobRow, spec: JobSpec, workers: list[WorkerRow]
+    ) -> dict[str, dict[str, str]] | None:
+        """The phases before the job's workers start: its image pulled on its nodes, then its
+        prepared datasets copied there. Per node, its copies by mount; None when the job
+        does not start now (it waits for its registry, failed, or is placed again)."""
+        try:
+            if spec.image is not None:
+                self._pull(job, spec.image, workers)
+            if prepared_mounts(spec):
+                return self._prepare_data(job, spec, workers)
+        except PullWaiting:
+            return None  # tried again once the pulls say it is due
+        except NodeFull as exc:
+            self.recovery.place_elsewhere(job, exc.node, why=str(exc))
+            return None
+        except LaunchError as exc:
+            self._launched(job, workers, {}, (_first_unlaunched(workers), str(exc)))
+            return None
+        return {}
+
+    def _prepare_data(
+        self, job: JobRow, spec: JobSpec, workers: list[WorkerRow]
+    ) -> dict[str, dict[str, str]]:
+        """The job's prepared datasets copied to each node of its workers still to launch
+        (docs/datasets.md, "Data preparation"): per node, per mount, its copy."""
+        nodes = [w.node for w in workers if w.handle is None and not is_check(w)]
+        return self.data.prepare(job, spec, nodes)
 
     def _context(self, job: JobRow, placement: list[Slot], run_as: str | None) -> JobContext:
         """What the launch of a worker of the job's current attempt needs beyond its spec."""

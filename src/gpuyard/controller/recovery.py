@@ -390,6 +390,19 @@ class FaultRecovery:
             self._look_again(job.id)
         self.actions.mark_dirty()
 
+    def place_elsewhere(self, job: JobRow, node: str, *, why: str) -> None:
+        """Back in the queue without ``node`` (added to the job's ``exclude_nodes``), which
+        could not hold what the job needs there (a dataset copy without room): nothing is
+        cordoned, nothing counts against the job's restarts (docs/datasets.md)."""
+        now = self.clock.now()
+        with self.store.write() as session:
+            row = self.actions.fresh(session, job)
+            if row is None:
+                return
+            excluded = sorted({*(str(n) for n in row.exclude_nodes or ()), node})
+            self._requeue(session, row, now, why=why, exclude_nodes=excluded)
+        self.actions.mark_dirty()
+
     def _requeue(self, session: Any, row: JobRow, now: float, *, why: str, **changes: Any) -> None:
         """Back in the queue at its original position, to be placed again (as a suspension
         does, without counting as one)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from gpuyard.models.dataprep import DataSource, PreparedData
 from gpuyard.models.health import Finding
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -30,7 +31,7 @@ from gpuyard.models.worker import (
     WorkerStatus,
 )
 
-__all__ = ["Executor", "LaunchDeferred", "LaunchError", "Terminal"]
+__all__ = ["DataMismatch", "DataNoRoom", "Executor", "LaunchDeferred", "LaunchError", "Terminal"]
 
 
 class LaunchError(Exception):
@@ -41,6 +42,16 @@ class LaunchDeferred(LaunchError):
     """A worker cannot be launched yet, for a reason that may pass (its image's registry
     cannot be reached): its job waits with the message as its reason and is tried again,
     failing only once the admin's timeout has passed (docs/images.md#pulling)."""
+
+
+class DataMismatch(LaunchError):
+    """A dataset version's files differ from its manifest (a file changed under the
+    version): the job's data preparation fails, the message naming the file."""
+
+
+class DataNoRoom(LaunchError):
+    """A node had no room for a copy of a dataset version: that node's copy fails (and is
+    removed); nothing about the node is cordoned for it (docs/datasets.md)."""
 
 
 class Terminal(Protocol):
@@ -83,6 +94,35 @@ class Executor(Protocol):
         start: calls ``pulling`` first when it must be pulled, and returns the bytes it
         pulled (0: it was already there). Raises :class:`LaunchDeferred` while its registry
         cannot be reached, :class:`LaunchError` when the image cannot be had at all."""
+        ...
+
+    def prepare_data(
+        self,
+        node: str,
+        source: DataSource,
+        *,
+        job_id: int,
+        progress: Callable[[int, int], None],
+    ) -> PreparedData:
+        """Have ``node`` hold a verified copy of a dataset version on its fast storage, pinned
+        for job ``job_id`` until :meth:`release_data`; ``progress(done, total)`` is called as
+        bytes are copied (never when the copy was there). Raises :class:`DataMismatch` when a
+        file differs from the manifest, :class:`DataNoRoom` when the node has no room, and
+        :class:`LaunchError` when it cannot prepare data at all (docs/datasets.md, "Data
+        preparation")."""
+        ...
+
+    def data_jobs(self) -> set[int]:
+        """The jobs pinning a dataset copy on some node."""
+        ...
+
+    def release_data(self, job_id: int) -> None:
+        """Drop the job's pins of dataset copies (it has ended): the copies' last use."""
+        ...
+
+    def sweep_data(self) -> None:
+        """Drop copies unused for the retention, then the least recently used ones past the
+        cache's cap."""
         ...
 
     def launch(self, request: WorkerLaunch) -> Handle: ...

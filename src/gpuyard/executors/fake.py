@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuyard.executors.base import LaunchDeferred, LaunchError
+from gpuyard.executors.base import DataMismatch, DataNoRoom, LaunchDeferred, LaunchError
 from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
+from gpuyard.models.dataprep import DataSource, PreparedData
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -93,6 +94,10 @@ class FakeExecutor:
         """While set, a pull of an image a node lacks is deferred with it as the reason."""
         self.pulls: list[tuple[str, str]] = []
         """Each pull asked of a node that lacked the image, in order."""
+        self.data_copies: dict[tuple[str, str], set[int]] = {}
+        """(node, copy key) -> the jobs pinning it."""
+        self.data_full: set[str] = set()
+        self.data_changed = ""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[NodeInfo]:
@@ -116,6 +121,46 @@ class FakeExecutor:
             raise LaunchDeferred(f"cannot pull image {ref} on {node}: {self.registry_down}")
         self.images[node, ref] = self.image_size
         return self.image_size
+
+    def prepare_data(
+        self,
+        node: str,
+        source: DataSource,
+        *,
+        job_id: int,
+        progress: Callable[[int, int], None],
+    ) -> PreparedData:
+        """A copy recorded per (node, version); ``data_full`` nodes have no room and
+        ``data_changed`` (a file's path) differs from its manifest."""
+        path = f"/fake/data/{node}/{source.key}"
+        with self._lock:
+            pins = self.data_copies.get((node, source.key))
+            if pins is not None:
+                pins.add(job_id)
+                return PreparedData(path, 0)
+        if self.data_changed:
+            raise DataMismatch(
+                f"dataset {source.ref} changed under its version: {self.data_changed} differs"
+            )
+        if node in self.data_full:
+            raise DataNoRoom(f"no room for a copy of dataset {source.ref} on {node}")
+        progress(source.manifest.size // 2, source.manifest.size)
+        progress(source.manifest.size, source.manifest.size)
+        with self._lock:
+            self.data_copies[node, source.key] = {job_id}
+        return PreparedData(path, source.manifest.size)
+
+    def data_jobs(self) -> set[int]:
+        with self._lock:
+            return {j for pins in self.data_copies.values() for j in pins}
+
+    def release_data(self, job_id: int) -> None:
+        with self._lock:
+            for pins in self.data_copies.values():
+                pins.discard(job_id)
+
+    def sweep_data(self) -> None:
+        return
 
     def launch(self, request: WorkerLaunch) -> Handle:
         self.before_launch(request)

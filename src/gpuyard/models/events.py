@@ -54,6 +54,9 @@ class EventKind(StrEnum):
     IMAGE = "image"
     """Its image is being pulled on a node, was pulled (size and time), or waits for its
     registry (docs/images.md#pulling)."""
+    DATA = "data"
+    """Its datasets are being copied to its nodes, or were (size and rate, or a copy reused),
+    before its workers start (docs/datasets.md, "Data preparation")."""
     GPU_XID = "gpu_xid"
     """A GPU it runs on reported an Xid error."""
     IDLE = "idle"

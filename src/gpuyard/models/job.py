@@ -170,6 +170,12 @@ class Mount(BaseModel):
     dataset_version: int | None = Field(
         None, description="Set by the pool at submission: the id of the version pinned."
     )
+    prepare: bool = Field(
+        False,
+        description="Copy the dataset to each node's fast storage before the command starts, "
+        "verified against its manifest, and mount the copy (a dataset of the catalogue, "
+        'read-only, only; docs/datasets.md, "Data preparation").',
+    )
 
     @field_validator("name")
     @classmethod
@@ -198,6 +204,17 @@ class Mount(BaseModel):
         if self.dataset is None and self.dataset_version is not None:
             raise ValueError(
                 f"mount {self.name!r}: dataset_version is the pool's, set with `dataset`"
+            )
+        if self.prepare and self.dataset is None:
+            raise ValueError(
+                f"mount {self.name!r}: prepare copies a dataset of the catalogue, whose "
+                "version cannot change; make the path a dataset (gpuyard datasets create) and "
+                "mount it with `dataset: NAME@VERSION`, or drop prepare"
+            )
+        if self.prepare and not self.readonly:
+            raise ValueError(
+                f"mount {self.name!r}: prepare needs a read-only mount (the copy is shared by "
+                "the node's jobs); set readonly: true or drop prepare"
             )
         return self
 

@@ -56,6 +56,7 @@ def test_event_kinds_keep_their_strings() -> None:
         "fault",
         "diagnosis",
         "image",
+        "data",
         "gpu_xid",
         "idle",
     }

@@ -63,6 +63,7 @@ from gpuyard.executors.local.control_state import listener_pids, read_control, r
 from gpuyard.executors.local.gpumeter import GpuMeter, NoGpus, NvmlMeter
 from gpuyard.executors.local.layout import layout
 from gpuyard.executors.local.machine import Machine, detect_machine
+from gpuyard.executors.local.node_data import NodeData
 from gpuyard.executors.local.node_images import NodeImages
 from gpuyard.executors.local.node_memory import (
     MEMORY_DIR_VARIABLE,
@@ -83,6 +84,7 @@ from gpuyard.executors.probes.host import (
 )
 from gpuyard.images.errors import ImageError, RegistryUnavailable
 from gpuyard.injob import rexec as rexec_module
+from gpuyard.models.dataprep import DataSource, PreparedData
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.image import ImageRef
@@ -209,9 +211,12 @@ class LocalExecutor:
         gpu_shared_files: Sequence[str] = DEFAULT_GPU_SHARED_FILES,
         images: NodeImages | None = None,
         checkpoint_memory: str = "0",
+        data: NodeData | None = None,
     ) -> None:
         self.home = home
         self.images = images
+        self.data = data or NodeData(home / "data-cache")
+        """Each node's copies of dataset versions (docs/datasets.md, "Data preparation")."""
         """Where workers in an image get it (None: this pool has no registry)."""
         self.jobs_root = home / "jobs"
         self.supervisors_root = home / "supervisors"
@@ -776,6 +781,29 @@ class LocalExecutor:
         with _image_errors(node, ref):
             return images.pull(ref, pulling=pulling)
 
+    # -- data preparation -------------------------------------------------------------------
+
+    def prepare_data(
+        self,
+        node: str,
+        source: DataSource,
+        *,
+        job_id: int,
+        progress: Callable[[int, int], None],
+    ) -> PreparedData:
+        if node not in self._by_name:
+            raise LaunchError(f"node {node} is not one of this executor's")
+        return self.data.prepare(node, source, job_id=job_id, progress=progress)
+
+    def data_jobs(self) -> set[int]:
+        return self.data.jobs()
+
+    def release_data(self, job_id: int) -> None:
+        self.data.release(job_id)
+
+    def sweep_data(self) -> None:
+        self.data.sweep()
+
     def holds_image(self, node: str, ref: str) -> bool:
         """Whether ``node`` has the image of the pinned ``ref`` already."""
         images = self._node_images(node, ref)
@@ -1201,7 +1229,7 @@ class LocalExecutor:
         share its heartbeat and its disk (looked at once), and each has its own address (the
         NIC probe) and its own GPUs."""
         beat = guarded(Probe.HEARTBEAT, self._heartbeat)
-        space = guarded(Probe.DISK, lambda: disk(self.jobs_root, self.disk_thresholds))
+        space = guarded(Probe.DISK, self._disk)
         real = {n.name: n.gpu_devices for n in self._nodes if n.labels.get("gpu.kind") != "virtual"}
         virtual = [n.name for n in self._nodes if n.labels.get("gpu.kind") == "virtual"]
         gpus = self._gpus.inspect(real, virtual=virtual)
@@ -1210,6 +1238,12 @@ class LocalExecutor:
             link = guarded(Probe.NIC, functools.partial(nic, node.address))
             found[node.name] = [beat, space, link, *gpus.get(node.name, [])]
         return found
+
+    def _disk(self) -> Finding:
+        """The disk probe of the job directories' filesystem and the data cache's: the one
+        with less free space (the same figure when they share one)."""
+        found = [disk(path, self.disk_thresholds) for path in (self.jobs_root, self.data.root)]
+        return min(found, key=lambda f: float(f.value) if f.value is not None else 1.0)
 
     def _heartbeat(self) -> Finding:
         """The local executor's heartbeat: it answers, and it can write what launching a

@@ -43,6 +43,7 @@ from gpuyard.executors.base import LaunchError, Terminal
 from gpuyard.executors.local.node_images import ImagesConfig
 from gpuyard.executors.ray.agent import NodeAgent, agent_name
 from gpuyard.executors.ray.nodes import joins, node_info, node_name
+from gpuyard.models.dataprep import DataSource, PreparedData
 from gpuyard.models.health import Finding
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -594,6 +595,28 @@ class RayExecutor:
         )
         for h, have, (data, _size) in zip(handles, sizes, answers, strict=True):
             self._append_copy(h, have, data)
+
+    def prepare_data(
+        self,
+        node: str,
+        source: DataSource,
+        *,
+        job_id: int,
+        progress: Callable[[int, int], None],
+    ) -> PreparedData:
+        raise LaunchError(
+            f"data preparation of dataset {source.ref} is not available on a Ray cluster yet: "
+            'mount it without `prepare` (docs/datasets.md, "Data preparation")'
+        )
+
+    def data_jobs(self) -> set[int]:
+        return set()
+
+    def release_data(self, job_id: int) -> None:
+        return
+
+    def sweep_data(self) -> None:
+        return
 
     def memory_jobs(self) -> set[int]:
         held: set[int] = set()
