@@ -11,7 +11,9 @@
 
 A copy is made once per node and version: the first job takes the version's lock and copies,
 a concurrent job of the same version waits on the lock and then finds the copy (it copies
-nothing). Every file is hashed as it is copied (one read) and checked against the manifest;
+nothing). Files are copied by the kernel (``copy_file_range``), a chunk at a time, each chunk
+hashed as it landed in the copy (read back from the page cache), several files at once (the
+hashing runs outside the GIL); every file is checked against the manifest;
 a file that differs fails the copy naming it, and nothing of the copy is kept. A disk that
 fills fails that node's copy (:class:`DataNoRoom`), its partial files removed.
 
@@ -49,12 +51,14 @@ from gpuyard.models.dataprep import (
 from gpuyard.models.dataset import ManifestFile
 from gpuyard.quantities import format_bytes
 
-__all__ = ["BUFFER", "NodeData"]
+__all__ = ["CHUNK", "NodeData"]
 
 log = logging.getLogger(__name__)
 
-BUFFER = 8 << 20
-"""Bytes read (and hashed, and written) at a time."""
+CHUNK = 64 << 20
+"""Bytes the kernel copies at a time, each then hashed back from the copy."""
+HASH_BUFFER = 256 << 10
+"""Bytes hashed at a time (small enough to stay in the CPU's cache)."""
 PROGRESS_EVERY = 0.5
 """Seconds between progress calls while a copy is made."""
 _TMP = ".tmp-"
@@ -124,8 +128,13 @@ class NodeData:
             with ThreadPoolExecutor(self.threads, thread_name_prefix="data-copy") as pool:
                 # Largest first: the last file to finish is a small one.
                 files = sorted(source.manifest.files, key=lambda f: -f.size)
-                for done in [pool.submit(self._copy_file, source, tmp, f, meter) for f in files]:
-                    done.result()
+                copies = [pool.submit(self._copy_file, source, tmp, f, meter) for f in files]
+                try:
+                    for done in copies:
+                        done.result()
+                except BaseException:
+                    meter.cancelled.set()  # the other files stop at their next chunk
+                    raise
             _seal(tmp)
             tmp.rename(folder / source.key)
         except BaseException:
@@ -143,23 +152,12 @@ class NodeData:
             raise DataMismatch(f"dataset {source.ref}: its manifest names {entry.path!r}")
         target = tmp / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
-        size = 0
-        buffer = bytearray(min(BUFFER, max(entry.size, 1 << 16)))
-        view = memoryview(buffer)
         try:
             with (
                 open(Path(source.path) / relative, "rb", buffering=0) as src,
-                open(target, "wb", buffering=0) as dst,
+                open(target, "w+b", buffering=0) as dst,
             ):
-                while n := src.readinto(buffer):
-                    chunk = view[:n]
-                    digest.update(chunk)
-                    _write_all(dst.fileno(), chunk)
-                    size += n
-                    meter.add(n)
-                    if meter.cancelled.is_set():
-                        return
+                size, digest = _copy_and_hash(src.fileno(), dst.fileno(), meter)
         except FileNotFoundError:
             raise DataMismatch(
                 f"dataset {source.ref} changed under its version: {entry.path} is missing"
@@ -174,10 +172,12 @@ class NodeData:
             raise LaunchError(
                 f"cannot copy {entry.path} of dataset {source.ref}: {exc.strerror or exc}"
             ) from None
-        if size != entry.size or digest.hexdigest() != entry.sha256:
+        if meter.cancelled.is_set():
+            return  # another file failed: this one's error would hide it
+        if size != entry.size or digest != entry.sha256:
             raise DataMismatch(
                 f"dataset {source.ref} changed under its version: {entry.path} has "
-                f"{size} bytes and sha256 {digest.hexdigest()[:16]}…, its manifest says "
+                f"{size} bytes and sha256 {digest[:16]}…, its manifest says "
                 f"{entry.size} bytes and {entry.sha256[:16]}…"
             )
 
@@ -329,6 +329,55 @@ class _Meter:
 
     def finish(self) -> None:
         self.progress(self.total, self.total)
+
+
+def _copy_and_hash(src: int, dst: int, meter: _Meter) -> tuple[int, str]:
+    """Copy ``src`` to ``dst`` a chunk at a time and hash each chunk as it landed in
+    ``dst`` (read back while it is in the page cache): the digest is of what the node holds,
+    not of what was read. The kernel copies (``copy_file_range``: no trip through this
+    process); where it cannot, the bytes are read, hashed and written once. The bytes copied
+    and their sha256."""
+    digest = hashlib.sha256()
+    buffer = bytearray(HASH_BUFFER)
+    view = memoryview(buffer)
+    size = 0
+    while not meter.cancelled.is_set():
+        try:
+            n = os.copy_file_range(src, dst, CHUNK)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            return _read_hash_write(src, dst, meter, digest, size)
+        if not n:
+            break
+        left, at = n, size
+        while left:
+            got = os.preadv(dst, [view[: min(left, HASH_BUFFER)]], at)
+            if not got:
+                raise OSError(errno.EIO, "the copy is shorter than what was written")
+            digest.update(view[:got])
+            left -= got
+            at += got
+        size += n
+        meter.add(n)
+    return size, digest.hexdigest()
+
+
+def _read_hash_write(
+    src: int, dst: int, meter: _Meter, digest: hashlib._Hash, size: int
+) -> tuple[int, str]:
+    """The copy through this process: one read, hashed and written."""
+    buffer = bytearray(HASH_BUFFER)
+    view = memoryview(buffer)
+    while n := os.readv(src, [buffer]):
+        chunk = view[:n]
+        digest.update(chunk)
+        _write_all(dst, chunk)
+        size += n
+        meter.add(n)
+        if meter.cancelled.is_set():
+            break
+    return size, digest.hexdigest()
 
 
 def _write_all(fd: int, data: memoryview) -> None:
