@@ -233,6 +233,9 @@ def kill_leftover_workers(home: Path) -> None:
             continue
         with contextlib.suppress(OSError, ValueError, KeyError, json.JSONDecodeError):
             os.killpg(int(json.loads(state_file.read_text())["pid"]), signal.SIGKILL)
+    from gpuyard.testing.process import unmount_node_memory
+
+    unmount_node_memory(home)  # what jobs that never ended hold (docs/checkpoints.md)
 
 
 def pool_log_problems(pool: Pool, limit: int = 10) -> list[str]:
