@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import mmap
 import os
@@ -91,12 +92,34 @@ class _Encoded:
 
 
 class _Slot:
-    """One memory slot file of this rank, mapped once and reused save after save."""
+    """One memory slot file of this rank, mapped once and reused save after save.
+
+    A save holds the slot's lock (``flock``, exclusive) while it writes; the persister holds
+    it shared while it copies, so a save never overwrites the part being persisted (it takes
+    the other slot instead): however often the job saves, the persister's copies complete.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.map: mmap.mmap | None = None
         self.view: Any = None
+        self._fd = -1
+
+    def lock(self, *, wait: bool) -> bool:
+        """Take the slot for a save; False when the persister holds it (and not ``wait``)."""
+        if self._fd < 0:
+            self._fd = os.open(
+                self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        return True
+
+    def unlock(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def ensure(self, size: int) -> None:
         if self.map is not None and len(self.map) >= size:
@@ -171,19 +194,22 @@ class CheckpointService:
     def _save_memory(self, step: int, flat: _Flat) -> bool:
         encoded = self._encode(step, flat)
         slot = self._free_slot()
-        if not self._fits(slot, encoded.size):
-            self._once(
-                "memory",
-                f"checkpoint memory full ({self.limit} bytes on node {self.node or '?'}): "
-                f"step {step} and later go to storage directly, which stalls training",
-            )
-            return False
         try:
-            slot.ensure(encoded.size)
-        except OSError as exc:
-            self._once("memory", f"checkpoint memory unusable ({exc}): saving to storage")
-            return False
-        self._write(slot, encoded, flat)
+            if not self._fits(slot, encoded.size):
+                self._once(
+                    "memory",
+                    f"checkpoint memory full ({self.limit} bytes on node {self.node or '?'}): "
+                    f"step {step} and later go to storage directly, which stalls training",
+                )
+                return False
+            try:
+                slot.ensure(encoded.size)
+            except OSError as exc:
+                self._once("memory", f"checkpoint memory unusable ({exc}): saving to storage")
+                return False
+            self._write(slot, encoded, flat)
+        finally:
+            slot.unlock()
         self._notify()
         return True
 
@@ -215,13 +241,20 @@ class CheckpointService:
         return _Encoded(prefix, header, data_offset, data_offset + flat.data_bytes)
 
     def _free_slot(self) -> _Slot:
-        """The slot not holding this rank's newest part (the other is kept whole)."""
-        parts = [read_part(s.path) for s in self._slots]
+        """The slot to write, locked: the one not holding this rank's newest part (which is
+        kept whole meanwhile), unless the persister is copying from it; then the other (the
+        part being persisted stays whole instead)."""
+        parts = [read_part(s.path, header=False) for s in self._slots]
         newest = max(
             range(SLOTS),
             key=lambda i: (-1, 0) if parts[i] is None else (parts[i].step, parts[i].sequence),  # type: ignore[union-attr]
         )
-        return self._slots[1 - newest] if parts[newest] is not None else self._slots[0]
+        first = self._slots[1 - newest] if parts[newest] is not None else self._slots[0]
+        if first.lock(wait=False):
+            return first
+        other = self._slots[1] if first is self._slots[0] else self._slots[0]
+        other.lock(wait=True)  # the persister holds one slot at a time
+        return other
 
     def _fits(self, slot: _Slot, size: int) -> bool:
         if self.limit <= 0 or self.memory_dir is None:

@@ -19,6 +19,7 @@ The standard library only (no torch): it starts in a fraction of a second.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -124,6 +125,10 @@ class Persister:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             with open(source, "rb") as src, open(tmp, "wb") as dst:
+                # Shared: the trainer's next save writes the other slot meanwhile.
+                fcntl.flock(src.fileno(), fcntl.LOCK_SH)
+                if not _unchanged(src, part):
+                    raise _Reused
                 _copy_range(src, dst, part.size)
                 if not _unchanged(src, part):
                     raise _Reused

@@ -208,3 +208,23 @@ def test_resuming_from_an_earlier_step_leaves_the_later_ones_aside(tmp_path: Pat
     chosen.flush(timeout=60)
     later = service(tmp_path, GPUYARD_RESUME_STEP="1", GPUYARD_ATTEMPT="3").load()
     assert later is not None and later.step == 2 and same(later.state, state(20))
+
+
+def test_a_save_never_overwrites_the_part_being_persisted(tmp_path: Path) -> None:
+    import fcntl
+
+    svc = service(tmp_path)
+    svc.save(1, state(1))
+    svc.save(2, state(2))
+    svc.flush(timeout=60)
+    persister = Persister(tmp_path / "memory", tmp_path / "checkpoints", 0, 3)
+    path, part = persister.newest()  # type: ignore[misc]
+    assert part.step == 2
+    with open(path, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # as the persister does while it copies
+        for step in (3, 4, 5):  # saved faster than it persists: never into the held slot
+            assert svc.save(step, state(step)) == "memory"
+        assert read_part(path).step == 2  # type: ignore[union-attr]
+    newest = service(tmp_path).load()
+    assert newest is not None and newest.step == 5 and same(newest.state, state(5))
+    svc.flush(timeout=60)
