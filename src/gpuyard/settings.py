@@ -272,6 +272,20 @@ class Settings(BaseSettings):
         "temperature, ECC, retired pages, Xid events); 0: never. A new critical finding "
         "cordons the node (docs/node-health.md).",
     )
+    disk_warning: float = Field(
+        0.10,
+        ge=0,
+        le=1,
+        description="Free fraction of a node's disk (its job directories' filesystem, and its "
+        "data cache's) below which the disk probe warns (docs/node-health.md).",
+    )
+    disk_critical: float = Field(
+        0.03,
+        ge=0,
+        le=1,
+        description="Free fraction below which the disk probe is critical: the node is "
+        "cordoned, with the reason, and takes no job (at most disk_warning).",
+    )
     predict_run_times: bool = Field(
         True,
         description="Learn each job's run time from the jobs that ended (its user's, its "

@@ -39,6 +39,7 @@ from gpuyard.executors.base import Executor
 from gpuyard.executors.local.executor import LocalExecutor
 from gpuyard.executors.local.node_data import NodeData
 from gpuyard.executors.local.node_images import ImagesConfig, NodeImages
+from gpuyard.executors.probes.host import DiskThresholds
 from gpuyard.images.local_registry import (
     SupervisedRegistry,
     free_port,
@@ -449,6 +450,7 @@ def make_executor(settings: Settings) -> Executor:
         gpu_shared_files=settings.gpu_shared_device_files,
         images=_node_images(settings),
         checkpoint_memory=settings.checkpoint_memory,
+        disk_thresholds=DiskThresholds(settings.disk_warning, settings.disk_critical),
         data=NodeData(
             settings.data_cache or settings.home / "data-cache",
             retention=settings.data_retention,
