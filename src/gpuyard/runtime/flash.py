@@ -127,8 +127,9 @@ class _Slot:
         self.close()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
+            # Allocated now, not page by page as the copy touches them: a full tmpfs is an
+            # OSError here (the save goes to storage), never a SIGBUS in the middle of a copy.
+            os.posix_fallocate(fd, 0, size)
             self.map = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)

@@ -228,3 +228,19 @@ def test_a_save_never_overwrites_the_part_being_persisted(tmp_path: Path) -> Non
     newest = service(tmp_path).load()
     assert newest is not None and newest.step == 5 and same(newest.state, state(5))
     svc.flush(timeout=60)
+
+
+def test_a_full_node_memory_is_an_error_not_a_crash(tmp_path: Path, mount_tmpfs: object) -> None:
+    """A tmpfs smaller than the state: the save goes to storage, with a warning."""
+    small = mount_tmpfs("memory-small", size="64k")  # type: ignore[operator]
+    environ = {
+        "GPUYARD_CHECKPOINT_DIR": str(tmp_path / "c"),
+        "GPUYARD_CHECKPOINT_MEMORY_DIR": str(small),
+    }
+    runtime = Runtime(JobEnvironment.from_environ(environ, cwd=tmp_path))
+    warnings: list[str] = []
+    svc = CheckpointService(runtime, environ, rank=0, world=1, warn=warnings.append)
+    assert svc.save(1, {"w": torch.zeros(1 << 16)}) == "storage"
+    assert warnings and "checkpoint memory unusable" in warnings[0]
+    again = CheckpointService(runtime, environ, rank=0, world=1).load()
+    assert again is not None and again.step == 1
