@@ -182,14 +182,15 @@ def save(step: int, state: Any) -> str:
     return flash_save(step, state)
 
 
-def load(*, step: int | None = None, map_location: Any = None) -> Any:
+def load(*, step: int | None = None, map_location: Any = None, into: Any = None) -> Any:
     """The newest step every rank holds whole (or `step`): a `gpuyard.runtime.flash.Restored`
     with ``step``, ``state`` and ``source`` (``memory`` or ``storage``), or None when there is
-    none. With several ranks, call it after ``torch.distributed.init_process_group``.
+    none. With several ranks, call it after ``torch.distributed.init_process_group``. `into`:
+    a state of the same shape whose tensors (and DTensors' local shards) are filled in place.
     """
     from gpuyard.runtime.flash import load as flash_load
 
-    return flash_load(step=step, map_location=map_location)
+    return flash_load(step=step, map_location=map_location, into=into)
 
 
 def flush(timeout: float = 600.0) -> bool:

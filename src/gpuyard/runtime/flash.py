@@ -346,8 +346,15 @@ class CheckpointService:
 
     # -- load ---------------------------------------------------------------------------------
 
-    def load(self, *, step: int | None = None, map_location: Any = None) -> Restored | None:
-        """The newest step every rank holds whole (or `step`, or ``GPUYARD_RESUME_STEP``)."""
+    def load(
+        self, *, step: int | None = None, map_location: Any = None, into: Any = None
+    ) -> Restored | None:
+        """The newest step every rank holds whole (or `step`, or ``GPUYARD_RESUME_STEP``).
+
+        `into`: a state of the same shape (a model's state dict, or what
+        ``torch.distributed.checkpoint.state_dict.get_state_dict`` returns for a sharded
+        model): its tensors are filled in place, each DTensor's local shard with this rank's
+        saved shard, and it is the state returned."""
         if not self.runtime.env.resume:
             return None
         chosen_by_user = step is None and self._chosen_step() is not None
@@ -367,6 +374,8 @@ class CheckpointService:
             chosen = max(common)
         source, path = mine[chosen]
         state = _read_state(path, chosen, map_location)
+        if into is not None:
+            state = _fill(into, state)
         if chosen_by_user:
             self._abandon_after(chosen)
         if source == "memory":
@@ -436,13 +445,12 @@ def _flatten(state: Any) -> _Flat:
     def walk(value: Any) -> Any:
         nonlocal offset
         if isinstance(value, torch.Tensor):
-            if type(value) not in (torch.Tensor, torch.nn.Parameter):
-                raise TypeError(
-                    f"save() takes plain tensors, not {type(value).__name__} (a sharded "
-                    "DTensor: save its .to_local() shard and rebuild it after load(); "
-                    "docs/checkpoints.md)"
-                )
-            tensor = value.detach()
+            sharded = _is_dtensor(value)
+            if not sharded and type(value) not in (torch.Tensor, torch.nn.Parameter):
+                raise TypeError(f"save() takes tensors and DTensors, not {type(value).__name__}")
+            # A DTensor (torch.distributed.checkpoint's state dicts of a sharded model): this
+            # rank's shard, which load(into=...) copies back into the same DTensor.
+            tensor = _local(value).detach()
             if tensor.layout is not torch.strided or tensor.is_quantized:
                 raise TypeError("save() takes dense tensors; this one is sparse or quantized")
             nbytes = tensor.numel() * tensor.element_size()
@@ -451,7 +459,7 @@ def _flatten(state: Any) -> _Flat:
             )
             tensors.append(tensor)
             offset = align(offset + nbytes)
-            return {"T": len(tensors) - 1}
+            return {"T": len(tensors) - 1, **({"S": list(value.shape)} if sharded else {})}
         if value is None or isinstance(value, bool | int | float | str):
             return {"v": value}
         if isinstance(value, dict):
@@ -467,6 +475,44 @@ def _flatten(state: Any) -> _Flat:
 
     tree = walk(state)
     return _Flat(tree, tensors, specs, offset)
+
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor" and hasattr(value, "to_local")
+
+
+def _local(value: Any) -> Any:
+    """A DTensor's local shard, or the tensor itself."""
+    return value.to_local() if _is_dtensor(value) else value
+
+
+def _fill(into: Any, loaded: Any, where: str = "state") -> Any:
+    """Copy `loaded` into the tensors of `into` (a DTensor: into its local shard), in place;
+    what is not a tensor is taken from `loaded`. The shapes must be those saved."""
+    import torch
+
+    if isinstance(into, torch.Tensor):
+        if not isinstance(loaded, torch.Tensor):
+            raise LookupError(f"{where}: a tensor in `into`, {type(loaded).__name__} saved")
+        target = _local(into)
+        if target.shape != loaded.shape:
+            raise LookupError(
+                f"{where}: saved shape {tuple(loaded.shape)}, {tuple(target.shape)} in `into` "
+                "(a sharded state resumes on as many ranks as saved it)"
+            )
+        with torch.no_grad():
+            target.copy_(loaded)
+        return into
+    if isinstance(into, dict) and isinstance(loaded, dict):
+        for key, value in loaded.items():
+            into[key] = _fill(into[key], value, f"{where}[{key!r}]") if key in into else value
+        return into
+    if isinstance(into, list | tuple) and type(into) is type(loaded) and len(into) == len(loaded):
+        filled = [
+            _fill(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(into, loaded, strict=True))
+        ]
+        return filled if isinstance(into, list) else tuple(filled)
+    return loaded
 
 
 def _bytes_of(tensor: Any) -> Any:
@@ -603,9 +649,10 @@ def save(step: int, state: Any) -> str:
     return service().save(step, state)
 
 
-def load(*, step: int | None = None, map_location: Any = None) -> Restored | None:
-    """The newest complete step (or `step`), or None on a first attempt."""
-    return service().load(step=step, map_location=map_location)
+def load(*, step: int | None = None, map_location: Any = None, into: Any = None) -> Restored | None:
+    """The newest complete step (or `step`), or None on a first attempt (`into`: see
+    `CheckpointService.load`)."""
+    return service().load(step=step, map_location=map_location, into=into)
 
 
 def flush(timeout: float = 600.0) -> bool:
