@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,36 @@ def test_least_recently_used_goes_past_the_cap(tmp_path: Path) -> None:
     clock.t += 10
     data.prepare("n0", versions[2], job_id=4, progress=no_progress)
     assert [c.key for c in data.copies("n0")] == sorted([versions[0].key, versions[2].key])
+
+
+def test_a_disk_that_fills_during_the_copy_fails_it_and_keeps_nothing(
+    tmp_path: Path, mount_tmpfs: Callable[..., Path]
+) -> None:
+    """Two versions that each fit the free space but not together, copied at once on a
+    small real filesystem: the one that runs out fails with no room, and what it wrote goes."""
+    disk = mount_tmpfs("fast", size="8m")
+    data = NodeData(disk / "cache", max_bytes=1 << 40)
+    versions = [make_version(tmp_path / f"v{i}", i, {"x.bin": os.urandom(5 << 20)}) for i in (1, 2)]
+    failed: list[Exception] = []
+    made: list[str] = []
+
+    def job(source: DataSource) -> None:
+        try:
+            made.append(
+                data.prepare("n0", source, job_id=source.version_id, progress=no_progress).path
+            )
+        except DataNoRoom as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=job, args=(v,)) for v in versions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed, "both copies fitted"
+    assert all("no room for a copy of dataset alice/data@" in str(e) for e in failed)
+    left = sorted(p.name for p in data.node_dir("n0").iterdir() if p.name.startswith(".tmp-"))
+    assert left == []
+    for path in made:  # what succeeded is whole
+        assert hash_tree(path, None).digest() in {v.digest for v in versions}
+    assert len(data.copies("n0")) == len(made)
