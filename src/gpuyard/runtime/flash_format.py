@@ -58,6 +58,10 @@ _PART = re.compile(r"^rank-(\d{1,6})\.gyc$")
 MAX_HEADER = 256 << 20
 MAX_ENTRIES = 100_000
 """Entries of one directory looked at (a job's files may be many; a listing stays short)."""
+MAX_STEPS = 2_000
+"""Step directories read, the newest (a listing shows 1,000; the retention keeps few)."""
+MAX_PARTS = 250_000
+"""Entries of step directories read in all, per look at storage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,21 +175,26 @@ class StoredStep:
 
 
 def stored_steps(checkpoint_dir: Path) -> list[StoredStep]:
-    """Every step directory on storage, oldest first; links are not followed."""
+    """The newest :data:`MAX_STEPS` step directories on storage, oldest first, their parts
+    read within a budget of :data:`MAX_PARTS` entries in all; links are not followed."""
     root = checkpoint_dir / FLASH_DIR
-    steps = []
+    found = []
     for entry in _entries(root):
         match = _STEP_DIR.match(entry.name)
-        if match is None or not entry.is_dir(follow_symlinks=False):
-            continue
-        steps.append(_stored(int(match.group(1)), Path(entry.path)))
-    return sorted(steps, key=lambda s: s.step)
+        if match is not None and entry.is_dir(follow_symlinks=False):
+            found.append((int(match.group(1)), Path(entry.path)))
+    budget = [MAX_PARTS]
+    newest = sorted(found, reverse=True)[:MAX_STEPS]
+    return sorted((_stored(step, path, budget) for step, path in newest), key=lambda s: s.step)
 
 
-def _stored(step: int, path: Path) -> StoredStep:
+def _stored(step: int, path: Path, budget: list[int]) -> StoredStep:
     ranks, worlds, size, newest = set(), set(), 0, 0.0
     pinned = False
     for entry in _entries(path):
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
         if entry.name == PINNED:
             pinned = True
             continue
