@@ -27,7 +27,7 @@ from gpuyard.executors.base import Executor
 from gpuyard.models import NodeState
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.periodic import Periodic, paced
-from gpuyard.services.checkpoints import ended_jobs
+from gpuyard.services.checkpoints import ended_jobs, memory_to_free
 from gpuyard.services.nodes import record_inspection, stored_findings
 from gpuyard.store.engine import Store
 from gpuyard.store.tables import NodeRow
@@ -88,6 +88,8 @@ class Inspector:
         self.deadline = deadline
         self.cordoned = cordoned
         self._call: _Call | None = None
+        self._memory_idle: dict[int, float] = {}
+        """Jobs holding node memory but no node, and since when (:meth:`free_memory`)."""
         self._periodic = Periodic("inspector", self._round)
 
     def start(self) -> None:
@@ -123,13 +125,14 @@ class Inspector:
         return cordoned
 
     def free_memory(self) -> None:
-        """Free the node memory of jobs that have ended (docs/checkpoints.md)."""
+        """Free the node memory of jobs that have ended, or that have held no node for a
+        while (docs/checkpoints.md)."""
         held = self.executor.memory_jobs()
         if not held:
             return
         with self.store.read() as session:
-            ended = ended_jobs(session, held)
-        for job_id in sorted(ended):
+            free = memory_to_free(session, held, self._memory_idle, self.clock.now())
+        for job_id in sorted(free):
             self.executor.drop_memory(job_id)
 
     def free_data(self) -> None:

@@ -39,7 +39,7 @@ from gpuyard.store.engine import Store
 from gpuyard.store.guarded import guarded_update
 from gpuyard.store.tables import JobRow
 
-__all__ = ["Checkpoints", "ended_jobs"]
+__all__ = ["MEMORY_GRACE", "Checkpoints", "ended_jobs", "memory_to_free"]
 
 MAX_INDEX_BYTES = 64 << 10
 MAX_RANKS = 65_536
@@ -243,3 +243,29 @@ def ended_jobs(session: Session, job_ids: set[int]) -> set[int]:
         session.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(job_ids))).all()
     )
     return {j for j in job_ids if j not in found or JobState(found[j]).is_terminal()}
+
+
+MEMORY_GRACE = 600.0
+"""Seconds a job keeps its node memory while it holds no node (a fault restart in place comes
+back well within them; a job suspended or held longer resumes from storage)."""
+
+
+def memory_to_free(
+    session: Session, job_ids: set[int], idle_since: dict[int, float], now: float
+) -> set[int]:
+    """Those of `job_ids` whose node memory may go: ended or gone, or holding no node for
+    :data:`MEMORY_GRACE` seconds (`idle_since`: when each was first seen so, kept by the
+    caller between looks)."""
+    rows = session.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(job_ids))).all()
+    states = {job_id: JobState(state) for job_id, state in rows}
+    free = set()
+    for job_id in job_ids:
+        state = states.get(job_id)
+        if state is not None and state.holds_resources():
+            idle_since.pop(job_id, None)
+            continue
+        since = idle_since.setdefault(job_id, now)
+        if state is None or state.is_terminal() or now - since >= MEMORY_GRACE:
+            free.add(job_id)
+            idle_since.pop(job_id, None)
+    return free

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -128,3 +129,24 @@ def test_a_pinned_step_outlives_the_retention(
     client.pin_checkpoint(job.id, 1, pinned=False)
     service.save(5, {"w": torch.ones(2)})
     assert [c.step for c in client.checkpoints(job.id).checkpoints] == [4, 5]
+
+
+def test_node_memory_goes_when_a_job_ends_or_holds_no_node_for_a_while(
+    client: Client, store: Any, controller: Any
+) -> None:
+    from gpuyard.services.checkpoints import MEMORY_GRACE, memory_to_free
+
+    running = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
+    controller.tick()  # it holds the one node's 8 GPUs: the next two wait
+    waiting = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
+    ended = client.submit({"command": "python train.py", "resources": {"gpus": 8}}).id
+    client.stop(ended)
+    held, idle = {running, waiting, ended, 999_999}, {}  # type: ignore[var-annotated]
+    with store.read() as session:
+        assert memory_to_free(session, held, idle, 100.0) == {ended, 999_999}
+        assert memory_to_free(session, held, idle, 100.0 + MEMORY_GRACE - 1) == {ended, 999_999}
+        assert memory_to_free(session, held, idle, 100.0 + MEMORY_GRACE) == {
+            waiting,
+            ended,
+            999_999,
+        }
