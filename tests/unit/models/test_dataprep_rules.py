@@ -104,3 +104,16 @@ def test_prepare_refused_with_what_to_change(fields: dict[str, object], says: st
 def test_prepare_refused_on_volumes() -> None:
     with pytest.raises(ValidationError, match="prepare"):
         Mounts(volumes=[Mount(name="v", path="/scratch", readonly=False, prepare=True)])
+
+
+def test_prepare_data_flag_marks_every_dataset_flag() -> None:
+    from gpuyard.cli.specfile import parse_dataset_flags
+
+    assert parse_dataset_flags(["mnist@3", "alice/imagenet:img"], prepare=True) == [
+        {"name": "mnist", "dataset": "mnist@3", "prepare": True},
+        {"name": "img", "dataset": "alice/imagenet", "prepare": True},
+    ]
+    # A directory with the flag reaches the spec's rule, which says what to change.
+    (raw,) = parse_dataset_flags(["raw=/data/raw"], prepare=True)
+    with pytest.raises(ValidationError, match="make the path a dataset"):
+        Mount.model_validate(raw)
