@@ -409,6 +409,15 @@ FloorOpt = Annotated[
 ]
 
 
+IdleTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="How long an interactive job of this pool may sit idle before it is reclaimed, "
+        "e.g. 2h (default: GPUYARD_IDLE_TIMEOUT); 0 removes it."
+    ),
+]
+
+
 def _slices(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -428,6 +437,7 @@ def pools_add(
     age_halflife: AgeHalflifeOpt = None,
     min_run: MinRunOpt = None,
     allreduce_floor: FloorOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -442,6 +452,7 @@ def pools_add(
         age_halflife=age_halflife,
         min_run=min_run,
         allreduce_floor=allreduce_floor or None,
+        idle_timeout=idle_timeout,
         description=description or "",
     )
     _print_pool(pool, as_json)
@@ -458,6 +469,7 @@ def pools_set(
     age_halflife: AgeHalflifeOpt = None,
     min_run: MinRunOpt = None,
     allreduce_floor: FloorOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
     description: DescriptionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -473,6 +485,7 @@ def pools_set(
         age_halflife=age_halflife,
         min_run=min_run,
         allreduce_floor=allreduce_floor,
+        idle_timeout=idle_timeout,
         description=description,
     )
     _print_pool(pool, as_json)
@@ -503,6 +516,7 @@ def _print_pool(pool: PoolView, as_json: bool) -> None:
         f"slices {_format_slices(pool.slices)}, age half-life "
         f"{_format_guard(pool.age_halflife)}, min run {_format_guard(pool.min_run)}, "
         + (f"all-reduce floor {pool.allreduce_floor:g} GB/s, " if pool.allreduce_floor else "")
+        + (f"idle timeout {format_duration(pool.idle_timeout)}, " if pool.idle_timeout else "")
         + f"nodes: {', '.join(pool.nodes) or 'none'}",
         highlight=False,
         markup=False,

@@ -502,6 +502,7 @@ class Client:
         age_halflife: float | str | None = None,
         min_run: float | str | None = None,
         allreduce_floor: float | None = None,
+        idle_timeout: float | str | None = None,
         description: str = "",
     ) -> PoolView:
         """Declare a pool's policy. ``age_halflife`` and ``min_run`` are seconds, a duration
@@ -513,7 +514,12 @@ class Client:
             "notice": notice,
             "grow_after": grow_after,
             "slices": list(slices),
-            **_given(age_halflife=age_halflife, min_run=min_run, allreduce_floor=allreduce_floor),
+            **_given(
+                age_halflife=age_halflife,
+                min_run=min_run,
+                allreduce_floor=allreduce_floor,
+                idle_timeout=idle_timeout,
+            ),
             "description": description,
         }
         return PoolView.model_validate(self._request("POST", "/pools", json=body).json())
@@ -530,12 +536,13 @@ class Client:
         age_halflife: float | str | None = None,
         min_run: float | str | None = None,
         allreduce_floor: float | None = None,
+        idle_timeout: float | str | None = None,
         description: str | None = None,
     ) -> PoolView:
         """Change the given fields of a pool's policy (a pool known only from node labels
         gets a policy of its own). ``slices=[]`` removes time-slicing;
         ``age_halflife="off"`` and ``min_run="off"`` switch those off; ``allreduce_floor=0``
-        removes the floor."""
+        removes the floor, ``idle_timeout=0`` the pool's own idle timeout."""
         body = _given(
             preemption=preemption,
             same_zone=same_zone,
@@ -545,6 +552,7 @@ class Client:
             age_halflife=age_halflife,
             min_run=min_run,
             allreduce_floor=allreduce_floor,
+            idle_timeout=idle_timeout,
             description=description,
         )
         return PoolView.model_validate(self._request("PATCH", f"/pools/{name}", json=body).json())

@@ -366,6 +366,11 @@ FLOOR_HELP = (
     "GB/s of all-reduce bus bandwidth below which the node check's collective test fails "
     "(docs/fault-tolerance.md); none by default"
 )
+IDLE_HELP = (
+    "Seconds (or 2h) an interactive job of this pool may sit idle before it is reclaimed "
+    "(docs/interactive.md); the pool-wide GPUYARD_IDLE_TIMEOUT by default"
+)
+IDLE_MAX = 30 * 86400.0
 
 
 class PoolSpec(BaseModel):
@@ -387,6 +392,7 @@ class PoolSpec(BaseModel):
     age_halflife: TailSetting = Field(None, description=AGE_HALFLIFE_HELP + TAIL_DEFAULT)
     min_run: TailSetting = Field(None, description=MIN_RUN_HELP + TAIL_DEFAULT)
     allreduce_floor: float | None = Field(None, gt=0, le=1e5, description=FLOOR_HELP + ".")
+    idle_timeout: Seconds | None = Field(None, gt=0, le=IDLE_MAX, description=IDLE_HELP + ".")
     description: str = Field("", max_length=1000)
 
     @field_validator("slices")
@@ -415,6 +421,9 @@ class PoolUpdate(BaseModel):
     allreduce_floor: float | None = Field(
         None, ge=0, le=1e5, description=FLOOR_HELP + "; 0 removes it."
     )
+    idle_timeout: Seconds | None = Field(
+        None, ge=0, le=IDLE_MAX, description=IDLE_HELP + "; 0 removes it."
+    )
     description: str | None = Field(None, max_length=1000)
 
     @field_validator("slices")
@@ -427,7 +436,7 @@ class PoolUpdate(BaseModel):
         if all(getattr(self, name) is None for name in type(self).model_fields):
             raise ValueError(
                 "nothing to change: give preemption, same_zone, notice, grow_after, slices, "
-                "age_halflife, min_run, allreduce_floor or description"
+                "age_halflife, min_run, allreduce_floor, idle_timeout or description"
             )
         return self
 
@@ -446,6 +455,9 @@ class PoolView(BaseModel):
         None, description="Seconds; time-slicing's quantum (see PoolSpec). None: off."
     )
     allreduce_floor: float | None = Field(None, description="GB/s; see PoolSpec. None: none.")
+    idle_timeout: float | None = Field(
+        None, description="Seconds; see PoolSpec. None: the pool-wide GPUYARD_IDLE_TIMEOUT."
+    )
     description: str
     declared: bool = Field(
         description="An admin set its policy; otherwise it exists only as node labels and has "

@@ -641,6 +641,7 @@ class AccountService:
                 grow_after=spec.grow_after,
                 slices=list(spec.slices),
                 allreduce_floor=spec.allreduce_floor,
+                idle_timeout=spec.idle_timeout,
                 description=spec.description,
             )
             _set_tail_guards(row, spec, slicing_before=False)
@@ -676,6 +677,8 @@ class AccountService:
             _set_tail_guards(row, change, slicing_before=slicing_before)
             if change.allreduce_floor == 0:
                 row.allreduce_floor = None
+            if change.idle_timeout == 0:
+                row.idle_timeout = None
             session.flush()
             view = self._pool_view(name, row, members.get(name, []))
         return view
@@ -707,6 +710,7 @@ class AccountService:
             age_halflife=policy.age_halflife,
             min_run=policy.min_run,
             allreduce_floor=policy.allreduce_floor,
+            idle_timeout=policy.idle_timeout,
             description=policy.description,
             declared=row is not None,
             nodes=nodes,

@@ -33,9 +33,10 @@ from gpuyard.services.interactive import PROBE_TIMEOUT, Interactive, ServiceTarg
 from gpuyard.services.notify import Notify, nobody
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
+from gpuyard.spec_limits import DEFAULT_POOL
 from gpuyard.store.engine import Store
 from gpuyard.store.guarded import guarded_update
-from gpuyard.store.tables import JobRow
+from gpuyard.store.tables import JobRow, PoolRow
 
 __all__ = ["WARN_BEFORE", "IdleReclaim", "JupyterActivity"]
 
@@ -103,26 +104,27 @@ class IdleReclaim:
         self._warned: set[tuple[int, int]] = set()
         """(job, attempt) pairs warned already."""
 
-    @property
-    def warn_before(self) -> float:
-        return min(WARN_BEFORE, self.timeout / 10)
-
     def sweep(self) -> list[int]:
-        """One look at every running interactive job; the ids of those reclaimed."""
-        if self.timeout <= 0:
-            return []
+        """One look at every running interactive job; the ids of those reclaimed. Each job's
+        timeout is its pool's own where an admin set one, else ``timeout`` (0: never)."""
         now = self.clock.now()
-        usage = self.gpu_usage()
-        reclaimed = []
         running = self._running()
         self._forget_all_but({row.id for row, _ in running})
+        timeouts = self._pool_timeouts()
+        if not running or (self.timeout <= 0 and not timeouts):
+            return []
+        usage = self.gpu_usage()
+        reclaimed = []
         for row, kind in running:
+            timeout = timeouts.get(row.pool or DEFAULT_POOL, self.timeout)
+            if timeout <= 0:
+                continue
             idle = now - self._active_at(row, kind, usage, now)
-            if idle >= self.timeout:
-                if self._reclaim(row.id, row.version, idle, now):
+            if idle >= timeout:
+                if self._reclaim(row.id, row.version, idle, now, timeout):
                     reclaimed.append(row.id)
-            elif idle >= self.timeout - self.warn_before:
-                self._warn(row, idle, now)
+            elif idle >= timeout - min(WARN_BEFORE, timeout / 10):
+                self._warn(row, idle, now, timeout)
         if reclaimed:
             self.notify()
         return reclaimed
@@ -136,6 +138,14 @@ class IdleReclaim:
         for job_id in (set(activity.last) | set(activity.changed)) - running:
             if not activity.open.get(job_id):
                 activity.forget(job_id)
+
+    def _pool_timeouts(self) -> dict[str, float]:
+        """The pools whose admin set an idle timeout of their own."""
+        with self.store.read() as session:
+            rows = session.execute(
+                select(PoolRow.name, PoolRow.idle_timeout).where(PoolRow.idle_timeout.is_not(None))
+            ).all()
+        return {name: float(timeout) for name, timeout in rows if timeout is not None}
 
     def _running(self) -> list[tuple[JobRow, ServiceKind]]:
         with self.store.read() as session:
@@ -167,12 +177,12 @@ class IdleReclaim:
             return now
         return max(times)
 
-    def _warn(self, row: JobRow, idle: float, now: float) -> None:
+    def _warn(self, row: JobRow, idle: float, now: float, timeout: float) -> None:
         key = (row.id, row.attempt)
         if key in self._warned:
             return
         self._warned.add(key)
-        left = format_duration(max(0.0, self.timeout - idle))
+        left = format_duration(max(0.0, timeout - idle))
         what = "suspended and held" if self.action is IdleAction.SUSPEND else "stopped"
         with self.store.write() as session:
             fresh = session.get(JobRow, row.id)
@@ -188,10 +198,10 @@ class IdleReclaim:
                 "it is used (run a cell, open a terminal, or change something in it)",
             )
 
-    def _reclaim(self, job_id: int, version: int, idle: float, now: float) -> bool:
+    def _reclaim(self, job_id: int, version: int, idle: float, now: float, timeout: float) -> bool:
         why = (
             f"idle for {format_duration(idle)} (the pool reclaims interactive jobs idle for "
-            f"{format_duration(self.timeout)})"
+            f"{format_duration(timeout)})"
         )
         try:
             with self.store.write() as session:

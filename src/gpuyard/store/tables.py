@@ -430,6 +430,8 @@ class PoolRow(Base):
     """Time-slicing's quantum, seconds (``PoolPolicy.min_run``); None: off."""
     allreduce_floor: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
     """GB/s of all-reduce bus bandwidth below which the node check fails (None: no floor)."""
+    idle_timeout: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    """Seconds an interactive job of the pool may sit idle (None: GPUYARD_IDLE_TIMEOUT)."""
     description: Mapped[str] = mapped_column(Text, default="")
 
 

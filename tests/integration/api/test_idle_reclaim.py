@@ -171,3 +171,31 @@ def test_a_tensorboard_is_in_use_while_it_is_asked_anything(
     assert reclaim.sweep() == []
     clock.advance(10)
     assert reclaim.sweep() == [board]
+
+
+def test_a_pool_of_its_own_timeout_reclaims_on_it(
+    ada: Client,
+    controller: Controller,
+    clock: ManualClock,
+    reclaim: IdleReclaim,
+    api_url: str,
+    token_for: TokenFor,
+) -> None:
+    """The default pool given 10 minutes by its admin: the notebook goes then, though the
+    pool-wide timeout is an hour; without the pool's own (0 removes it), the hour again."""
+    admin = Client(api_url, token=token_for("root", admin=True))
+    with pytest.raises(Exception, match="idle_timeout"):
+        admin.update_pool("default", idle_timeout=-5)
+    pool = admin.update_pool("default", idle_timeout="10m")
+    assert pool.idle_timeout == 600
+    notebook = _running_notebook(ada, controller)
+    clock.advance(540 + 1)
+    assert reclaim.sweep() == []
+    warned = [e for e in ada.events(notebook) if e.kind.value == "idle"]
+    assert len(warned) == 1 and "in 59s" in (warned[0].reason or "")
+    clock.advance(60)
+    assert reclaim.sweep() == [notebook]
+    assert "idle for 10m" in " ".join(e.reason or "" for e in ada.events(notebook))
+    assert admin.update_pool("default", idle_timeout=0).idle_timeout is None
+    reclaim.timeout = 0
+    assert reclaim.sweep() == []  # the pool-wide 0: never, and the pool has none of its own
