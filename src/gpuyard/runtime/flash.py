@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -525,14 +526,8 @@ def _bytes_of(tensor: Any) -> Any:
 def _read_state(path: Path, step: int, map_location: Any) -> Any:
     import torch
 
-    with open(path, "rb") as file:
-        part = _whole(path, step)
-        file.seek(part.data_offset)
-        data = bytearray(part.size - part.data_offset)
-        file.readinto(data)
-    buffer = (
-        torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    )
+    part = _whole(path, step)
+    buffer = _read_data(path, part)
     header = part.header or {}
     tensors = []
     for name, shape, offset, nbytes in header["tensors"]:
@@ -543,6 +538,40 @@ def _read_state(path: Path, step: int, map_location: Any) -> Any:
         tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
         tensors.append(tensor if map_location is None else tensor.to(map_location))
     return _unflatten(header["tree"], tensors)
+
+
+READ_CHUNK = 64 << 20
+READ_THREADS = 4
+
+
+def _read_data(path: Path, part: Part) -> Any:
+    """The part's data in one tensor of bytes of its own, read by a few threads at once in
+    chunks (``preadv`` releases the GIL): the new buffer's pages are faulted in in parallel,
+    which is most of the cost of a read from memory (1 GiB: 0.5 s here, against 1.4 s for one
+    read into a zeroed buffer)."""
+    import torch
+
+    size = part.size - part.data_offset
+    buffer = torch.empty(size, dtype=torch.uint8)
+    if size == 0:
+        return buffer
+    view = memoryview(buffer.numpy())  # type: ignore[arg-type]
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def read(start: int) -> None:
+        end, done = min(size, start + READ_CHUNK), start
+        while done < end:
+            got = os.preadv(fd, [view[done:end]], part.data_offset + done)
+            if got <= 0:
+                raise LookupError(f"checkpoint part {path} ended before its size")
+            done += got
+
+    try:
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            list(pool.map(read, range(0, size, READ_CHUNK)))
+    finally:
+        os.close(fd)
+    return buffer
 
 
 def _whole(path: Path, step: int) -> Part:
