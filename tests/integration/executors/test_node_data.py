@@ -187,3 +187,33 @@ def test_a_disk_that_fills_during_the_copy_fails_it_and_keeps_nothing(
     for path in made:  # what succeeded is whole
         assert hash_tree(path, None).digest() in {v.digest for v in versions}
     assert len(data.copies("n0")) == len(made)
+
+
+@pytest.mark.parametrize("swap", ["file link", "folder link", "fifo", "grown"])
+def test_what_the_owner_swaps_in_after_hashing_is_never_read_through(
+    tmp_path: Path, source: DataSource, swap: str
+) -> None:
+    """A link (to a file or through a folder) to what the pool may read and the owner may not,
+    a FIFO (a read would block), a file grown without end: each fails the copy, named, and
+    nothing of what is outside the version is copied."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"hello\n")  # the very bytes of sub/b.txt: a hash would not tell
+    root = Path(source.path)
+    if swap == "file link":
+        (root / "sub" / "b.txt").unlink()
+        (root / "sub" / "b.txt").symlink_to(secret)
+    elif swap == "folder link":
+        elsewhere = tmp_path / "elsewhere"
+        (root / "sub").rename(elsewhere)
+        (root / "sub").symlink_to(elsewhere)
+    elif swap == "fifo":
+        (root / "sub" / "b.txt").unlink()
+        os.mkfifo(root / "sub" / "b.txt")
+    else:
+        with open(root / "a.bin", "ab") as grown:
+            grown.write(b"x" * (1 << 20))
+    data = NodeData(tmp_path / "cache")
+    words = {"grown": "has", "fifo": "not a regular file"}.get(swap, "link")
+    with pytest.raises(DataMismatch, match=words):
+        data.prepare("n0", source, job_id=1, progress=no_progress)
+    assert not any((tmp_path / "cache").glob("n0/*/sub/b.txt"))

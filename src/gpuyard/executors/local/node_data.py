@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -154,10 +155,12 @@ class NodeData:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             with (
-                open(Path(source.path) / relative, "rb", buffering=0) as src,
+                open(_open_below(source, relative), "rb", buffering=0) as src,
                 open(target, "w+b", buffering=0) as dst,
             ):
-                size, digest = _copy_and_hash(src.fileno(), dst.fileno(), meter)
+                # One byte more than the manifest says tells a longer file, without copying
+                # whatever a file that keeps growing would give.
+                size, digest = _copy_and_hash(src.fileno(), dst.fileno(), meter, entry.size + 1)
         except FileNotFoundError:
             raise DataMismatch(
                 f"dataset {source.ref} changed under its version: {entry.path} is missing"
@@ -331,7 +334,39 @@ class _Meter:
         self.progress(self.total, self.total)
 
 
-def _copy_and_hash(src: int, dst: int, meter: _Meter) -> tuple[int, str]:
+def _open_below(source: DataSource, relative: Path) -> int:
+    """The file ``relative`` below the version's directory, opened (as the pool, which may be
+    root) without following a link at any step and without blocking: the dataset's owner may
+    have changed the tree since it was hashed, and a link must not let the pool read, on their
+    behalf, what their account cannot. Raises DataMismatch for a link, or anything but a
+    regular file."""
+    step = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(source.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in relative.parts[:-1]:
+            inner = os.open(part, step, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        found = os.open(relative.name, flags, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise DataMismatch(
+                f"dataset {source.ref} changed under its version: {relative} is reached "
+                "through a link, or is one"
+            ) from None
+        raise
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(found).st_mode):
+        os.close(found)
+        raise DataMismatch(
+            f"dataset {source.ref} changed under its version: {relative} is not a regular file"
+        )
+    return found
+
+
+def _copy_and_hash(src: int, dst: int, meter: _Meter, limit: int) -> tuple[int, str]:
     """Copy ``src`` to ``dst`` a chunk at a time and hash each chunk as it landed in
     ``dst`` (read back while it is in the page cache): the digest is of what the node holds,
     not of what was read. The kernel copies (``copy_file_range``: no trip through this
@@ -341,13 +376,13 @@ def _copy_and_hash(src: int, dst: int, meter: _Meter) -> tuple[int, str]:
     buffer = bytearray(HASH_BUFFER)
     view = memoryview(buffer)
     size = 0
-    while not meter.cancelled.is_set():
+    while not meter.cancelled.is_set() and size < limit:
         try:
-            n = os.copy_file_range(src, dst, CHUNK)
+            n = os.copy_file_range(src, dst, min(CHUNK, limit - size))
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                 raise
-            return _read_hash_write(src, dst, meter, digest, size)
+            return _read_hash_write(src, dst, meter, digest, size, limit)
         if not n:
             break
         left, at = n, size
@@ -364,12 +399,12 @@ def _copy_and_hash(src: int, dst: int, meter: _Meter) -> tuple[int, str]:
 
 
 def _read_hash_write(
-    src: int, dst: int, meter: _Meter, digest: hashlib._Hash, size: int
+    src: int, dst: int, meter: _Meter, digest: hashlib._Hash, size: int, limit: int
 ) -> tuple[int, str]:
     """The copy through this process: one read, hashed and written."""
     buffer = bytearray(HASH_BUFFER)
     view = memoryview(buffer)
-    while n := os.readv(src, [buffer]):
+    while size < limit and (n := os.readv(src, [view[: min(HASH_BUFFER, limit - size)]])):
         chunk = view[:n]
         digest.update(chunk)
         _write_all(dst, chunk)
