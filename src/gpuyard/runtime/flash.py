@@ -64,6 +64,7 @@ from gpuyard.runtime.process import Runtime, current
 __all__ = ["CheckpointService", "Restored", "flush", "load", "save", "service"]
 
 DEFAULT_KEEP = 3
+MAX_STEP = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +182,10 @@ class CheckpointService:
 
     def save(self, step: int, state: Any) -> str:
         """Save this rank's `state` as `step`; returns where it went (memory or storage)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"a checkpoint's step is a whole number >= 0, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise ValueError(
+                f"a checkpoint's step is a whole number from 0 to {MAX_STEP}, got {step!r}"
+            )
         flat = _flatten(state)
         # Into memory: no disk I/O at all (the persister records the step once it is stored).
         if self._slots and self._save_memory(step, flat):
@@ -195,7 +198,11 @@ class CheckpointService:
 
     def _save_memory(self, step: int, flat: _Flat) -> bool:
         encoded = self._encode(step, flat)
-        slot = self._free_slot()
+        try:
+            slot = self._free_slot()
+        except OSError as exc:
+            self._once("memory", f"checkpoint memory unusable ({exc}): saving to storage")
+            return False
         try:
             if not self._fits(slot, encoded.size):
                 self._once(

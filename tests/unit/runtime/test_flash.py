@@ -244,3 +244,17 @@ def test_a_full_node_memory_is_an_error_not_a_crash(tmp_path: Path, mount_tmpfs:
     assert warnings and "checkpoint memory unusable" in warnings[0]
     again = CheckpointService(runtime, environ, rank=0, world=1).load()
     assert again is not None and again.step == 1
+
+
+def test_a_node_memory_that_is_not_there_sends_saves_to_storage(tmp_path: Path) -> None:
+    environ = {
+        "GPUYARD_CHECKPOINT_DIR": str(tmp_path / "c"),
+        "GPUYARD_CHECKPOINT_MEMORY_DIR": str(tmp_path / "gone"),
+    }
+    runtime = Runtime(JobEnvironment.from_environ(environ, cwd=tmp_path))
+    warnings: list[str] = []
+    svc = CheckpointService(runtime, environ, rank=0, world=1, warn=warnings.append)
+    assert svc.save(1, {"w": torch.ones(3)}) == "storage"
+    assert len(warnings) == 1 and "checkpoint memory unusable" in warnings[0]
+    with pytest.raises(ValueError, match="from 0 to"):
+        svc.save(2**70, {})
