@@ -71,7 +71,6 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import re
 import shlex
 import signal
@@ -91,6 +90,7 @@ from rich.table import Table
 from gpuyard.client import Client
 from gpuyard.launch.check import CHECK_RANK_BASE
 from gpuyard.models import FaultEntry, JobState, JobView
+from gpuyard.testing.process import training_process
 from launch import Pool, machine_info, running_pool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,24 +217,10 @@ class Watched:
 
     def training_process(self, rank: int) -> psutil.Process:
         """The training script's process of one rank (under its worker's torchrun)."""
-        for proc in psutil.process_iter(["cmdline"]):
-            try:
-                if TRAIN.name not in " ".join(proc.info["cmdline"] or []):
-                    continue
-                env = proc.environ()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            # The job's own directory, not only its id: another pool on this machine (a test
-            # beside this one) numbers its jobs from 1 too.
-            here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == os.path.realpath(self.dir)
-            mine = here and env.get("RANK") == str(rank)
-            if (
-                mine
-                and "LOCAL_RANK" in env
-                and env.get("GPUYARD_ATTEMPT") == str(self.view.attempt)
-            ):
-                return proc
-        raise SystemExit(f"no training process of job {self.id} rank {rank}")
+        try:
+            return training_process(self.dir, rank, TRAIN.name, attempt=self.view.attempt)
+        except LookupError:
+            raise SystemExit(f"no training process of job {self.id} rank {rank}") from None
 
     def rank_on(self, node: str) -> int:
         for w in self.view.workers:

@@ -11,7 +11,6 @@ Real processes throughout: `gpuyard up`, torchrun, gloo, the persister.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ import psutil
 import pytest
 
 from gpuyard.testing.process import ServerProcess
+from gpuyard.testing.process import training_process as find_training_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("checkpoint-service")]
 
@@ -84,18 +84,7 @@ def attempt_log(pool: ServerProcess, job_id: int, attempt: int, rank: int = 0) -
 
 
 def training_process(pool: ServerProcess, job_id: int, rank: int) -> psutil.Process:
-    job_dir = os.path.realpath(pool.home / "jobs" / str(job_id))
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if TRAIN.name not in " ".join(proc.info["cmdline"] or []):
-                continue
-            env = proc.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == job_dir
-        if here and env.get("RANK") == str(rank) and "LOCAL_RANK" in env:
-            return proc
-    raise AssertionError(f"no training process of job {job_id} rank {rank}")
+    return find_training_process(pool.home / "jobs" / str(job_id), rank, TRAIN.name)
 
 
 @pytest.fixture(scope="module")

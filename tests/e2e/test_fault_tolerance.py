@@ -12,7 +12,6 @@ Real processes throughout: `gpuyard up`, the node check (torch, gloo), a DDP job
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -24,6 +23,7 @@ import psutil
 import pytest
 
 from gpuyard.testing.process import ServerProcess
+from gpuyard.testing.process import training_process as find_training_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fault-tolerance")]
 
@@ -78,21 +78,8 @@ def digest(pool: ServerProcess, job_id: int) -> str:
 
 
 def training_process(pool: ServerProcess, job_id: int, rank: int) -> psutil.Process:
-    """The training script's process of one rank (under its worker's torchrun), of this pool:
-    another pool on the machine (a test beside this one) numbers its jobs from 1 too."""
-    job_dir = os.path.realpath(pool.home / "jobs" / str(job_id))
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if TRAIN.name not in " ".join(proc.info["cmdline"] or []):
-                continue
-            env = proc.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == job_dir
-        mine = here and env.get("RANK") == str(rank)
-        if mine and "LOCAL_RANK" in env:
-            return proc
-    raise AssertionError(f"no training process of job {job_id} rank {rank}")
+    """The training script's process of one rank (under its worker's torchrun), of this pool."""
+    return find_training_process(pool.home / "jobs" / str(job_id), rank, TRAIN.name)
 
 
 TRAIN_ARGS = ["--steps", "60", "--step-time", "0.1", "--checkpoint-every", "10"]

@@ -229,6 +229,28 @@ def kill_workers(home: Path) -> int:
     return len(found)
 
 
+def training_process(
+    job_dir: Path, rank: int, script: str, *, attempt: int | None = None
+) -> psutil.Process:
+    """The process of ``script`` of one global rank of the job whose directory is ``job_dir``
+    (under its worker's torchrun: ``RANK`` with ``LOCAL_RANK``), of ``attempt`` when given.
+    By the job's directory, not its id: another pool on the machine numbers its jobs from 1
+    too."""
+    wanted = os.path.realpath(job_dir)
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if script not in " ".join(proc.info["cmdline"] or []):
+                continue
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        here = os.path.realpath(env.get("GPUYARD_JOB_DIR", "")) == wanted
+        mine = here and env.get("RANK") == str(rank) and "LOCAL_RANK" in env
+        if mine and (attempt is None or env.get("GPUYARD_ATTEMPT") == str(attempt)):
+            return proc
+    raise LookupError(f"no process of {script} for rank {rank} of the job in {job_dir}")
+
+
 def unmount_node_memory(home: Path) -> None:
     """Unmount the node memory of the pool's jobs (``<home>/memory/<node>/<job>``, tmpfs
     mounts a job that had not ended when the pool stopped still holds), so its home can go."""
