@@ -85,21 +85,26 @@ class Checkpoints:
     def resume_from(self, job_id: int, step: int | None, *, actor: str) -> CheckpointList:
         """Choose the step the job's next attempts resume from (None: the newest), and
         release it if it was held: `gpuyard resume JOB --from STEP`."""
+        with self.store.read() as session:
+            row = self.policy.check_job(
+                session, actor, session.get(JobRow, job_id), job_id, Action.STOP
+            )
+            _check_resumable(row)
+        if step is not None:  # the job's files read with no transaction open
+            complete = [
+                c.step for c in self._list(job_id, ended=False, resume_step=None).checkpoints
+            ]
+            if step not in complete:
+                raise InvalidSpec(
+                    f"job {job_id} has no complete checkpoint at step {step} "
+                    f"(complete: {', '.join(map(str, complete[-20:])) or 'none'}); "
+                    f"`gpuyard checkpoints {job_id}` lists them"
+                )
         with self.store.write() as session:
             row = self.policy.check_job(
                 session, actor, session.get(JobRow, job_id), job_id, Action.STOP
             )
             _check_resumable(row)
-            if step is not None:
-                complete = [
-                    c.step for c in self._list(job_id, ended=False, resume_step=None).checkpoints
-                ]
-                if step not in complete:
-                    raise InvalidSpec(
-                        f"job {job_id} has no complete checkpoint at step {step} "
-                        f"(complete: {', '.join(map(str, complete[-20:])) or 'none'}); "
-                        f"`gpuyard checkpoints {job_id}` lists them"
-                    )
             guarded_update(session, row, resume_step=step)
             self.audit.record(
                 session, Actor.user(actor), f"job.resume-from:{step}", f"job:{job_id}"
