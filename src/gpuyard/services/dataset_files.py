@@ -50,7 +50,7 @@ __all__ = [
 MAX_FILES = 200_000
 """Files in one version: its manifest is kept in the database."""
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 _CHUNK = 1 << 20
 _R, _X = 0o4, 0o1
 
@@ -191,11 +191,22 @@ def _hash_entry(
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISREG(st.st_mode):
         return None  # links, sockets, devices: neither followed nor listed
-    if account is not None and not _allows(st, account, _R):
+    try:
+        # Not blocking (a FIFO swapped in since the stat), and judged by what was opened.
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None  # a link swapped in since the stat: not followed
+        raise
+    opened = os.fstat(fd)
+    if not stat.S_ISREG(opened.st_mode):
+        os.close(fd)
+        return None
+    if account is not None and not _allows(opened, account, _R):
+        os.close(fd)
         raise PermissionDenied(_unreadable(path, posixpath.join(path, relative), account))
     digest = hashlib.sha256()
     size = 0
-    fd = os.open(name, _FILE, dir_fd=dir_fd)
     with os.fdopen(fd, "rb") as data:
         while chunk := data.read(_CHUNK):
             digest.update(chunk)
