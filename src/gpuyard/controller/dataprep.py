@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from gpuyard.clock import Clock
 from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import DataNoRoom, Executor, LaunchError
+from gpuyard.models import JobState
 from gpuyard.models.actor import Actor
 from gpuyard.models.dataprep import DataSource, PreparedData, preparing
 from gpuyard.models.dataset import Manifest
@@ -156,6 +157,15 @@ class DataPrep:
             )
             self._reason_in(session, job, what if reason is None else reason)
 
+    def check_starting(self, job: JobRow) -> None:
+        """Raise LaunchError once the job is no longer starting (stopped, say): raised from
+        the copy's progress, it stops the copy and drops what was copied, so a stopped job's
+        preparation does not go on for minutes."""
+        with self.store.read() as session:
+            state = session.scalar(select(JobRow.state).where(JobRow.id == job.id))
+        if state != JobState.STARTING:
+            raise LaunchError(f"job {job.id} is {state or 'gone'}: its data preparation stops")
+
     def _set_reason(self, job: JobRow, reason: str) -> None:
         with self.store.write() as session:
             self._reason_in(session, job, reason)
@@ -206,6 +216,7 @@ class _Run:
                 return
             self.next_write = now + REASON_EVERY
             self.prep._set_reason(self.job, preparing(sum(self.done.values()), self.total))
+            self.prep.check_starting(self.job)
 
 
 def _ready(source: DataSource, node: str, prepared: PreparedData, seconds: float) -> str:

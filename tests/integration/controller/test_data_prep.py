@@ -162,3 +162,22 @@ def test_a_node_without_room_is_left_out_and_not_cordoned(pool: Pool) -> None:
         "no room for a copy of dataset alice/data@1 on n0" in e.reason
         for e in pool.jobs.events(job, actor=OPS)
     )
+
+
+def test_a_job_no_longer_starting_stops_its_preparation(pool: Pool) -> None:
+    """What the copy's progress asks: a stopped (or requeued) job's copy goes no further."""
+    from gpuyard.controller.dataprep import DataPrep
+    from gpuyard.executors.base import LaunchError
+    from gpuyard.store.tables import JobRow
+
+    job = pool.submit()
+    prep = DataPrep(pool.store, pool.executor, pool.clock)
+    with pool.store.read() as session:
+        row = session.get(JobRow, job)
+        assert row is not None
+        session.expunge(row)
+    with pytest.raises(LaunchError, match=f"job {job} is queued: its data preparation stops"):
+        prep.check_starting(row)
+    pool.jobs.stop(job, actor=OPS)
+    with pytest.raises(LaunchError, match="is stopped"):
+        prep.check_starting(row)

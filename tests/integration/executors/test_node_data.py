@@ -217,3 +217,20 @@ def test_what_the_owner_swaps_in_after_hashing_is_never_read_through(
     with pytest.raises(DataMismatch, match=words):
         data.prepare("n0", source, job_id=1, progress=no_progress)
     assert not any((tmp_path / "cache").glob("n0/*/sub/b.txt"))
+
+
+def test_a_progress_that_raises_stops_the_copy_and_keeps_nothing(
+    tmp_path: Path, source: DataSource
+) -> None:
+    """The controller raises from the progress once the job is no longer starting (stopped):
+    the copy stops there, and nothing of it is kept."""
+    from gpuyard.executors import base
+
+    def stopped(_done: int, _total: int) -> None:
+        raise base.LaunchError("job 1 is stopped: its data preparation stops")
+
+    data = NodeData(tmp_path / "cache", progress_every=0.0)  # every chunk reports
+    with pytest.raises(base.LaunchError, match="stopped"):
+        data.prepare("n0", source, job_id=1, progress=stopped)
+    assert not data.holds("n0", source.key)
+    assert [p.name for p in data.node_dir("n0").iterdir() if not p.name.endswith(".lock")] == []

@@ -76,7 +76,11 @@ class NodeData:
         max_bytes: int = DEFAULT_CACHE_MAX,
         now: Callable[[], float] = time.time,
         threads: int = 4,
+        progress_every: float = PROGRESS_EVERY,
     ) -> None:
+        """``progress_every``: seconds between two progress reports of a copy (its caller may
+        raise from one to stop the copy: the job was stopped)."""
+        self.progress_every = progress_every
         self.root = root
         self.retention = retention
         self.max_bytes = max_bytes
@@ -124,7 +128,7 @@ class NodeData:
         it into place. The bytes copied."""
         tmp = folder / f"{_TMP}{source.key}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(mode=0o700)
-        meter = _Meter(source.manifest.size, progress)
+        meter = _Meter(source.manifest.size, progress, self.progress_every)
         try:
             with ThreadPoolExecutor(self.threads, thread_name_prefix="data-copy") as pool:
                 # Largest first: the last file to finish is a small one.
@@ -312,12 +316,13 @@ class NodeData:
 class _Meter:
     """Bytes copied so far, reported at most every :data:`PROGRESS_EVERY` seconds."""
 
-    def __init__(self, total: int, progress: Callable[[int, int], None]) -> None:
+    def __init__(self, total: int, progress: Callable[[int, int], None], every: float) -> None:
         self.total = total
         self.done = 0
         self.progress = progress
+        self.every = every
         self.cancelled = threading.Event()
-        self._next = time.monotonic() + PROGRESS_EVERY
+        self._next = time.monotonic() + every
         self._lock = threading.Lock()
 
     def add(self, n: int) -> None:
@@ -326,7 +331,7 @@ class _Meter:
             now = time.monotonic()
             if now < self._next:
                 return
-            self._next = now + PROGRESS_EVERY
+            self._next = now + self.every
             done = self.done
         self.progress(done, self.total)
 
