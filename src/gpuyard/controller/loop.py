@@ -227,10 +227,6 @@ class Controller:
         self.forecaster.stop()
         self.inspector.stop()
         self.sampler.stop()
-        try:  # what ended jobs hold of node memory goes now, not at the next pool's inspection
-            self.inspector.free_memory()
-        except Exception:
-            log.warning("freeing the node memory of ended jobs failed", exc_info=True)
 
     def _launched(self, job_id: int) -> None:
         """The launcher is done with ``job_id``: look at it again (a stop may have come)."""
