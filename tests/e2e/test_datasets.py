@@ -248,10 +248,13 @@ def test_where_jobs_run_as_their_owners_a_dataset_holds_only_what_the_owner_may_
     tree.mkdir()
     (tree / "up.txt").write_text("uploaded\n")
     (tree / "up.txt").chmod(0o600)  # the pool makes it readable to the jobs it mounts it in
-    _json(pool, "upload", "up", str(tree))
+    stored = _json(pool, "upload", "up", str(tree))["versions"][0]["path"]
+    # Only through its mount: the stored directory's path (its owner sees it) leads nowhere
+    # for any account, so a job of someone it was shared with once keeps nothing after.
     script = (
         'id -un; cd "$GPUYARD_WORKSPACE/dataset"; cat open/f.txt up/up.txt; '
-        "touch up/x 2>/dev/null && echo writable || echo read-only"
+        "touch up/x 2>/dev/null && echo writable || echo read-only; "
+        f"cat {stored}/up.txt 2>/dev/null || echo denied"
     )
     job = pool.cli_json(
         "submit",
@@ -269,4 +272,12 @@ def test_where_jobs_run_as_their_owners_a_dataset_holds_only_what_the_owner_may_
     done = pool.wait_status(job["id"], {"succeeded", "failed"})
     log = pool.log(job["id"])
     assert done["status"] == "succeeded", log
-    assert log.splitlines() == [f"gpy-{pool.user}", "open data", "uploaded", "read-only"]
+    assert log.splitlines() == [f"gpy-{pool.user}", "open data", "uploaded", "read-only", "denied"]
+
+    # The node's copy is the pool's alone too: the job reads it through its mount.
+    flags = ("--workdir", str(pool.home.parent), "--dataset", "up", "--prepare-data")
+    job = pool.cli_json(
+        "submit", *flags, "--", "sh", "-c", 'cat "$GPUYARD_WORKSPACE/dataset/up/up.txt"'
+    )
+    done = pool.wait_status(job["id"], {"succeeded", "failed"})
+    assert (done["status"], pool.log(job["id"])) == ("succeeded", "uploaded\n")

@@ -22,6 +22,7 @@ one job at a time (the loop guards each call, so one job's failure stays that jo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, 
 from gpuyard.controller.suspension import EXIT_SUSPENDED, Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, Verdict, WorkerFacts, settle
 from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
-from gpuyard.errors import StaleWrite
+from gpuyard.errors import GpuyardError, StaleWrite
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
@@ -56,6 +57,7 @@ from gpuyard.models.worker import (
     check_worker_transition,
 )
 from gpuyard.quantities import format_duration
+from gpuyard.services.datasets import mounts_at_launch
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
@@ -176,6 +178,12 @@ class Lifecycle:
             run_as = self._account(job)
         except AccountRefused as exc:
             refused = str(exc)  # the job fails with it, as if its first worker had
+        held: frozenset[str] = frozenset()
+        if not refused:
+            try:
+                spec, held = self._catalogue(job, spec)
+            except LaunchError as exc:
+                refused = str(exc)
         copies = {} if refused else self._before_workers(job, spec, workers)
         if copies is None:
             return
@@ -199,7 +207,9 @@ class Lifecycle:
                     break
                 base_env = self.executor.base_env(worker.node)
                 on_node = spec_on_node(spec, copies.get(worker.node, {}))
-                launch = plan_worker(on_node, ctx, worker.rank, base_env=base_env)
+                node_held = held | frozenset(copies.get(worker.node, {}).values())
+                node_ctx = dataclasses.replace(ctx, held=node_held)
+                launch = plan_worker(on_node, node_ctx, worker.rank, base_env=base_env)
                 try:
                     handles[worker.id] = self.executor.launch(launch)
                 except LaunchError as exc:
@@ -210,6 +220,18 @@ class Lifecycle:
             self._record_handles(workers, handles)
             raise
         self._launched(job, workers, handles, failure)
+
+    def _catalogue(self, job: JobRow, spec: JobSpec) -> tuple[JobSpec, frozenset[str]]:
+        """The job's dataset mounts read again from the catalogue (still the owner's to
+        mount, at the catalogue's paths) and the paths the pool holds; LaunchError if one
+        is not."""
+        if not any(m.dataset_version is not None for m in spec.mounts.datasets):
+            return spec, frozenset()
+        with self.store.read() as session:
+            try:
+                return mounts_at_launch(session, spec, job.owner)
+            except GpuyardError as exc:
+                raise LaunchError(exc.detail) from None
 
     def _pull(self, job: JobRow, image: str, workers: list[WorkerRow]) -> None:
         """The job's image on each node of its workers still to launch (a node check runs

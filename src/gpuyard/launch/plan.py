@@ -110,6 +110,9 @@ class JobContext:
     after a fault restart of a job whose recovery is ``restart`` (from scratch)."""
     resume_step: int | None = None
     """The checkpoint step chosen to resume from (``GPUYARD_RESUME_STEP``); None: the newest."""
+    held: frozenset[str] = frozenset()
+    """Dataset directories the pool holds on the worker's node (uploaded versions, the node's
+    copies): their binds are opened by the pool, not as the job's account."""
     memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
     """What every worker of the launch shares, worked out for the first (a gang's seats)."""
 
@@ -727,7 +730,11 @@ def plan_worker(
         cwd=cwd,
         grace=spec.graceful_shutdown,
         files=parts.files,
-        binds=tuple(workspace_binds(spec, workspace=workspace, outputs=outputs, task=seat.task)),
+        binds=tuple(
+            workspace_binds(
+                spec, workspace=workspace, outputs=outputs, task=seat.task, held=ctx.held
+            )
+        ),
         role=seat.role,
         task=seat.task,
         primary=seat.role.primary,

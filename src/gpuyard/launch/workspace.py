@@ -48,7 +48,11 @@ def output_dir(spec: JobSpec, *, job_dir: str, job_name: str, task: int) -> str:
     return base
 
 
-def workspace_binds(spec: JobSpec, *, workspace: str, outputs: str, task: int) -> list[Bind]:
+def workspace_binds(
+    spec: JobSpec, *, workspace: str, outputs: str, task: int, held: frozenset[str] = frozenset()
+) -> list[Bind]:
+    """The worker's mounts. ``held``: the pool's own dataset directories; a catalogue mount
+    of one is marked so (:attr:`Bind.held`), nothing else is, whatever its path."""
     mounts = spec.mounts
     binds = []
     algorithm = mounts.algorithm
@@ -58,10 +62,18 @@ def workspace_binds(spec: JobSpec, *, workspace: str, outputs: str, task: int) -
         binds.append(
             Bind(posixpath.join(workspace, "algorithm"), algorithm, mounts.algorithm_readonly)
         )
-    for folder, items in (("dataset", mounts.datasets), ("model", mounts.models)):
-        binds += [
-            Bind(posixpath.join(workspace, folder, m.name), m.path, m.readonly) for m in items
-        ]
+    binds += [
+        Bind(
+            posixpath.join(workspace, "dataset", m.name),
+            m.path,
+            m.readonly,
+            held=m.dataset_version is not None and m.readonly and m.path in held,
+        )
+        for m in mounts.datasets
+    ]
+    binds += [
+        Bind(posixpath.join(workspace, "model", m.name), m.path, m.readonly) for m in mounts.models
+    ]
     binds.append(Bind(posixpath.join(workspace, "outputs"), outputs, False))
     binds += [
         Bind(posixpath.join(workspace, "volume", m.name), m.path, False) for m in mounts.volumes

@@ -177,6 +177,10 @@ class Bind:
     target: str
     source: str
     readonly: bool
+    held: bool = False
+    """``source`` is the pool's own (an uploaded dataset version, a node's copy of one), in
+    a directory only the pool may enter: the worker's launcher opens it itself, not as the
+    job's account (docs/datasets.md, "Who reaches a dataset's files")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,6 +174,7 @@ class BindSpec(_Record):
     target: str
     source: str
     readonly: bool
+    held: bool = False
 
 
 class CgroupSpec(_Record):

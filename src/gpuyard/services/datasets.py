@@ -64,7 +64,7 @@ from gpuyard.store.tables import (
     JobRow,
 )
 
-__all__ = ["MAX_CHUNK", "DatasetCatalogue", "names_datasets"]
+__all__ = ["MAX_CHUNK", "DatasetCatalogue", "mounts_at_launch", "names_datasets"]
 
 log = logging.getLogger(__name__)
 
@@ -479,11 +479,13 @@ class DatasetCatalogue:
         version.state = new
 
     def _make_dirs(self) -> None:
-        """The data directory and its stored versions' parent: others may pass, not list
-        (0711); the archives being uploaded: the pool's alone (0700)."""
+        """The data directory (others may pass, not list: 0711); the stored versions' parent
+        and the archives being uploaded: the pool's alone (0700). A job reaches an uploaded
+        version only through the mount its launch makes (docs/datasets.md, "Who reaches a
+        dataset's files"), so unsharing one takes effect at once."""
         for folder, mode in (
             (self.data_dir, 0o711),
-            (self.data_dir / "v", 0o711),
+            (self.data_dir / "v", 0o700),
             (self._uploads(), 0o700),
         ):
             folder.mkdir(parents=True, exist_ok=True, mode=mode)
@@ -496,8 +498,7 @@ class DatasetCatalogue:
         return self._uploads() / f"{upload_id}.tar"
 
     def _stored_dir(self) -> Path:
-        """Where an uploaded version is unpacked: a name nobody can guess below a directory
-        nobody can list (0711), so only the jobs the catalogue mounts it in reach it."""
+        """Where an uploaded version is unpacked: below a directory only the pool enters."""
         return self.data_dir / "v" / secrets.token_hex(16)
 
     def wait_idle(self) -> None:
@@ -639,6 +640,43 @@ class DatasetCatalogue:
                 "readonly": True,
             }
         )
+
+
+def mounts_at_launch(session: Session, spec: JobSpec, owner: str) -> tuple[JobSpec, frozenset[str]]:
+    """The job's catalogue mounts as they stand when its workers start (docs/datasets.md,
+    "Who reaches a dataset's files"): each pinned version read again by its id, still one
+    ``owner`` may see (a dataset unshared or deleted since the submission is refused here,
+    not mounted), its path the catalogue's (never the spec's), read-only; and the paths the
+    pool holds (uploaded versions), which the launcher opens itself. PermissionDenied naming
+    the mount otherwise."""
+    pinned = {m.dataset_version for m in spec.mounts.datasets if m.dataset_version is not None}
+    if not pinned:
+        return spec, frozenset()
+    caller = Policy.caller(session, owner)
+    query = (
+        select(DatasetVersionRow, DatasetRow)
+        .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+        .where(DatasetVersionRow.id.in_(pinned))
+    )
+    found = {version.id: (version, row) for version, row in session.execute(query)}
+    held: set[str] = set()
+    mounts = []
+    for mount in spec.mounts.datasets:
+        if mount.dataset_version is None:
+            mounts.append(mount)
+            continue
+        version, row = found.get(mount.dataset_version, (None, None))
+        if version is None or row is None or not DatasetCatalogue._sees(caller, row):
+            raise PermissionDenied(
+                f"mounts.datasets {mount.name!r}: dataset {mount.dataset} is no longer one "
+                f"{owner} may mount (deleted, or no longer shared with them); submit again "
+                "with a dataset they may see (gpuyard datasets ls)"
+            )
+        if version.source == _UPLOAD:
+            held.add(version.path)
+        mounts.append(mount.model_copy(update={"path": version.path, "readonly": True}))
+    datasets = spec.mounts.model_copy(update={"datasets": mounts})
+    return spec.model_copy(update={"mounts": datasets}), frozenset(held)
 
 
 def names_datasets(specs: Sequence[JobSpec]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -18,7 +19,9 @@ import pytest
 from gpuyard.client import Client, DatasetsClient
 from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
 from gpuyard.models.dataset import DatasetView, VersionState
+from gpuyard.services.datasets import mounts_at_launch
 from gpuyard.settings import Settings
+from gpuyard.store import Store
 from gpuyard.testing.auth import AsUser
 
 UPLOAD_MAX = 1 << 20
@@ -310,3 +313,38 @@ def test_running_the_same_upload_again_resumes_the_unfinished_one(
     assert [v.version for v in view.versions] == [1]
     assert _ready(alice, "tree").versions[0].size == 200_000
     assert list((tmp_path / "config" / "dataset-uploads").iterdir()) == []
+
+
+def test_at_launch_a_mount_is_read_again_from_the_catalogue_and_refused_once_unshared(
+    as_user: AsUser, store: Store, tmp_path: Path
+) -> None:
+    """The pool's launch does not trust a stored spec's path: each pinned version is read
+    again by its id; one its owner may no longer see (unshared, or a forged id) is refused;
+    an uploaded version's directory is the pool's alone and marked held."""
+    alice, bob = as_user("alice"), as_user("bob")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "x.txt").write_text("x")
+    _ds(alice).upload("up", tree, chunk=4096)
+    stored = Path(str(_ready(alice, "up").versions[0].path))
+    assert stat.S_IMODE(stored.parent.stat().st_mode) == 0o700  # nobody passes but the pool
+    _ds(alice).share("up", "public")
+    job = bob.submit(
+        {"command": "true", "mounts": {"datasets": [{"name": "u", "dataset": "alice/up"}]}}
+    )
+    (mount,) = job.spec.mounts.datasets
+    forged = job.spec.model_copy(
+        update={
+            "mounts": job.spec.mounts.model_copy(
+                update={"datasets": [mount.model_copy(update={"path": "/etc"})]}
+            )
+        }
+    )
+    with store.read() as session:
+        spec, held = mounts_at_launch(session, forged, "bob")
+    assert [m.path for m in spec.mounts.datasets] == [str(stored)] and held == {str(stored)}
+    _ds(alice).share("up", "mine")
+    with store.read() as session, pytest.raises(PermissionDenied, match="no longer one bob"):
+        mounts_at_launch(session, forged, "bob")
+    with store.read() as session:  # its owner still mounts it
+        assert mounts_at_launch(session, forged, "alice")[1] == {str(stored)}

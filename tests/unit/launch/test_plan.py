@@ -423,6 +423,26 @@ def test_workspace_binds() -> None:
     ]
 
 
+def test_only_a_catalogue_mount_at_a_path_the_pool_holds_is_opened_by_the_pool() -> None:
+    """A bind is ``held`` (opened as root, not as the job's account) only for a pinned
+    catalogue version at one of the paths the launch says the pool holds: a plain mount
+    naming the same path is opened as the account, like any other."""
+    spec = JobSpec(
+        command="x",
+        mounts={
+            "datasets": [
+                {"name": "up", "dataset": "a/up@1", "dataset_version": 7, "path": "/pool/v/k"},
+                {"name": "plain", "path": "/pool/v/k"},
+                {"name": "other", "dataset": "a/o@1", "dataset_version": 8, "path": "/share/o"},
+            ]
+        },
+    )
+    binds = {
+        b.target.rsplit("/", 1)[1]: b.held for b in plan(spec, held=frozenset({"/pool/v/k"})).binds
+    }
+    assert binds == {"up": True, "plain": False, "other": False, "outputs": False}
+
+
 @pytest.mark.parametrize(
     ("network", "gpus", "mode", "expected"),
     [

@@ -620,7 +620,7 @@ class LocalExecutor:
             log_max=self.log_max,
             files={p: FileSpec(content=f.content, mode=f.mode) for p, f in request.files.items()},
             binds=[
-                BindSpec(target=b.target, source=b.source, readonly=b.readonly)
+                BindSpec(target=b.target, source=b.source, readonly=b.readonly, held=b.held)
                 for b in request.binds
             ],
             notify=self._name,

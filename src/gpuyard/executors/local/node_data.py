@@ -295,9 +295,10 @@ class NodeData:
         with self._guard:
             self.root.mkdir(parents=True, exist_ok=True)
             folder.mkdir(exist_ok=True)
-            # Jobs (their own accounts) pass through to their copy; they list nothing here.
+            # The pool's alone: a job reaches its copy only through the mount its launch
+            # makes (docs/datasets.md, "Who reaches a dataset's files").
             for path in (self.root, folder):
-                os.chmod(path, 0o711)  # noqa: S103 - passable, not listable
+                os.chmod(path, 0o700)
 
     @contextlib.contextmanager
     def _locked(self, folder: Path, key: str, *, wait: bool) -> Iterator[bool]:

@@ -195,7 +195,7 @@ class Binder:
 
     def __init__(
         self,
-        binds: list[tuple[str, str, bool]],
+        binds: list[tuple[str, str, bool, bool]],
         account: dict[str, Any] | None = None,
         workspace: str = "",
     ) -> None:
@@ -224,7 +224,7 @@ class Binder:
         create mount points or links. (With an account, :meth:`apply` does it, as the account.)"""
         if self.account is not None:
             return
-        for target, source, readonly in self.binds:
+        for target, source, readonly, _held in self.binds:
             if not os.path.isdir(source):
                 if readonly:
                     raise SpawnError("source", errno.ENOENT, source)
@@ -252,7 +252,7 @@ class Binder:
         if self.mode != "bind":
             return
         libc = self.libc
-        for target, source, readonly in self.binds:
+        for target, source, readonly, _held in self.binds:
             if libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
                 raise OSError(ctypes_errno(libc), target)
             flags = MS_BIND | MS_REMOUNT | MS_RDONLY
@@ -268,16 +268,19 @@ class Binder:
             raise OSError(ctypes_errno(libc), "mount --make-rprivate /")
 
     def _apply_as(self, account: dict[str, Any]) -> None:  # pragma: no cover - child side
-        """Open and make everything as ``account`` (effective ids only), then mount as root."""
+        """Open and make everything as ``account`` (effective ids only), then mount as root.
+        A source the pool holds (``held``) is opened first, as root: its directory is the
+        pool's alone, reached only through the mounts the catalogue allows."""
         mounts: list[tuple[int, int, int, str, bool, str]] = []
+        held = {source: _open_held(source) for _, source, _, is_held in self.binds if is_held}
         become(account)
         try:
             try:
                 base = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as exc:
                 raise SpawnError("workspace", exc.errno or errno.EACCES, self.workspace) from None
-            for target, source, readonly in self.binds:
-                src = _open_source(source, readonly)
+            for target, source, readonly, _held in self.binds:
+                src = held[source] if source in held else _open_source(source, readonly)
                 parent, name = self._mount_point(base, target)
                 if self.mode != "bind":
                     try:  # noqa: SIM105 - contextlib would cost an import
@@ -333,6 +336,14 @@ class Binder:
 
 PATH_NOFOLLOW = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_held(source: str) -> int:  # pragma: no cover - child side
+    """A directory the pool holds, opened by the pool (no link followed at its end)."""
+    try:
+        return os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpawnError("source", exc.errno or errno.ENOENT, source) from None
 
 
 def _open_source(source: str, readonly: bool) -> int:  # pragma: no cover - child side
@@ -661,7 +672,10 @@ class Supervisor:
             group=None if self.account is None else self.account["gid"],
         )
         binder = Binder(
-            [(b["target"], b["source"], b["readonly"]) for b in self.spec.binds],
+            [
+                (b["target"], b["source"], b["readonly"], b.get("held", False))
+                for b in self.spec.binds
+            ],
             self.account,
             self.spec.workspace,
         )
