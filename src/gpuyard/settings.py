@@ -219,6 +219,13 @@ class Settings(BaseSettings):
         description="Bytes a dataset upload (`gpuyard datasets upload`, a tar) may have, and may "
         "unpack to; a larger one is refused (413).",
     )
+    dataset_upload_expiry: float = Field(
+        86400.0,
+        ge=60,
+        description="Seconds an unfinished dataset upload is kept after its last chunk (also "
+        "90m, 24h, 7d); then its bytes and its version are deleted, and the upload must start "
+        "again.",
+    )
     data_cache: Path | None = Field(
         None,
         description="Where each node keeps copies of datasets its jobs prepare (a mount's "
@@ -460,7 +467,7 @@ class Settings(BaseSettings):
             return tuple(part for part in value.split(":") if part)
         return value
 
-    @field_validator("data_retention", mode="before")
+    @field_validator("data_retention", "dataset_upload_expiry", mode="before")
     @classmethod
     def _retention(cls, value: object) -> object:
         return parse_duration(value) if isinstance(value, str) else value

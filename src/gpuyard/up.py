@@ -56,6 +56,7 @@ from gpuyard.private_files import write_private
 from gpuyard.server.app import create_app
 from gpuyard.server.disk_reserve import DiskReserve
 from gpuyard.services.auth import TokenService
+from gpuyard.services.datasets import DatasetCatalogue
 from gpuyard.services.idle import IdleReclaim
 from gpuyard.settings import LOCAL_REGISTRY, Settings
 from gpuyard.store.engine import Store
@@ -75,9 +76,11 @@ __all__ = [
 log = logging.getLogger("gpuyard.up")
 
 SWITCH_INTERVAL = 0.001
+"""Seconds a thread may hold the GIL while another waits for it (see run_server)."""
 IDLE_EVERY = 60.0
 """Seconds between looks for idle interactive jobs."""
-"""Seconds a thread may hold the GIL while another waits for it (see run_server)."""
+UPLOADS_EVERY = 600.0
+"""Seconds between looks for dataset uploads to expire (at most)."""
 
 
 @contextlib.contextmanager
@@ -208,6 +211,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
     ensure_owner_token(settings, app.state.services.tokens)
     controller.start()
     idle = _idle_reclaim(app.state.idle)
+    uploads = _upload_expiry(app.state.services.datasets)
     own_url = settings.registry if own else None
     _write_server_file(
         settings.server_file,
@@ -219,11 +223,24 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         server.run(sockets=[sock])
     finally:
         idle.stop()
+        uploads.stop()
         controller.stop()
         executor.close()
         store.close()
         reserve.stop()
         _remove_server_file(settings)
+
+
+def _upload_expiry(datasets: DatasetCatalogue) -> Periodic:
+    """Unfinished dataset uploads expired (docs/datasets.md, "Uploaded"), looked at every
+    tenth of the expiry, at most every ten minutes."""
+    every = max(1.0, min(UPLOADS_EVERY, datasets.upload_expiry / 10))
+    thread = Periodic(
+        "upload-expiry",
+        lambda: paced(datasets.expire_uploads, every, log, "dataset upload expiry failed"),
+    )
+    thread.start(wait_first=every)
+    return thread
 
 
 def _idle_reclaim(reclaim: IdleReclaim) -> Periodic:

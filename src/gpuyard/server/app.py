@@ -198,6 +198,7 @@ def _services(
         roots=settings.dataset_roots,
         data_dir=settings.home / "datasets",
         upload_max=settings.dataset_upload_max,
+        upload_expiry=settings.dataset_upload_expiry,
     )
     datasets.resume()
     jobs.resolve = lambda specs, owner: interactive.resolved(

@@ -107,6 +107,7 @@ class DatasetCatalogue:
         roots: Sequence[str],
         data_dir: Path,
         upload_max: int,
+        upload_expiry: float = 86400.0,
         account: AccountOf | None = None,
     ) -> None:
         self.store = store
@@ -116,6 +117,8 @@ class DatasetCatalogue:
         """Where datasets may be made from (GPUYARD_DATASET_ROOTS)."""
         self.data_dir = data_dir
         self.upload_max = upload_max
+        self.upload_expiry = upload_expiry
+        """Seconds an unfinished upload is kept after its last chunk (:meth:`expire_uploads`)."""
         self.account = account
         """A user's OS account, where jobs run as their owners: what a path is read as."""
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataset-hash")
@@ -267,6 +270,40 @@ class DatasetCatalogue:
         self._archive(upload_id).touch(mode=0o600)
         return self.upload(upload_id, actor=actor)
 
+    def expire_uploads(self) -> int:
+        """Delete the uploads nobody sent a chunk to for :attr:`upload_expiry` seconds: their
+        bytes, their version (still ``uploading``), and their dataset if that was its only
+        version. How many went."""
+        cutoff = self.clock.now() - self.upload_expiry
+        with self.store.write() as session:
+            query = (
+                select(DatasetUploadRow, DatasetVersionRow)
+                .join(DatasetVersionRow, DatasetVersionRow.id == DatasetUploadRow.version_id)
+                .where(DatasetUploadRow.updated_at < cutoff)
+                .where(DatasetVersionRow.state == VersionState.UPLOADING)
+            )
+            stale = list(session.execute(query))
+            for upload, version in stale:
+                self._expire(session, upload, version)
+        for upload, version in stale:
+            self._archive(upload.id).unlink(missing_ok=True)
+            shutil.rmtree(version.path, ignore_errors=True)
+        return len(stale)
+
+    def _expire(
+        self, session: Session, upload: DatasetUploadRow, version: DatasetVersionRow
+    ) -> None:
+        row = session.get_one(DatasetRow, version.dataset_id)
+        others = session.scalar(
+            select(DatasetVersionRow.id)
+            .where(DatasetVersionRow.dataset_id == row.id)
+            .where(DatasetVersionRow.id != version.id)
+        )
+        session.delete(version if others is not None else row)  # the upload goes with it
+        what = f"dataset:{row.owner}/{row.name}"
+        detail = f"upload {upload.id} of version {version.version}: no chunk since it expired"
+        self.policy.audit.record(session, Actor.POOL, "dataset.upload.expire", what, detail)
+
     def upload(self, upload_id: str, *, actor: str) -> UploadView:
         """Where an upload stands: the next chunk starts at its ``offset``."""
         with self.store.read() as session:
@@ -404,7 +441,8 @@ class DatasetCatalogue:
         return self._hasher.submit(self._hash, version_id)
 
     def resume(self) -> None:
-        """Hash again every version a stopped server left ``hashing``."""
+        """Hash again every version a stopped server left ``hashing``; expire stale uploads."""
+        self.expire_uploads()
         with self.store.read() as session:
             query = select(DatasetVersionRow.id).where(
                 DatasetVersionRow.state == VersionState.HASHING

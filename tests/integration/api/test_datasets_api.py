@@ -12,11 +12,13 @@ import os
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from gpuyard.client import Client, DatasetsClient
+from gpuyard.clock import ManualClock
 from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
 from gpuyard.models.dataset import DatasetView, VersionState
 from gpuyard.services.datasets import mounts_at_launch
@@ -348,3 +350,32 @@ def test_at_launch_a_mount_is_read_again_from_the_catalogue_and_refused_once_uns
         mounts_at_launch(session, forged, "bob")
     with store.read() as session:  # its owner still mounts it
         assert mounts_at_launch(session, forged, "alice")[1] == {str(stored)}
+
+
+def test_an_upload_left_unfinished_expires_with_its_version(
+    as_user: AsUser, app: Any, clock: ManualClock, settings: Settings, tmp_path: Path
+) -> None:
+    alice = as_user("alice")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "x.txt").write_text("x")
+    _ds(alice).upload("keep", tree, chunk=4096)
+    _ready(alice, "keep")
+    second = _ds(alice).start_upload("keep", 10)  # a new version of a ready dataset
+    alone = _ds(alice).start_upload("gone", 10)  # the only version of a new one
+    _ds(alice).put_chunk(alone.id, 0, b"12345")
+    clock.advance(settings.dataset_upload_expiry - 5)
+    fresh = _ds(alice).start_upload("fresh", 10)
+    uploads = settings.home / "datasets" / "uploads"
+    assert len(list(uploads.iterdir())) == 3
+    clock.advance(10)
+    assert app.state.services.datasets.expire_uploads() == 2
+    for gone in (second, alone):
+        with pytest.raises(NotFound):
+            _ds(alice).upload_status(gone.id)
+    with pytest.raises(NotFound):
+        _ds(alice).get("gone")
+    assert [v.version for v in _ds(alice).get("keep").versions] == [1]
+    assert _ds(alice).upload_status(fresh.id).offset == 0
+    assert [p.name for p in uploads.iterdir()] == [f"{fresh.id}.tar"]
+    assert app.state.services.datasets.expire_uploads() == 0
