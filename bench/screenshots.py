@@ -13,7 +13,10 @@ environment" and "Create TensorBoard", the development environment made from it 
 JupyterLab is ready, JupyterLab itself through the pool's proxy with a cell run, and the job
 list with "My environments". ``--only interactive`` takes these alone.
 
-And the Datasets page, on a pool of its own with a dataset root (``--only datasets``).
+And the Datasets page, on a pool of its own with a dataset root (``--only datasets``); and a
+training job's Checkpoints section (docs/checkpoints.md), on a pool of its own where a 2-node
+DDP job saves through the checkpoint service every step and one step is pinned (``--only
+checkpoints``).
 """
 
 from __future__ import annotations
@@ -234,7 +237,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--settle", type=float, default=25.0, help="Seconds of running jobs.")
-    parser.add_argument("--only", choices=["interactive", "datasets"], help="Only those pages.")
+    parser.add_argument(
+        "--only", choices=["interactive", "datasets", "checkpoints"], help="Only those pages."
+    )
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
@@ -246,7 +251,9 @@ def main() -> None:
             jobs |= _shoot_pages(Path(tmp) / "home", args.out, args.settle)
         if args.only in (None, "datasets"):
             shoot_datasets(Path(tmp) / "datasets", args.out)
-        if args.only == "datasets":
+        if args.only in (None, "checkpoints"):
+            shoot_checkpoints(Path(tmp) / "checkpoints", args.out)
+        if args.only in ("datasets", "checkpoints"):
             return
         pool = interactive_pool(Path(tmp) / "interactive")
         pool.start()
@@ -309,6 +316,49 @@ def shoot_datasets(base: Path, out: Path) -> None:
             page.goto("/datasets")
             page.screenshot(path=str(out / "web-datasets.png"))
             context.close()
+    finally:
+        pool.stop()
+
+
+def shoot_checkpoints(base: Path, out: Path) -> None:
+    """A job's page at its Checkpoints section (``web-checkpoints.png``): examples/
+    flash_train.py on 2 virtual nodes, saving every step, with the newest step it listed on
+    storage pinned; taken while it runs (its newest steps in node memory and on storage)."""
+    train = Path(__file__).resolve().parent.parent / "examples" / "flash_train.py"
+    pool = ServerProcess(
+        base / "home", "--virtual-nodes", "2", "--gpus-per-node", "1", "--cpus-per-node", "1"
+    )
+    pool.start()
+    try:
+        token = (pool.home / "owner.token").read_text().strip()
+        job = pool.cli_json(
+            "submit", "--name", "flash-ddp", "--mode", "pytorch", "--nodes", "2", "--gpus", "1",
+            "--", sys.executable, str(train), "--steps", "600", "--step-time", "1.0",
+        )  # fmt: skip
+        job_id = int(job["id"])
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            listing = pool.cli_json("checkpoints", str(job_id))["checkpoints"]
+            steps = [c["step"] for c in listing if "storage" in c["held"]]
+            if steps:
+                pool.cli("checkpoints", str(job_id), "--pin", str(max(steps)))
+                break
+            time.sleep(0.5)
+        time.sleep(5)  # a few steps more, past the pinned one
+        with chromium() as browser:
+            context = browser.new_context(
+                base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
+            )
+            page = context.new_page()
+            page.goto("/login")
+            page.get_by_label("Token").fill(token)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url("**/jobs**")
+            page.goto(f"/jobs/{job_id}#checkpoints")
+            page.locator("#checkpoints").scroll_into_view_if_needed()
+            page.screenshot(path=str(out / "web-checkpoints.png"))
+            context.close()
+        pool.cli("stop", str(job_id))
     finally:
         pool.stop()
 

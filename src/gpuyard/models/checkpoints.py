@@ -44,8 +44,8 @@ class CheckpointList(BaseModel):
     )
     partial: list[int] = Field(
         default_factory=list,
-        description="Steps some rank's part of is missing (being saved, or cut short): never "
-        "resumed from.",
+        description="Steps newer than the newest complete one that some rank's part of is "
+        "missing (being saved, or cut short): never resumed from.",
     )
 
 

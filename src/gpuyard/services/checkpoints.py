@@ -74,7 +74,12 @@ class Checkpoints:
             for step in sorted(set(stored) | set(memory))
             if (step in stored and stored[step].complete) or step in memory
         ]
-        partial = [s for s in sorted(stored) if s not in memory and not stored[s].complete]
+        # Only past the newest complete step: an older one missing a part is being retired
+        # (each rank's persister drops its own part), not waiting for one.
+        newest = views[-1].step if views else -1
+        partial = [
+            s for s in sorted(stored) if s > newest and s not in memory and not stored[s].complete
+        ]
         return CheckpointList(
             job_id=job_id,
             checkpoints=views[-MAX_LISTED:],

@@ -60,6 +60,8 @@ def test_only_complete_steps_are_listed_and_chosen(
     ]
     assert listing.checkpoints[0].size > 0
     assert listing.partial == [5]
+    save_parts(checkpoints, 2, [1], 2)  # older than step 3: being retired, not listed
+    assert client.checkpoints(job.id).partial == [5]
     with pytest.raises(InvalidSpec, match=r"no complete checkpoint at step 5 \(complete: 3"):
         client.resume_from(job.id, 5)
     chosen = client.resume_from(job.id, 3)
