@@ -25,7 +25,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
-from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
+from gpuyard.errors import (
+    Conflict,
+    GpuyardError,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    StorageFull,
+    TooLarge,
+)
 from gpuyard.models.access import Caller
 from gpuyard.models.actor import Actor
 from gpuyard.models.dataset import (
@@ -46,6 +54,7 @@ from gpuyard.models.dataset import (
 )
 from gpuyard.models.job import JobSpec, Mount
 from gpuyard.models.states import JobState
+from gpuyard.quantities import format_bytes
 from gpuyard.services.auth import Policy
 from gpuyard.services.dataset_files import (
     AccountOf,
@@ -245,6 +254,7 @@ class DatasetCatalogue:
         name = self._check_name(wanted.name)
         if wanted.size > self.upload_max:
             raise self._too_large()
+        self._check_room(wanted.size, actor=actor)
         upload_id = secrets.token_hex(16)
         version_id = self._new_version(
             actor,
@@ -269,6 +279,37 @@ class DatasetCatalogue:
         self._make_dirs()
         self._archive(upload_id).touch(mode=0o600)
         return self.upload(upload_id, actor=actor)
+
+    def _check_room(self, size: int, *, actor: str) -> None:
+        """Refuse an upload of ``size`` bytes that would take ``actor``'s unfinished uploads
+        past GPUYARD_DATASET_UPLOAD_MAX in all (409), or that the pool's disk has no room for
+        beside the bytes the other unfinished uploads still have to send (503): one user's
+        uploads never fill the disk everyone's jobs and uploads share."""
+        with self.store.read() as session:
+            query = (
+                select(DatasetUploadRow.owner, DatasetUploadRow.size, DatasetUploadRow.received)
+                .join(DatasetVersionRow, DatasetVersionRow.id == DatasetUploadRow.version_id)
+                .where(DatasetVersionRow.state == VersionState.UPLOADING)
+            )
+            open_uploads = list(session.execute(query))
+        mine = [s for owner, s, _ in open_uploads if owner == actor]
+        if sum(mine) + size > self.upload_max:
+            raise Conflict(
+                f"you have {len(mine)} unfinished upload(s) of {format_bytes(sum(mine))} in all; "
+                f"with this one of {format_bytes(size)} they would pass "
+                f"{format_bytes(self.upload_max)} (GPUYARD_DATASET_UPLOAD_MAX), a user's limit "
+                "at once: finish one, or delete its version (gpuyard datasets rm NAME@N)"
+            )
+        coming = sum(s - received for _, s, received in open_uploads)
+        self._make_dirs()
+        free = shutil.disk_usage(self.data_dir).free
+        if free < 2 * size + coming:  # the archive and its unpacked files
+            raise StorageFull(
+                f"the pool's disk has {format_bytes(free)} free, and an upload of "
+                f"{format_bytes(size)} needs twice that (the archive and its unpacked files) "
+                f"beside {format_bytes(coming)} other uploads are still sending; try again "
+                "later, or ask an admin"
+            )
 
     def expire_uploads(self) -> int:
         """Delete the uploads nobody sent a chunk to for :attr:`upload_expiry` seconds: their

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import stat
 import tarfile
 from pathlib import Path
@@ -19,7 +20,15 @@ import pytest
 
 from gpuyard.client import Client, DatasetsClient
 from gpuyard.clock import ManualClock
-from gpuyard.errors import Conflict, GpuyardError, InvalidSpec, NotFound, PermissionDenied, TooLarge
+from gpuyard.errors import (
+    Conflict,
+    GpuyardError,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    StorageFull,
+    TooLarge,
+)
 from gpuyard.models.dataset import DatasetView, VersionState
 from gpuyard.services.datasets import mounts_at_launch
 from gpuyard.settings import Settings
@@ -379,3 +388,26 @@ def test_an_upload_left_unfinished_expires_with_its_version(
     assert _ds(alice).upload_status(fresh.id).offset == 0
     assert [p.name for p in uploads.iterdir()] == [f"{fresh.id}.tar"]
     assert app.state.services.datasets.expire_uploads() == 0
+
+
+def test_a_users_unfinished_uploads_are_capped_and_the_disk_is_checked_first(
+    as_user: AsUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob = as_user("alice"), as_user("bob")
+    first = _ds(alice).start_upload("a", 600_000)
+    with pytest.raises(Conflict, match=r"1 unfinished upload\(s\) .*\(GPUYARD_DATASET_UPLOAD_MAX\)"):
+        _ds(alice).start_upload("b", 600_000)
+    _ds(bob).start_upload("b", 600_000)  # the limit is each user's
+    _ds(alice).delete("a@1")
+    with pytest.raises(NotFound):
+        _ds(alice).upload_status(first.id)
+    real = shutil.disk_usage
+
+    def small(path: Any) -> Any:
+        return real(path)._replace(free=1_500_000)
+
+    monkeypatch.setattr(shutil, "disk_usage", small)
+    # 2 x 500 kB, beside the 600 kB bob has still to send, is more than 1.5 MB free.
+    with pytest.raises(StorageFull, match="needs twice that"):
+        _ds(alice).start_upload("c", 500_000)
+    assert _ds(alice).start_upload("c", 400_000).offset == 0
