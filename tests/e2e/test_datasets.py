@@ -281,3 +281,22 @@ def test_where_jobs_run_as_their_owners_a_dataset_holds_only_what_the_owner_may_
     )
     done = pool.wait_status(job["id"], {"succeeded", "failed"})
     assert (done["status"], pool.log(job["id"])) == ("succeeded", "uploaded\n")
+
+    # `gpuyard exec` into a held job mounts its datasets the same way.
+    job = pool.cli_json("submit", *flags, "--", "sleep", "120")
+    pool.wait_status(job["id"], {"running"})
+    pool.cli("exec", str(job["id"]), "stop", "--hold", "5m")
+    deadline = time.monotonic() + 60
+    while pool.job(job["id"])["state"] != "held":
+        assert time.monotonic() < deadline, pool.log_tail()
+        time.sleep(0.3)
+    read = 'cat "$GPUYARD_WORKSPACE/dataset/up/up.txt"'
+    ran = json.loads(
+        pool.cli("exec", str(job["id"]), "run", "--json", "--", "sh", "-c", read).stdout
+    )
+    (rank,) = ran["ranks"]
+    deadline = time.monotonic() + 60
+    while pool.cli("logs", str(job["id"]), "--worker", str(rank)).stdout != "uploaded\n":
+        assert time.monotonic() < deadline, pool.log_tail()
+        time.sleep(0.3)
+    pool.cli("stop", str(job["id"]))

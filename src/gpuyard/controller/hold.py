@@ -25,6 +25,7 @@ its restart budget.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec
+from gpuyard.controller.catalogue import catalogue_mounts
 from gpuyard.controller.job_actions import JobActions
 from gpuyard.controller.recovery import CHECK_DEADLINE, check_verdict, fault_tolerance
 from gpuyard.diagnosis.signatures import Suspect
@@ -274,7 +276,7 @@ class Hold:
         try:
             try:
                 launches = self._plan(job, pending)
-            except (AccountRefused, ValidationError, ValueError) as exc:
+            except (AccountRefused, LaunchError, ValidationError, ValueError) as exc:
                 failed = {w.id: f"cannot plan the run: {_first_line(exc)}" for w in pending}
                 launches = {}
             for w in pending:
@@ -342,15 +344,20 @@ class Hold:
     ) -> list[WorkerLaunch]:
         """The launches of exec workers ``ranks`` (rank -> node) of the job's current attempt
         running ``argv`` (the server plans a shell with it: ``role`` shell). Raises
-        AccountRefused, or ValueError / ValidationError for a job that cannot be planned."""
+        AccountRefused, LaunchError (a dataset it mounts is no longer its owner's), or
+        ValueError / ValidationError for a job that cannot be planned."""
         placement = [Slot.model_validate(s) for s in job.placement or []]
         if run_as is None:
             run_as = self.actions.account(job)
         if base_env is None:
             base_env = {n: self.executor.base_env(n) for n in set(ranks.values())}
+        # The versions themselves (not the nodes' copies), still the owner's to mount.
+        spec, held = catalogue_mounts(
+            self.store, launch_spec(job.job_spec(), len(placement)), job.owner
+        )
         return exec_launches(
-            launch_spec(job.job_spec(), len(placement)),
-            self._context(job, placement, run_as),
+            spec,
+            dataclasses.replace(self._context(job, placement, run_as), held=held),
             argv=argv,
             ranks=ranks,
             base_env=base_env,
