@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuyard.runtime.atomic import atomic_file
 from gpuyard.runtime.process import Runtime, current
 
 __all__ = ["DEFAULT_NAME", "load_checkpoint", "save_checkpoint"]
@@ -42,18 +43,9 @@ def save_checkpoint(
     directory = rt.env.checkpoint_dir
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / _plain_name(name)
-    tmp = directory / f".{target.name}.{os.getpid()}.tmp"
     with rt.saving():
-        try:
-            with tmp.open("wb") as file:
-                torch.save(state, file)
-                file.flush()
-                os.fsync(file.fileno())
-            tmp.replace(target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        with atomic_file(target) as file:
+            torch.save(state, file)
         _sync_directory(directory)
     rt.record_checkpoint(target, step=step)
     return target

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuyard.runtime.atomic import atomic_file
 from gpuyard.runtime.flash_format import (
     DATA_ALIGN,
     FLASH_DIR,
@@ -287,23 +288,14 @@ class CheckpointService:
         encoded = self._encode(step, flat)
         target = step_dir(self.checkpoint_dir, step) / part_name(self.rank)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as file:
-                file.write(encoded.prefix)
-                file.write(encoded.header)
-                for tensor, (_, _, offset, nbytes) in zip(flat.tensors, flat.specs, strict=True):
-                    if nbytes:
-                        file.seek(encoded.data_offset + offset)
-                        file.write(memoryview(_bytes_of(tensor).numpy()))
-                file.truncate(encoded.size)
-                file.flush()
-                os.fsync(file.fileno())
-            tmp.replace(target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        with atomic_file(target) as file:
+            file.write(encoded.prefix)
+            file.write(encoded.header)
+            for tensor, (_, _, offset, nbytes) in zip(flat.tensors, flat.specs, strict=True):
+                if nbytes:
+                    file.seek(encoded.data_offset + offset)
+                    file.write(memoryview(_bytes_of(tensor).numpy()))
+            file.truncate(encoded.size)
 
     # -- the persister ------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from gpuyard.runtime.atomic import atomic_file
 from gpuyard.runtime.control import CHECKPOINT, write_json
 from gpuyard.runtime.flash_format import (
     PREFIX,
@@ -122,9 +123,8 @@ class Persister:
     def _copy(self, source: Path, part: Part, target: Path) -> bool:
         """Copy `part` from `source` to `target` atomically; False when the slot was reused."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
+            with open(source, "rb") as src, atomic_file(target) as dst:
                 # Shared: the trainer's next save writes the other slot meanwhile.
                 fcntl.flock(src.fileno(), fcntl.LOCK_SH)
                 if not _unchanged(src, part):
@@ -132,12 +132,7 @@ class Persister:
                 _copy_range(src, dst, part.size)
                 if not _unchanged(src, part):
                     raise _Reused
-                dst.flush()
-                os.fsync(dst.fileno())
-            tmp.replace(target)
         except (_Reused, OSError) as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             if isinstance(exc, OSError):
                 print(f"gpuyard persister: cannot persist step {part.step}: {exc}", file=sys.stderr)
             return False
