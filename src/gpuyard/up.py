@@ -207,6 +207,7 @@ def _serve(settings: Settings, on_ready: Callable[[str], None], *, own: bool) ->
         plan_shell=controller.lifecycle.hold.plan_shell,
         disk_health=reserve.state,
         program_env=_program_env(settings, executor, who),
+        data_locality=controller.locality.apply,
     )
     ensure_owner_token(settings, app.state.services.tokens)
     controller.start()

@@ -22,6 +22,7 @@ from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpuyard.clock import Clock
+from gpuyard.controller.data_locality import DataLocality
 from gpuyard.controller.health import JobErrors
 from gpuyard.errors import StaleWrite
 from gpuyard.launch.check import CHECK_RANK_BASE, check_nodes
@@ -85,10 +86,13 @@ class Applier:
         errors: JobErrors,
         give_up: Callable[[int], None],
         run_times: RunTimes | None = None,
+        data: DataLocality | None = None,
     ) -> None:
-        """``run_times``: the predictions to put on each snapshot (None: none)."""
+        """``run_times``: the predictions to put on each snapshot (None: none); ``data``:
+        the nodes' dataset copies and the copy rate to put on it (None: none)."""
         self.store = store
         self.run_times = run_times
+        self.data = data
         self.clock = clock
         self.launch = launch
         """Launch the workers of these started jobs (the controller's launcher)."""
@@ -117,6 +121,8 @@ class Applier:
                 )
                 if self.run_times is not None and snapshot.pending:
                     snapshot = self.run_times.apply(session, snapshot)
+                if self.data is not None and snapshot.pending:
+                    snapshot = self.data.apply(snapshot)
                 nodes = {
                     name: NodeFacts(address, str((labels or {}).get("host", name)), gpus)
                     for name, address, labels, gpus in session.execute(

@@ -28,7 +28,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
@@ -39,7 +39,7 @@ from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import DataNoRoom, Executor, LaunchError
 from gpuyard.models import JobState
 from gpuyard.models.actor import Actor
-from gpuyard.models.dataprep import DataSource, PreparedData, preparing
+from gpuyard.models.dataprep import DataSource, PreparedData, prepared, preparing
 from gpuyard.models.dataset import Manifest
 from gpuyard.models.events import EventKind
 from gpuyard.models.job import JobSpec, Mount
@@ -69,7 +69,7 @@ class NodeFull(LaunchError):
 
 def prepared_mounts(spec: JobSpec) -> list[Mount]:
     """The job's dataset mounts to be copied to its nodes."""
-    return [m for m in spec.mounts.datasets if m.prepare and m.dataset_version is not None]
+    return prepared(spec.mounts.datasets)
 
 
 def spec_on_node(spec: JobSpec, copies: dict[str, str]) -> JobSpec:
@@ -86,10 +86,20 @@ def spec_on_node(spec: JobSpec, copies: dict[str, str]) -> JobSpec:
 class DataPrep:
     """The data phase of starting jobs; see the module docstring."""
 
-    def __init__(self, store: Store, executor: Executor, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        clock: Clock,
+        *,
+        copied: Callable[[int, float], None] = lambda _size, _seconds: None,
+    ) -> None:
+        """``copied(size, seconds)``: told of each node's copy once it is ready (size 0: the
+        node's copy was used), so that the scheduler learns the rate and the node's copy."""
         self.store = store
         self.executor = executor
         self.clock = clock
+        self.copied = copied
 
     def prepare(self, job: JobRow, spec: JobSpec, nodes: Sequence[str]) -> Copies:
         """Have every one of ``nodes`` hold each prepared dataset of ``spec``; where each
@@ -203,8 +213,10 @@ class _Run:
             except LaunchError as exc:
                 raise LaunchError(f"preparing data on {node}: {exc}") from None
             self.progress((node, name), source.manifest.size)
+            seconds = time.monotonic() - began
+            self.prep.copied(prepared.copied, seconds)
             with self.lock:
-                self.prep._note(self.job, _ready(source, node, prepared, time.monotonic() - began))
+                self.prep._note(self.job, _ready(source, node, prepared, seconds))
             copies[name] = prepared.path
         return copies
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, or_, update
 
 from gpuyard.clock import Clock
+from gpuyard.controller.data_locality import DataLocality
 from gpuyard.models.states import PENDING
 from gpuyard.periodic import Periodic, paced
 from gpuyard.scheduler import Budget, forecast, frozen_heap
@@ -57,10 +58,13 @@ class Forecaster:
         every: float = FORECAST_EVERY,
         budget: float = BUDGET,
         run_times: RunTimes | None = None,
+        data: DataLocality | None = None,
     ) -> None:
-        """``run_times``: the predictions to put on each snapshot (None: none)."""
+        """``run_times``: the predictions to put on each snapshot (None: none); ``data``:
+        the nodes' dataset copies and the copy rate to put on it (None: none)."""
         self.store = store
         self.run_times = run_times
+        self.data = data
         self.clock = clock
         self.every = every
         self.budget = budget
@@ -98,6 +102,8 @@ class Forecaster:
             if not snapshot.pending:
                 self._written.clear()
                 return 0
+            if self.data is not None:
+                snapshot = self.data.apply(snapshot)
             freeze()
             found = forecast(
                 snapshot, budget=Budget(seconds=self.budget, clock=self.clock.monotonic)

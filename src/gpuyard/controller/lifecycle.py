@@ -108,9 +108,11 @@ class Lifecycle:
         mark_dirty: Callable[[], None],
         alert: Callable[[dict[str, Any]], None] | None = None,
         look_again: Callable[[int], None] = lambda _job_id: None,
+        data_copied: Callable[[int, float], None] = lambda _size, _seconds: None,
     ) -> None:
         """``look_again``: have the loop take the job's next step in its next pass, targeted
-        or full (a job restarted after a fault, to be launched at once)."""
+        or full (a job restarted after a fault, to be launched at once). ``data_copied``:
+        told of each node's dataset copy made or used (:class:`DataPrep`)."""
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -122,7 +124,7 @@ class Lifecycle:
         """Workers this controller SIGKILLed itself (to record the event once)."""
         self.suspender = Suspender(store, executor, clock, self)
         self.pulls = ImagePulls(store, executor, clock, timeout=launch_config.image_pull_timeout)
-        self.data = DataPrep(store, executor, clock)
+        self.data = DataPrep(store, executor, clock, copied=data_copied)
         self.hold = Hold(
             store,
             executor,

@@ -54,6 +54,7 @@ from sqlalchemy import and_, or_, select, tuple_
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import Applier
+from gpuyard.controller.data_locality import DataLocality
 from gpuyard.controller.forecaster import Forecaster
 from gpuyard.controller.health import (
     GIVE_UP_AFTER,
@@ -150,6 +151,8 @@ class Controller:
             health=self.health_state,
             wall=clock.now,
         )
+        self.locality = DataLocality(executor, clock)
+        """The nodes' dataset copies and the copy rate, for the passes and the forecasts."""
         self.lifecycle = Lifecycle(
             store,
             executor,
@@ -160,10 +163,11 @@ class Controller:
             mark_dirty=self._mark_dirty,
             alert=alert,
             look_again=self._look_again,
+            data_copied=self.locality.copied,
         )
         self.run_times = RunTimes() if predict_run_times else None
         """Shared by the passes and the forecasts."""
-        self.forecaster = Forecaster(store, clock, run_times=self.run_times)
+        self.forecaster = Forecaster(store, clock, run_times=self.run_times, data=self.locality)
         self.inspector = Inspector(
             store, executor, clock, every=inspect_every, cordoned=self.notify
         )
@@ -181,6 +185,7 @@ class Controller:
             errors=self.errors,
             give_up=self._give_up_on,
             run_times=self.run_times,
+            data=self.locality,
         )
 
     # -- running --------------------------------------------------------------------------

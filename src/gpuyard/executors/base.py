@@ -116,6 +116,12 @@ class Executor(Protocol):
         """The jobs pinning a dataset copy on some node."""
         ...
 
+    def data_held(self) -> dict[str, frozenset[int]]:
+        """Per node, the ids of the dataset versions it holds a complete, verified copy of
+        (a node holding none may be left out): what placement prefers and queue prediction
+        counts (docs/datasets.md, "Data preparation")."""
+        ...
+
     def release_data(self, job_id: int) -> None:
         """Drop the job's pins of dataset copies (it has ended): the copies' last use."""
         ...

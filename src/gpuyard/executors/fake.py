@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuyard.executors.base import DataMismatch, DataNoRoom, LaunchDeferred, LaunchError
 from gpuyard.executors.local.terminal import PtyTerminal, open_terminal
-from gpuyard.models.dataprep import DataSource, PreparedData
+from gpuyard.models.dataprep import DataSource, PreparedData, copy_version
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.usage import NodeUsage, WorkerUsage
 from gpuyard.models.worker import (
@@ -153,6 +153,17 @@ class FakeExecutor:
     def data_jobs(self) -> set[int]:
         with self._lock:
             return {j for pins in self.data_copies.values() for j in pins}
+
+    def data_held(self) -> dict[str, frozenset[int]]:
+        """From :attr:`data_copies`: the copies ``prepare_data`` made and those a test put
+        there (``data_copies[node, copy_key(version, digest)] = set()``)."""
+        held: dict[str, set[int]] = {}
+        with self._lock:
+            for node, key in self.data_copies:
+                version = copy_version(key)
+                if version is not None:
+                    held.setdefault(node, set()).add(version)
+        return {node: frozenset(versions) for node, versions in held.items()}
 
     def release_data(self, job_id: int) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuyard.models.dataset import Manifest
+from gpuyard.models.job import Mount
 
 __all__ = [
     "DEFAULT_CACHE_MAX",
@@ -28,6 +29,8 @@ __all__ = [
     "DataSource",
     "PreparedData",
     "copy_key",
+    "copy_version",
+    "prepared",
     "preparing",
     "to_evict",
 ]
@@ -110,6 +113,21 @@ def copy_key(version_id: int, digest: str) -> str:
     version whose manifest were ever different could never be taken for this copy."""
     hex_part = digest.removeprefix("sha256:")[:16] or "nodigest"
     return f"v{version_id}-{hex_part}"
+
+
+def copy_version(key: str) -> int | None:
+    """The version id a copy's name (:func:`copy_key`) is of; None for any other name."""
+    head, sep, _ = key.partition("-")
+    number = head.removeprefix("v")
+    if not sep or head == number or not number.isdigit():
+        return None
+    return int(number)
+
+
+def prepared(mounts: Iterable[Mount]) -> list[Mount]:
+    """The dataset mounts among ``mounts`` that are copied to the job's nodes first: those
+    that say ``prepare`` and whose version the pool pinned at submission."""
+    return [m for m in mounts if m.prepare and m.dataset_version is not None]
 
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))

@@ -9,12 +9,14 @@ from gpuyard.scheduler.collector import frozen_heap
 from gpuyard.scheduler.decide import Decisions, Grow, Preempt, Start, Wait, WaitCode, decide
 from gpuyard.scheduler.predict import Budget, Forecast, forecast, predict
 from gpuyard.scheduler.snapshot import (
+    COPY_RATE,
     DEFAULT_POOL,
     TIME_SHARING_AGE_HALFLIFE,
     TIME_SHARING_MIN_RUN,
     TIME_SHARING_SLICES,
     Allocation,
     Constraint,
+    DataNeed,
     Limit,
     Member,
     NodeCapacity,
@@ -27,6 +29,7 @@ from gpuyard.scheduler.snapshot import (
 )
 
 __all__ = [
+    "COPY_RATE",
     "DEFAULT_POOL",
     "TIME_SHARING_AGE_HALFLIFE",
     "TIME_SHARING_MIN_RUN",
@@ -34,6 +37,7 @@ __all__ = [
     "Allocation",
     "Budget",
     "Constraint",
+    "DataNeed",
     "Decisions",
     "Forecast",
     "Grow",

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuyard.models.waiting import WaitCode
 from gpuyard.quantities import counted, format_duration
+from gpuyard.scheduler.locality import copy_seconds
 from gpuyard.scheduler.order import FairShare
 from gpuyard.scheduler.placement import INFINITY, Ledger, Topology
 from gpuyard.scheduler.preemption import choose_victims
@@ -477,7 +478,12 @@ class _Cycle:
             end = self.end_of(job)
             same_zone = policy.same_zone
             allocations = self.ledger.place(
-                request, constraint, same_zone=same_zone, end=end, image=job.image
+                request,
+                constraint,
+                same_zone=same_zone,
+                end=end,
+                image=job.image,
+                datasets=job.datasets,
             )
             if allocations is not None:
                 self.start(job, request, allocations, 0, end)
@@ -517,7 +523,12 @@ class _Cycle:
             ):
                 continue
             allocations = self.ledger.place(
-                request, constraint, same_zone=same_zone, end=end, image=job.image
+                request,
+                constraint,
+                same_zone=same_zone,
+                end=end,
+                image=job.image,
+                datasets=job.datasets,
             )
             if allocations is None:
                 if self.ledger.holds and self.ledger.place(
@@ -682,9 +693,24 @@ class _Cycle:
                     _Reservation(job, start, frozenset(a.node for a in allocations))
                 )
                 if not math.isinf(start):
-                    start_at = start
-                    reason += f"; expected to start in about {format_duration(start - self.now)}"
+                    start_at, reason = self.expected_start(job, start, allocations, reason)
         self.wait(job, code, reason, start_at)
+
+    def expected_start(
+        self, job: PendingJob, start: float, allocations: tuple[Allocation, ...], reason: str
+    ) -> tuple[float, str]:
+        """When the reserved job's workers should start (its placement at ``start``, then the
+        copy of the prepared data its reserved nodes lack), and ``reason`` saying so."""
+        by_name = self.ledger.by_name
+        copy = copy_seconds(
+            job.datasets,
+            (by_name[name].capacity.datasets for name in {a.node for a in allocations}),
+            self.snapshot.copy_rate,
+        )
+        reason += f"; expected to start in about {format_duration(start + copy - self.now)}"
+        if copy:
+            reason += f" (its data copied first, about {format_duration(copy)})"
+        return start + copy, reason
 
     def resources_reason(
         self, job: PendingJob, request: Request, blocker: PendingJob | None = None

@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 
 from gpuyard.models.resources import Resources
 from gpuyard.quantities import counted, format_bytes
+from gpuyard.scheduler.locality import NOTHING_PREFERRED, Preferred, preferred
 from gpuyard.scheduler.snapshot import (
     ANYWHERE,
     Allocation,
     Constraint,
+    DataNeed,
     Member,
     NodeCapacity,
     Request,
@@ -215,11 +217,32 @@ class Topology:
             for digest in n.images:
                 held.setdefault(digest, set()).add(i)
         self.images = {digest: frozenset(found) for digest, found in held.items()}
+        copies: dict[int, set[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for version in n.datasets:
+                copies.setdefault(version, set()).add(i)
+        self.datasets: dict[int, frozenset[int]] = {
+            version: frozenset(found) for version, found in copies.items()
+        }
+        """Per dataset version id, the indices of the nodes holding a copy."""
+        self._preferred: dict[tuple[str, tuple[DataNeed, ...]], Preferred] = {}
         self._candidates: dict[Constraint, list[int]] = {}
         self._classes: dict[Constraint, dict[tuple[str, int], int]] = {}
         self._never: dict[tuple[Constraint, tuple[Member, ...], bool], str | None] = {}
         self._holding: dict[Resources, frozenset[int]] = {}
         self._empty: Ledger | None = None
+
+    def preferred(self, image: str, datasets: tuple[DataNeed, ...]) -> Preferred:
+        """The nodes that hold some of what a job with this image and prepared data needs,
+        with their scores (:func:`gpuyard.scheduler.locality.preferred`); remembered."""
+        if not image and not datasets:
+            return NOTHING_PREFERRED
+        key = (image, datasets)
+        found = self._preferred.get(key)
+        if found is None:
+            data = ((self.datasets.get(d.version, _NO_NODES), d.size) for d in datasets)
+            found = self._preferred[key] = preferred(self.images.get(image, _NO_NODES), data)
+        return found
 
     def candidates(self, constraint: Constraint) -> list[int]:
         """The indices of the schedulable nodes a job with this constraint may use."""
@@ -410,13 +433,15 @@ class Ledger:
         end: float = INFINITY,
         ignore_holds: bool = False,
         image: str = "",
+        datasets: tuple[DataNeed, ...] = (),
     ) -> tuple[Allocation, ...] | None:
         """An allocation for every member (in member order), or None; changes nothing.
 
         ``end`` is when the job will have ended at the latest: it decides which holds the
         placement must leave room for (none with ``ignore_holds``). ``image``: the digest of
-        the job's image; among nodes otherwise equally good, those holding it are chosen."""
-        held = self.topology.images.get(image, _NO_NODES) if image else _NO_NODES
+        the job's image; ``datasets``: its prepared data. Among nodes otherwise equally
+        good, those holding more of them are chosen (:mod:`gpuyard.scheduler.locality`)."""
+        held = self.topology.preferred(image, datasets)
         scan = bool(constraint.nodes) or constraint.driver is not None or bool(constraint.exclude)
         if not scan and constraint.pool not in self._pools:
             return None
@@ -472,10 +497,10 @@ class Ledger:
         same_zone: bool,
         end: float,
         ignore_holds: bool,
-        held: frozenset[int],
+        held: Preferred,
     ) -> dict[int, NodeFree] | None:
         groups = self._idle_groups(constraint, scan)
-        if held:  # within each size class, the nodes holding the image first
+        if held:  # within each size class, the nodes holding more of what the job needs first
             groups = {k: _preferring(v, held) for k, v in groups.items()}
         if same_zone:
             zones = sorted({zone for zone, _ in groups})
@@ -580,10 +605,10 @@ class Ledger:
         taken: dict[int, list[Allocation]],
         end: float,
         ignore_holds: bool,
-        held: frozenset[int] = frozenset(),
+        held: Preferred = NOTHING_PREFERRED,
     ) -> NodeFree | None:
         found = self._first_fit(member, constraint, scan, taken, end, ignore_holds, held)
-        if found is None or not held or scan or found.index in held:
+        if found is None or not held or scan or held.score(found.index) == held.top:
             return found
         return self._held_alike(found, member, constraint, taken, end, ignore_holds, held)
 
@@ -595,12 +620,12 @@ class Ledger:
         taken: dict[int, list[Allocation]],
         end: float,
         ignore_holds: bool,
-        held: frozenset[int],
+        held: Preferred,
     ) -> NodeFree:
-        """A node holding the job's image that is as good a fit as ``found`` (as many free
-        GPUs left, in its pool), if there is one; else ``found``. Looks at the nodes holding
-        the image or at those with as many free GPUs, whichever are fewer (nothing for a job
-        without an image)."""
+        """The node that holds the most of what the job needs (its image, its prepared data:
+        ``held``) among those as good a fit as ``found`` (as many free GPUs left, in its
+        pool), the first of the best; ``found`` if none holds more. Looks at the nodes in
+        ``held`` or at those with as many free GPUs, whichever are fewer."""
         gpus = _left(found, taken)[1].gpus
         nodes = self.nodes
         bucket = self._pools[constraint.pool].by_free[found.free_g]
@@ -608,15 +633,21 @@ class Ledger:
             order: Iterable[int] = sorted(held)
         else:  # a popular image: walk the equally good nodes instead
             order = (idx for idx in bucket if idx in held)
+        best, best_score = found, held.score(found.index)
         for idx in order:
+            score = held.score(idx)
+            if score <= best_score:
+                continue
             node = nodes[idx]
             if (
                 node.pool == constraint.pool
                 and _left(node, taken)[1].gpus == gpus
                 and self._fits_with(node, member, taken, end, ignore_holds)
             ):
-                return node
-        return found
+                best, best_score = node, score
+                if score == held.top:
+                    break
+        return best
 
     def _first_fit(
         self,
@@ -626,16 +657,16 @@ class Ledger:
         taken: dict[int, list[Allocation]],
         end: float,
         ignore_holds: bool,
-        held: frozenset[int],
+        held: Preferred,
     ) -> NodeFree | None:
         need = member.need
         if scan or need.mcpus <= 0:
             best: NodeFree | None = None
-            best_key: tuple[Resources, bool, str] | None = None
+            best_key: tuple[Resources, tuple[int, int], str] | None = None
             for node in self.candidates(constraint):
                 if not self._fits_with(node, member, taken, end, ignore_holds):
                     continue
-                key = (_left(node, taken)[1] - need, node.index not in held, node.capacity.name)
+                key = (_left(node, taken)[1] - need, held.rank(node.index), node.capacity.name)
                 if best_key is None or key < best_key:
                     best, best_key = node, key
             return best
@@ -869,12 +900,13 @@ _FIRST = [tuple(range(n)) for n in range(17)]
 _NONE_TAKEN: dict[int, list[Allocation]] = {}
 """What a one-member placement has already taken: nothing (never written to)."""
 _NO_NODES: frozenset[int] = frozenset()
-"""The nodes holding the image of a job without one."""
+"""The nodes holding an image or a dataset version no node holds."""
 
 
-def _preferring(group: Collection[int], held: frozenset[int]) -> list[int]:
-    """``group``'s node indices, those in ``held`` first, each part in the group's order."""
-    return [i for i in group if i in held] + [i for i in group if i not in held]
+def _preferring(group: Collection[int], held: Preferred) -> list[int]:
+    """``group``'s node indices, the better scores in ``held`` first, equals in the group's
+    order."""
+    return sorted(group, key=held.rank)
 
 
 def _left(node: NodeFree, taken: dict[int, list[Allocation]]) -> tuple[Sequence[int], Resources]:

@@ -14,7 +14,10 @@ not reach are ``unknown``, with the reason. :func:`predict` is the same replay, 
 soon as one job is answered (the API's answer for a job that is not stored, a dry run).
 
 docs/scheduling.md's queue prediction is exactly this: "starts now", or "starts at about T, behind
-these jobs".
+these jobs". A job with prepared data (docs/datasets.md) starts its workers once its nodes hold
+it: its start is its placement plus the copy of what the nodes it is placed on lack, at the
+snapshot's copy rate (:func:`gpuyard.scheduler.locality.copy_seconds`). The replay still
+holds its nodes from its placement on, as the pool does.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import overload
 
 from gpuyard.models.disclosure import name_jobs
 from gpuyard.quantities import format_duration
-from gpuyard.scheduler.decide import Decisions, WaitCode, decide_on
+from gpuyard.scheduler.decide import Decisions, Start, WaitCode, decide_on
+from gpuyard.scheduler.locality import copy_seconds
 from gpuyard.scheduler.placement import Topology
 from gpuyard.scheduler.snapshot import (
     Allocation,
@@ -50,8 +54,10 @@ _NEVER = (WaitCode.UNSATISFIABLE, WaitCode.POOL)
 class Forecast:
     job_id: int
     start_at: float | None
-    """When it should start (None: never, or only after jobs without a max runtime end)."""
+    """When its workers should start (None: never, or only after jobs without a max runtime
+    end): its placement, plus ``copy``."""
     now: bool = False
+    """It is placed now (its workers start once ``copy`` is over)."""
     ahead: Sequence[int] = ()
     """Queued jobs that start before it (in :func:`forecast`, a view shared by every job's
     forecast: the replay's starts up to this job's, not a copy per job)."""
@@ -65,6 +71,9 @@ class Forecast:
     stopped: str | None = None
     """Why the replay stopped before this job started, if it did ("within 2000 scheduling
     steps")."""
+    copy: float = 0.0
+    """Seconds its prepared data takes to copy to the nodes it is placed on, before its
+    workers start (0: none, or its nodes hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,7 @@ class _Replay:
         """Every start of the replay, in order (a job suspended and started again: twice)."""
         self.ended_on: dict[str, list[int]] = {}
         """Per node, the jobs that ended on it so far."""
+        self._held: dict[str, frozenset[int]] | None = None
         self.cycles = 0
         # Jobs already on their way out leave at once (their room is what the next start uses).
         leaving = [job for job in snapshot.running if job.suspending]
@@ -191,6 +201,17 @@ class _Replay:
         for node in {a.node for a in allocations}:
             ids.update(self.ended_on.get(node, ()))
         return tuple(sorted(ids))
+
+    def copy(self, start: Start) -> float:
+        """Seconds the started job's prepared data takes to copy to its nodes."""
+        needs = self.pending[start.job_id].datasets
+        if not needs:
+            return 0.0
+        if self._held is None:
+            self._held = {n.name: n.datasets for n in self.base.nodes}
+        held = self._held
+        nodes = {a.node for a in start.allocations}
+        return copy_seconds(needs, (held.get(n, frozenset()) for n in nodes), self.base.copy_rate)
 
     def blockers(self) -> tuple[int, ...]:
         """Running jobs without a max runtime or a predicted end."""
@@ -269,12 +290,14 @@ class _Forecaster:
         for i, start in enumerate(decisions.starts):
             if start.job_id in self.open:
                 self.open.discard(start.job_id)
+                copy = replay.copy(start)
                 self.found[start.job_id] = Forecast(
                     start.job_id,
-                    replay.now,
+                    replay.now + copy,
                     now=first and not replay.leaving,
                     ahead=_Prefix(replay.started, before + i),
                     waits_for=replay.freed(start.allocations),
+                    copy=copy,
                 )
         if first:
             for job_id in list(self.open):
@@ -357,16 +380,18 @@ def in_words(
     range of its start (earliest, latest), when the run times it waits on are predicted."""
     if forecast.never is not None:
         return f"it can never start: {forecast.never}"
+    copied = f", its data copied first (about {format_duration(forecast.copy)})"
+    copying = copied if forecast.copy else ""
     if forecast.now:
-        return "starts now"
+        return f"starts now{copying}"
     ahead = name_jobs(forecast.ahead, hidden_ahead)
     behind = f", behind {ahead}" if ahead else ""
     if forecast.start_at is not None and not math.isinf(forecast.start_at):
         about = format_duration(max(0.0, forecast.start_at - now))
         if within is not None and within[1] > within[0]:
             early, late = (format_duration(max(0.0, t - now)) for t in within)
-            return f"starts in {early}–{late} (about {about}){behind}"
-        return f"starts in about {about}{behind}"
+            return f"starts in {early}–{late} (about {about}){copying}{behind}"
+        return f"starts in about {about}{copying}{behind}"
     if forecast.waits_for or hidden_waits:
         which = name_jobs(forecast.waits_for, hidden_waits)
         return f"no start time can be given: it waits for {which}, with no max runtime{behind}"

@@ -27,12 +27,14 @@ from gpuyard.models.waiting import WaitCode
 
 __all__ = [
     "ANYWHERE",
+    "COPY_RATE",
     "DEFAULT_POOL",
     "TIME_SHARING_AGE_HALFLIFE",
     "TIME_SHARING_MIN_RUN",
     "TIME_SHARING_SLICES",
     "Allocation",
     "Constraint",
+    "DataNeed",
     "Limit",
     "Member",
     "NodeCapacity",
@@ -47,6 +49,23 @@ __all__ = [
 ]
 
 
+COPY_RATE = 200e6
+"""Bytes per second a node is taken to copy a dataset version to its fast storage at, until
+the pool has measured its own copies (docs/datasets.md, "Data preparation"): about what a
+node reads from shared storage over a 10 Gb/s link, or a local SSD copies, hashing included."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataNeed:
+    """A dataset version a job has copied to each of its nodes before its workers start
+    (a mount with ``prepare``)."""
+
+    version: int
+    """The version's id in the catalogue."""
+    size: int
+    """Its bytes."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeCapacity:
     name: str
@@ -59,6 +78,10 @@ class NodeCapacity:
     images: frozenset[str] = frozenset()
     """Digests (``sha256:…``) of the job images its node cache holds: among nodes otherwise
     equally good, placement prefers those holding a job's image (docs/images.md)."""
+    datasets: frozenset[int] = frozenset()
+    """Ids of the dataset versions it holds a complete copy of (the executor's live view):
+    among nodes otherwise equally good, placement prefers those holding more of a job's
+    prepared data, and prediction counts the copy of the rest (docs/datasets.md)."""
     total: Resources = field(init=False, repr=False, compare=False, hash=False)
     """Its GPUs, CPUs and memory as one value."""
 
@@ -177,6 +200,9 @@ class PendingJob:
     image: str = ""
     """The digest (``sha256:…``) of the image it runs in, pinned at submission; "" if none.
     Only a tie-break: nodes holding it are preferred among equally good ones."""
+    datasets: tuple[DataNeed, ...] = ()
+    """The dataset versions copied to each of its nodes before its workers start: a
+    tie-break of placement, and time its prediction counts."""
 
     def choices(self) -> tuple[Request, ...]:
         """Every request the job may start with, in the order to try them."""
@@ -331,6 +357,9 @@ class Snapshot:
     quotas: Mapping[QuotaKey, Limit] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)
     """Fair-share weight per owner (default 1): usage is compared as usage / share."""
+    copy_rate: float = COPY_RATE
+    """Bytes per second a node copies a job's prepared data at (measured, or
+    :data:`COPY_RATE`): what a prediction counts for the bytes its nodes lack."""
 
     def pool(self, name: str) -> PoolPolicy:
         return self.pools.get(name) or PoolPolicy(name)

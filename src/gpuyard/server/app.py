@@ -15,6 +15,7 @@ from gpuyard.executors.base import Executor
 from gpuyard.executors.local.procfs import listener_uid
 from gpuyard.images.access import RegistryAccess
 from gpuyard.launch.program import Account
+from gpuyard.scheduler import Snapshot
 from gpuyard.secret_box import SecretBox
 from gpuyard.server import proxy
 from gpuyard.server.api_docs import install_api_docs
@@ -81,6 +82,7 @@ def create_app(
     plan_shell: PlanShell | None = None,
     disk_health: Callable[[], dict[str, Any]] | None = None,
     program_env: Mapping[str, str] | None = None,
+    data_locality: Callable[[Snapshot], Snapshot] | None = None,
 ) -> FastAPI:
     """The API app. Without ``store`` it opens (and migrates) the one ``settings`` names.
     ``program_env``: where jobs run on this machine as their owners' accounts, what they
@@ -88,7 +90,9 @@ def create_app(
     program (:mod:`gpuyard.services.program_check`).
     ``disk_health``: the ``disk`` section of ``/health`` (the pool's disk reserve).
     ``plan_shell``: how the controller plans a shell's launch (``gpuyard exec JOB shell``);
-    without it, or without ``executor``, this server opens no shells."""
+    without it, or without ``executor``, this server opens no shells.
+    ``data_locality``: puts the nodes' dataset copies and the copy rate on the snapshots of
+    the predictions made here (the controller's; docs/datasets.md, "Data preparation")."""
     if store is None:
         store = Store(settings.resolved_database_url)
         store.migrate()
@@ -100,7 +104,15 @@ def create_app(
         docs_url=None,  # served from the package instead of a CDN: install_api_docs
         openapi_url="/api/v1/openapi.json",
     )
-    services = _services(settings, store, executor, clock=clock, notify=notify, plan=plan_shell)
+    services = _services(
+        settings,
+        store,
+        executor,
+        clock=clock,
+        notify=notify,
+        plan=plan_shell,
+        data_locality=data_locality,
+    )
     if program_env is not None:
         # Jobs run on this machine as their owners' accounts: the server can tell whose
         # program runs, and whose process listens on a service's port.
@@ -147,6 +159,7 @@ def _services(
     clock: Clock,
     notify: Notify,
     plan: PlanShell | None,
+    data_locality: Callable[[Snapshot], Snapshot] | None = None,
 ) -> Services:
     """The services the routes call, sharing one policy and one audit."""
     audit = Audit(clock)
@@ -216,6 +229,7 @@ def _services(
             check_submission=lambda spec, owner: jobs.check_submission(spec, owner=owner),
             policy=policy,
             run_times=RunTimes() if settings.predict_run_times else None,
+            data_locality=data_locality,
         ),
         tokens=TokenService(store, clock=clock, policy=policy, audit=audit),
         policy=policy,

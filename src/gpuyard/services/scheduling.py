@@ -53,10 +53,14 @@ class SchedulingService:
         check_submission: Callable[[JobSpec, str], None] = lambda _spec, _owner: None,
         policy: Policy | None = None,
         run_times: RunTimes | None = None,
+        data_locality: Callable[[Snapshot], Snapshot] | None = None,
     ) -> None:
-        """``run_times``: predicted run times for the forecasts made here (None: none)."""
+        """``run_times``: predicted run times for the forecasts made here (None: none).
+        ``data_locality``: puts the nodes' dataset copies and the copy rate on a snapshot
+        (None: no node holds a copy, and the default rate)."""
         self.policy = policy or Policy(store, clock, Audit(clock))
         self.run_times = run_times
+        self.data_locality = data_locality
         self.store = store
         self.clock = clock
         self.notify = notify
@@ -148,6 +152,8 @@ class SchedulingService:
         snapshot = load_snapshot(session, now)
         if self.run_times is not None and snapshot.pending:
             snapshot = self.run_times.apply(session, snapshot)
+        if self.data_locality is not None:
+            snapshot = self.data_locality(snapshot)
         return snapshot
 
     def _prediction(

@@ -26,6 +26,7 @@ def forecast_to_store(f: Forecast, version: int) -> dict[str, Any]:
         "never": f.never,
         "unknown": f.unknown,
         "stopped": f.stopped,
+        "copy": f.copy,
     }
 
 
@@ -42,4 +43,5 @@ def stored_forecast(data: dict[str, Any], version: int) -> Forecast | None:
         never=data.get("never"),
         unknown=bool(data.get("unknown")),
         stopped=data.get("stopped"),
+        copy=float(data.get("copy") or 0.0),
     )

@@ -6,6 +6,7 @@ Jobs are read as plain columns (their request is stored beside the spec, see
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -15,12 +16,15 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuyard.models import JobState, NodeState, Priority
+from gpuyard.models.dataprep import prepared
+from gpuyard.models.job import Mount
 from gpuyard.models.request import JobRequest
 from gpuyard.models.states import HOLDING, PENDING
 from gpuyard.models.waiting import WaitCode
 from gpuyard.scheduler import (
     Allocation,
     Constraint,
+    DataNeed,
     Limit,
     NodeCapacity,
     PendingJob,
@@ -31,6 +35,7 @@ from gpuyard.scheduler import (
 )
 from gpuyard.store.tables import (
     REQUEST_COLUMNS,
+    DatasetVersionRow,
     JobRow,
     NodeImageRow,
     NodeRow,
@@ -98,7 +103,14 @@ class _Asks:
             found = self.known[key] = (ask, constraint)
         return found
 
-    def job(self, ask: JobRequest, constraint: Constraint, row: Any) -> PendingJob:
+    def of_row(self, sizes: Mapping[int, int], row: Any) -> PendingJob:
+        """The queued job of a row of :data:`_PENDING_ROWS` (``sizes``: the bytes of the
+        dataset versions it may prepare)."""
+        return self.job(*self.of(tuple(row[:_REQUEST_WIDTH])), row, sizes)
+
+    def job(
+        self, ask: JobRequest, constraint: Constraint, row: Any, sizes: Mapping[int, int]
+    ) -> PendingJob:
         return PendingJob(
             id=row.id,
             version=row.version,
@@ -117,6 +129,7 @@ class _Asks:
             # wait before each earlier attempt plus the one since its last suspension).
             queued_since=row.created_at + (row.ran or 0.0),
             image=row.image_digest or "",
+            datasets=tuple(DataNeed(v, sizes.get(v, 0)) for v in _prepared_versions(row)),
         )
 
 
@@ -232,10 +245,11 @@ class SnapshotLoader:
         fresh: dict[int, PendingJob] = {}
         asks = self._asks
         for chunk in range(0, len(stale), 500):  # bind-parameter limits
-            rows = session.execute(_PENDING_ROWS.where(JobRow.id.in_(stale[chunk : chunk + 500])))
-            for job in _each(
-                lambda row: asks.job(*asks.of(tuple(row[:_REQUEST_WIDTH])), row), report, rows
-            ):
+            rows = session.execute(
+                _PENDING_ROWS.where(JobRow.id.in_(stale[chunk : chunk + 500]))
+            ).all()
+            sizes = _version_sizes(session, rows)
+            for job in _each(functools.partial(asks.of_row, sizes), report, rows):
                 fresh[job.id] = job
         self._pending = {}
         for job_id, version in versions:
@@ -266,6 +280,31 @@ def _node_images(session: Session) -> dict[str, frozenset[str]]:
     for node, digest in session.execute(select(NodeImageRow.node, NodeImageRow.digest)):
         held.setdefault(node, set()).add(digest)
     return {node: frozenset(digests) for node, digests in held.items()}
+
+
+def _prepared_versions(row: Any) -> tuple[int, ...]:
+    """The dataset versions a queued job has copied to its nodes first (its mounts with
+    ``prepare``), each once."""
+    if not row.data_mounts:
+        return ()
+    mounts = prepared(Mount.model_validate(m) for m in row.data_mounts)
+    return tuple(dict.fromkeys(m.dataset_version for m in mounts if m.dataset_version))
+
+
+def _version_sizes(session: Session, rows: Sequence[Any]) -> dict[int, int]:
+    """The bytes of the dataset versions that ``rows`` prepare (a row that cannot be read
+    is left to :func:`_each`)."""
+    ids: set[int] = set()
+    for row in rows:
+        if row.data_mounts:
+            try:
+                ids.update(_prepared_versions(row))
+            except (ValueError, TypeError):
+                continue
+    if not ids:
+        return {}
+    query = select(DatasetVersionRow.id, DatasetVersionRow.size)
+    return dict(session.execute(query.where(DatasetVersionRow.id.in_(ids))).all())
 
 
 def _version(cached: Mapping[int, PendingJob], job_id: int) -> int | None:
@@ -317,6 +356,8 @@ _PENDING_ROWS = select(
     JobRow.created_at,
     JobRow.ran,
     JobRow.image_digest,
+    # Only the dataset mounts of the spec (most jobs have none): what they prepare.
+    JobRow.spec[("mounts", "datasets")].label("data_mounts"),
 )
 
 
@@ -408,7 +449,7 @@ def hypothetical(
     row = _Hypothetical(
         owner=owner, group_name=group, seq=seq, priority=priority, created_at=snapshot.now
     )
-    return asks.job(ask, ask.constraint(asks.node_pools), row)
+    return asks.job(ask, ask.constraint(asks.node_pools), row, {})
 
 
 class _Hypothetical:
@@ -417,6 +458,7 @@ class _Hypothetical:
     attained = 0.0
     ran = 0.0
     image_digest: str | None = None  # a prediction places it without the image preference
+    data_mounts = None  # nor its dataset mounts, which are pinned only at submission
 
     def __init__(
         self, *, owner: str, group_name: str, seq: int, priority: Priority, created_at: float

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -84,7 +84,7 @@ from gpuyard.executors.probes.host import (
 )
 from gpuyard.images.errors import ImageError, RegistryUnavailable
 from gpuyard.injob import rexec as rexec_module
-from gpuyard.models.dataprep import DataSource, PreparedData
+from gpuyard.models.dataprep import CachedCopy, DataSource, PreparedData, copy_version
 from gpuyard.models.environment import inherited_environment
 from gpuyard.models.health import Finding, Probe, ProbeStatus
 from gpuyard.models.image import ImageRef
@@ -798,6 +798,12 @@ class LocalExecutor:
     def data_jobs(self) -> set[int]:
         return self.data.jobs()
 
+    def data_held(self) -> dict[str, frozenset[int]]:
+        # A copy's metadata is written once it is complete and verified: copies() lists
+        # only those.
+        held = {node: _versions(self.data.copies(node)) for node in self._by_name}
+        return {node: versions for node, versions in held.items() if versions}
+
     def release_data(self, job_id: int) -> None:
         self.data.release(job_id)
 
@@ -1295,6 +1301,11 @@ class LocalExecutor:
         self._gpus.close()
         self.gpu_meter.close()
         self.isolation.remove_parents()  # only if no worker's cgroup is left in them
+
+
+def _versions(copies: Iterable[CachedCopy]) -> frozenset[int]:
+    """The version ids of a node's copies."""
+    return frozenset(v for c in copies if (v := copy_version(c.key)) is not None)
 
 
 def _own_name() -> str:

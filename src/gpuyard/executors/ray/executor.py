@@ -612,6 +612,9 @@ class RayExecutor:
     def data_jobs(self) -> set[int]:
         return set()
 
+    def data_held(self) -> dict[str, frozenset[int]]:
+        return {}  # data preparation is the local executor's only, for now
+
     def release_data(self, job_id: int) -> None:
         return
 
