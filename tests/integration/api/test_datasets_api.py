@@ -395,7 +395,9 @@ def test_a_users_unfinished_uploads_are_capped_and_the_disk_is_checked_first(
 ) -> None:
     alice, bob = as_user("alice"), as_user("bob")
     first = _ds(alice).start_upload("a", 600_000)
-    with pytest.raises(Conflict, match=r"1 unfinished upload\(s\) .*\(GPUYARD_DATASET_UPLOAD_MAX\)"):
+    with pytest.raises(
+        Conflict, match=r"1 unfinished upload\(s\) .*\(GPUYARD_DATASET_UPLOAD_MAX\)"
+    ):
         _ds(alice).start_upload("b", 600_000)
     _ds(bob).start_upload("b", 600_000)  # the limit is each user's
     _ds(alice).delete("a@1")
