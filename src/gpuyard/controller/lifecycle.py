@@ -32,6 +32,7 @@ from sqlalchemy import select, update
 
 from gpuyard.clock import Clock
 from gpuyard.controller.apply import launch_spec, worker_rows
+from gpuyard.controller.catalogue import catalogue_mounts
 from gpuyard.controller.dataprep import DataPrep, NodeFull, prepared_mounts, spec_on_node
 from gpuyard.controller.hold import Hold
 from gpuyard.controller.pulls import ImagePulls, PullWaiting
@@ -39,7 +40,7 @@ from gpuyard.controller.recovery import CheckProgress, FaultRecovery, is_check, 
 from gpuyard.controller.suspension import EXIT_SUSPENDED, Suspender, asked_to_suspend
 from gpuyard.controller.verdict import Outcome, Verdict, WorkerFacts, settle
 from gpuyard.diagnosis.signatures import Diagnosis, diagnose, scan
-from gpuyard.errors import GpuyardError, StaleWrite
+from gpuyard.errors import StaleWrite
 from gpuyard.executors.base import Executor, LaunchError
 from gpuyard.launch.accounts import AccountRefused, os_account
 from gpuyard.launch.network import NetworkPreset
@@ -57,7 +58,6 @@ from gpuyard.models.worker import (
     check_worker_transition,
 )
 from gpuyard.quantities import format_duration
-from gpuyard.services.datasets import mounts_at_launch
 from gpuyard.services.suspension import begin_suspension
 from gpuyard.services.transitions import record_event, transition
 from gpuyard.store.engine import Store
@@ -183,7 +183,7 @@ class Lifecycle:
         held: frozenset[str] = frozenset()
         if not refused:
             try:
-                spec, held = self._catalogue(job, spec)
+                spec, held = catalogue_mounts(self.store, spec, job.owner)
             except LaunchError as exc:
                 refused = str(exc)
         copies = {} if refused else self._before_workers(job, spec, workers)
@@ -222,18 +222,6 @@ class Lifecycle:
             self._record_handles(workers, handles)
             raise
         self._launched(job, workers, handles, failure)
-
-    def _catalogue(self, job: JobRow, spec: JobSpec) -> tuple[JobSpec, frozenset[str]]:
-        """The job's dataset mounts read again from the catalogue (still the owner's to
-        mount, at the catalogue's paths) and the paths the pool holds; LaunchError if one
-        is not."""
-        if not any(m.dataset_version is not None for m in spec.mounts.datasets):
-            return spec, frozenset()
-        with self.store.read() as session:
-            try:
-                return mounts_at_launch(session, spec, job.owner)
-            except GpuyardError as exc:
-                raise LaunchError(exc.detail) from None
 
     def _pull(self, job: JobRow, image: str, workers: list[WorkerRow]) -> None:
         """The job's image on each node of its workers still to launch (a node check runs

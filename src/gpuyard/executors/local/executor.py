@@ -215,9 +215,9 @@ class LocalExecutor:
     ) -> None:
         self.home = home
         self.images = images
+        """Where workers in an image get it (None: this pool has no registry)."""
         self.data = data or NodeData(home / "data-cache")
         """Each node's copies of dataset versions (docs/datasets.md, "Data preparation")."""
-        """Where workers in an image get it (None: this pool has no registry)."""
         self.jobs_root = home / "jobs"
         self.supervisors_root = home / "supervisors"
         self._init_environment(env_allow, inject_faults, supervisor_prefix)
