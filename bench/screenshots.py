@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -173,15 +174,7 @@ def shoot_interactive(pool: ServerProcess, token: str, out: Path) -> dict[str, i
     train.raise_for_status()
     job = int(train.json()["id"])
     with chromium() as browser:
-        context = browser.new_context(
-            base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
-        )
-        context.set_default_timeout(30_000)
-        page = context.new_page()
-        page.goto("/login")
-        page.get_by_label("Token").fill(token)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url("**/jobs**")
+        context, page = _signed_in(browser, pool, token, timeout=30_000)
         page.goto(f"/jobs/{job}")
         expect(page.locator("#job-state")).to_contain_text("running")
         page.wait_for_timeout(3000)  # a few lines of its log
@@ -208,6 +201,24 @@ def shoot_interactive(pool: ServerProcess, token: str, out: Path) -> dict[str, i
         page.screenshot(path=str(out / "web-interactive-environments.png"))
         context.close()
     return {"training": job, "notebook": notebook}
+
+
+def _signed_in(
+    browser: Any, pool: ServerProcess, token: str, *, timeout: float | None = None
+) -> tuple[Any, Any]:
+    """A light-themed 1280x720 browser context on ``pool`` and a page signed in with
+    ``token`` (on the jobs list)."""
+    context = browser.new_context(
+        base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
+    )
+    if timeout is not None:
+        context.set_default_timeout(timeout)
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/jobs**")
+    return context, page
 
 
 def _api(pool: ServerProcess, token: str) -> httpx.Client:
@@ -305,14 +316,7 @@ def shoot_datasets(base: Path, out: Path) -> None:
                 mine.wait(name)
             DatasetsClient(mei).wait("speech-eval")
         with chromium() as browser:
-            context = browser.new_context(
-                base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
-            )
-            page = context.new_page()
-            page.goto("/login")
-            page.get_by_label("Token").fill(token)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url("**/jobs**")
+            context, page = _signed_in(browser, pool, token)
             page.goto("/datasets")
             page.screenshot(path=str(out / "web-datasets.png"))
             context.close()
@@ -346,14 +350,7 @@ def shoot_checkpoints(base: Path, out: Path) -> None:
             time.sleep(0.5)
         time.sleep(5)  # a few steps more, past the pinned one
         with chromium() as browser:
-            context = browser.new_context(
-                base_url=pool.url, viewport={"width": 1280, "height": 720}, color_scheme="light"
-            )
-            page = context.new_page()
-            page.goto("/login")
-            page.get_by_label("Token").fill(token)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url("**/jobs**")
+            context, page = _signed_in(browser, pool, token)
             page.goto(f"/jobs/{job_id}#checkpoints")
             page.locator("#checkpoints").scroll_into_view_if_needed()
             page.screenshot(path=str(out / "web-checkpoints.png"))

@@ -14,14 +14,14 @@ from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState
 from gpuyard.models.dataprep import copy_key
-from gpuyard.models.dataset import Manifest, ManifestFile, VersionState
+from gpuyard.models.dataset import Manifest, ManifestFile
 from gpuyard.models.worker import NodeInfo
 from gpuyard.scheduler import COPY_RATE
 from gpuyard.services.jobs import JobService
 from gpuyard.services.scheduling import SchedulingService
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import DatasetRow, DatasetVersionRow
 from gpuyard.testing.auth import OPS, ensure_ops
+from gpuyard.testing.datasets import ready_version
 
 NODES = [
     NodeInfo("n0", "10.0.0.1", gpus=4, cpus=8, memory=1 << 35),
@@ -42,29 +42,7 @@ class Pool:
             store, clock=clock, data_locality=self.controller.locality.apply
         )
         ensure_ops(store)
-        self.version = self._version()
-
-    def _version(self) -> int:
-        with self.store.write() as session:
-            row = DatasetRow(owner="alice", name="data", visibility="private", created_at=0.0)
-            session.add(row)
-            session.flush()
-            version = DatasetVersionRow(
-                dataset_id=row.id,
-                version=1,
-                state=VersionState.READY,
-                source="path",
-                path="/shared/data",
-                manifest=MANIFEST.model_dump(),
-                digest=MANIFEST.digest(),
-                size=MANIFEST.size,
-                files=1,
-                created_by="alice",
-                created_at=0.0,
-            )
-            session.add(version)
-            session.flush()
-            return version.id
+        self.version = ready_version(store, MANIFEST)
 
     def hold_copy(self, node: str) -> None:
         """``node``'s data cache holds the version (a copy an earlier job left)."""

@@ -11,13 +11,13 @@ from gpuyard.clock import ManualClock
 from gpuyard.controller.loop import Controller
 from gpuyard.executors.fake import FakeExecutor
 from gpuyard.models import JobSpec, JobState, NodeState
-from gpuyard.models.dataset import Manifest, ManifestFile, VersionState
+from gpuyard.models.dataset import Manifest, ManifestFile
 from gpuyard.models.worker import NodeInfo
 from gpuyard.services.jobs import JobService
 from gpuyard.services.nodes import NodeService
 from gpuyard.store.engine import Store
-from gpuyard.store.tables import DatasetRow, DatasetVersionRow
 from gpuyard.testing.auth import OPS, ensure_ops
+from gpuyard.testing.datasets import ready_version
 
 NODES = [
     NodeInfo("n0", "10.0.0.1", gpus=0, cpus=8, memory=1 << 35),
@@ -35,29 +35,7 @@ class Pool:
         self.controller.register_nodes()
         self.jobs = JobService(store, clock=clock, notify=self.controller.notify)
         ensure_ops(store)
-        self.version = self._version()
-
-    def _version(self) -> int:
-        with self.store.write() as session:
-            row = DatasetRow(owner="alice", name="data", visibility="private", created_at=0.0)
-            session.add(row)
-            session.flush()
-            version = DatasetVersionRow(
-                dataset_id=row.id,
-                version=1,
-                state=VersionState.READY,
-                source="path",
-                path="/shared/data",
-                manifest=MANIFEST.model_dump(),
-                digest=MANIFEST.digest(),
-                size=MANIFEST.size,
-                files=1,
-                created_by="alice",
-                created_at=0.0,
-            )
-            session.add(version)
-            session.flush()
-            return version.id
+        self.version = ready_version(store, MANIFEST)
 
     def submit(self, nodes: int = 1, *, prepare: bool = True) -> int:
         mount = {
