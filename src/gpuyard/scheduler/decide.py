@@ -477,14 +477,7 @@ class _Cycle:
         if fit is MAY_FIT:
             end = self.end_of(job)
             same_zone = policy.same_zone
-            allocations = self.ledger.place(
-                request,
-                constraint,
-                same_zone=same_zone,
-                end=end,
-                image=job.image,
-                datasets=job.datasets,
-            )
+            allocations = self.place(job, request, same_zone=same_zone, end=end)
             if allocations is not None:
                 self.start(job, request, allocations, 0, end)
                 return
@@ -498,6 +491,20 @@ class _Cycle:
         if policy.preemption is Preemption.SUSPEND and self.try_preemption(job, (request,)):
             return
         self.reserve(job, (request,), held_back)
+
+    def place(
+        self, job: PendingJob, request: Request, *, same_zone: bool, end: float
+    ) -> tuple[Allocation, ...] | None:
+        """Where ``request`` of ``job`` would start now, preferring among equally good nodes
+        those holding its image and prepared data; None if it does not fit now."""
+        return self.ledger.place(
+            request,
+            job.constraint,
+            same_zone=same_zone,
+            end=end,
+            image=job.image,
+            datasets=job.datasets,
+        )
 
     def consider_choices(self, job: PendingJob) -> None:
         """A job with alternative specs or elastic sizes: each choice in order."""
@@ -522,14 +529,7 @@ class _Cycle:
                 i and self.quotas.check(job.owner, job.group, job.priority, request)
             ):
                 continue
-            allocations = self.ledger.place(
-                request,
-                constraint,
-                same_zone=same_zone,
-                end=end,
-                image=job.image,
-                datasets=job.datasets,
-            )
+            allocations = self.place(job, request, same_zone=same_zone, end=end)
             if allocations is None:
                 if self.ledger.holds and self.ledger.place(
                     request, constraint, same_zone=same_zone, ignore_holds=True
