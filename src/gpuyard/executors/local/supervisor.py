@@ -279,7 +279,13 @@ class Binder:
                 base = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as exc:
                 raise SpawnError("workspace", exc.errno or errno.EACCES, self.workspace) from None
-            for target, source, readonly, _held in self.binds:
+            for target, source, readonly, is_held in self.binds:
+                if is_held and self.mode != "bind":
+                    # A link would lead the account to a directory it may not enter.
+                    where = (
+                        f"{source} (the pool's own: it needs a mount, which it cannot make here)"
+                    )
+                    raise SpawnError("source", errno.EPERM, where)
                 src = held[source] if source in held else _open_source(source, readonly)
                 parent, name = self._mount_point(base, target)
                 if self.mode != "bind":
