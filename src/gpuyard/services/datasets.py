@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -131,6 +132,9 @@ class DatasetCatalogue:
         self.account = account
         """A user's OS account, where jobs run as their owners: what a path is read as."""
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataset-hash")
+        self._starting = threading.Lock()
+        """Held from an upload's room check until its session is recorded (this server's
+        requests run in threads of one process)."""
 
     # -- seeing ---------------------------------------------------------------------------
 
@@ -254,28 +258,29 @@ class DatasetCatalogue:
         name = self._check_name(wanted.name)
         if wanted.size > self.upload_max:
             raise self._too_large()
-        self._check_room(wanted.size, actor=actor)
         upload_id = secrets.token_hex(16)
-        version_id = self._new_version(
-            actor,
-            name,
-            wanted.description,
-            wanted.visibility,
-            _UPLOAD,
-            str(self._stored_dir()),
-            VersionState.UPLOADING,
-        )
-        with self.store.write() as session:
-            session.add(
-                DatasetUploadRow(
-                    id=upload_id,
-                    version_id=version_id,
-                    owner=actor,
-                    size=wanted.size,
-                    received=0,
-                    updated_at=self.clock.now(),
-                )
+        with self._starting:  # the room checked is the room taken: one start at a time
+            self._check_room(wanted.size, actor=actor)
+            version_id = self._new_version(
+                actor,
+                name,
+                wanted.description,
+                wanted.visibility,
+                _UPLOAD,
+                str(self._stored_dir()),
+                VersionState.UPLOADING,
             )
+            with self.store.write() as session:
+                session.add(
+                    DatasetUploadRow(
+                        id=upload_id,
+                        version_id=version_id,
+                        owner=actor,
+                        size=wanted.size,
+                        received=0,
+                        updated_at=self.clock.now(),
+                    )
+                )
         self._make_dirs()
         self._archive(upload_id).touch(mode=0o600)
         return self.upload(upload_id, actor=actor)

@@ -12,6 +12,8 @@ import os
 import shutil
 import stat
 import tarfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -413,3 +415,20 @@ def test_a_users_unfinished_uploads_are_capped_and_the_disk_is_checked_first(
     with pytest.raises(StorageFull, match="needs twice that"):
         _ds(alice).start_upload("c", 500_000)
     assert _ds(alice).start_upload("c", 400_000).offset == 0
+
+
+def test_uploads_started_at_once_are_capped_all_the_same(as_user: AsUser) -> None:
+    alice = as_user("alice")
+    barrier = threading.Barrier(6)
+
+    def start(i: int) -> str:
+        barrier.wait()
+        try:
+            _ds(alice).start_upload(f"d{i}", 600_000)
+        except Conflict:
+            return "refused"
+        return "started"
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = sorted(pool.map(start, range(6)))
+    assert outcomes == ["refused"] * 5 + ["started"]
